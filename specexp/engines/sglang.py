@@ -1,0 +1,143 @@
+"""SGLang (``python -m sglang.launch_server``), the reference story's engine, TP 8.
+
+Flag spellings follow the SGLang version the stack holds: 0.5.9 and current releases
+differ (REFERENCE.md). Only the spellings that changed are versioned below.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from packaging.version import Version
+
+from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk
+
+# Newest release whose flags specexp composes; a stack without a known version gets these.
+NEWEST_KNOWN = "0.5.23"
+# First release that spells FlashInfer allreduce fusion as a backend choice (0.5.13 does not).
+FUSION_BACKEND_SINCE = Version("0.5.14")
+
+
+# Runs in the stack's interpreter: parse each flag list, print one error (or null) per list.
+_PARSE_FLAGS = """
+import argparse, contextlib, io, json, sys
+from sglang.srt.server_args import ServerArgs
+errors = []
+for flags in json.loads(sys.argv[1]):
+    parser = argparse.ArgumentParser(prog="sglang.launch_server")
+    ServerArgs.add_cli_args(parser)
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            parser.parse_args(flags)
+        errors.append(None)
+    except SystemExit:
+        errors.append(stderr.getvalue().strip().splitlines()[-1])
+print(json.dumps(errors))
+"""
+
+
+@dataclass
+class SGLangConfig(EngineConfig):
+    name: str = "sglang"
+    port: int = 30000
+    # A real Kimi-K2.5 load takes about ten minutes.
+    ready_timeout_s: float = 1800.0
+    mem_fraction_static: Optional[float] = None
+    random_seed: Optional[int] = None
+    enable_metrics: bool = True
+
+
+class SGLangEngine(Engine):
+    name = "sglang"
+    config_class = SGLangConfig
+    attention_backends = ("auto", "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "flashmla", "torch_native")
+    allreduce_backends = ("auto", "nccl", "custom", "flashinfer_fusion", "torch_symm_mem")
+    speculative_methods = ("none", "eagle3", "ngram", "draft")
+    speculative_counters = {}  # per-request figures come in meta_info instead
+    _algorithm = {"eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM"}
+
+    def spelling_version(self, cfg: Any) -> Version:
+        """The SGLang version whose flag spellings to use; the newest known if none is found."""
+        return Version(self.version(cfg)[0] or NEWEST_KNOWN)
+
+    def launch_spec(self, cfg: Any, port: int) -> LaunchSpec:
+        engine, model, spec = cfg.engine, cfg.model, cfg.speculative
+        version = self.spelling_version(cfg)
+        argv = [self.stack_python(cfg), "-m", "sglang.launch_server",
+                "--model-path", str(model.path),
+                "--tp-size", str(engine.tensor_parallel_size),
+                "--host", engine.host,
+                "--port", str(port)]
+        if model.trust_remote_code:
+            argv.append("--trust-remote-code")
+        if cfg.attention_backend.name != "auto":
+            argv += ["--attention-backend", cfg.attention_backend.name]
+        argv += self._allreduce_flags(cfg.allreduce_backend, version)
+        if spec.method != "none":
+            argv += ["--speculative-algorithm", self._algorithm[spec.method]]
+            if spec.method in ("eagle3", "draft"):
+                argv += ["--speculative-draft-model-path", str(spec.draft_model)]
+            argv += ["--speculative-num-steps", str(spec.num_steps),
+                     "--speculative-eagle-topk", str(spec.eagle_topk),
+                     "--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
+        if engine.mem_fraction_static is not None:
+            argv += ["--mem-fraction-static", str(engine.mem_fraction_static)]
+        if engine.random_seed is not None:
+            argv += ["--random-seed", str(engine.random_seed)]
+        if engine.enable_metrics:
+            argv.append("--enable-metrics")
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
+
+    @staticmethod
+    def _allreduce_flags(allreduce: Any, version: Version) -> list[str]:
+        flags = {
+            "auto": [],
+            "nccl": ["--disable-custom-all-reduce"],
+            "custom": [],  # SGLang's default wherever the topology allows it
+            "torch_symm_mem": ["--enable-torch-symm-mem"],
+            "flashinfer_fusion": (["--flashinfer-allreduce-fusion-backend", "auto"]
+                                  if version >= FUSION_BACKEND_SINCE
+                                  else ["--enable-flashinfer-allreduce-fusion"]),
+        }[allreduce.name]
+        if allreduce.torch_symm_mem and allreduce.name != "torch_symm_mem":
+            flags = flags + ["--enable-torch-symm-mem"]
+        return flags
+
+    def flag_check_command(self, cfg: Any, launches: list[LaunchSpec]) -> list[str]:
+        """Feed composed flags to SGLang's own parser, in the stack's interpreter, without serving."""
+        flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m sglang.launch_server
+        return [self.stack_python(cfg), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
+
+    def completion_request(self, cfg: Any) -> tuple[str, dict[str, Any]]:
+        workload = cfg.workload
+        return "/generate", {
+            "text": workload.prompt,
+            "sampling_params": {"max_new_tokens": workload.max_tokens, "ignore_eos": workload.ignore_eos,
+                                "temperature": workload.temperature},
+            "stream": True,
+        }
+
+    def parse_event(self, event: dict[str, Any]) -> StreamChunk:
+        meta = event.get("meta_info", {})
+        done = meta.get("finish_reason") is not None
+        chunk = StreamChunk(tokens_so_far=meta.get("completion_tokens"), done=done)
+        if done:
+            chunk.final = {"completion_tokens": meta.get("completion_tokens"),
+                           "prompt_tokens": meta.get("prompt_tokens")}
+            # 0.5.9 names, then the renamed ones of later releases.
+            verify = meta.get("spec_verify_ct")
+            if verify:
+                chunk.final["spec_verify_steps"] = verify
+                chunk.final["spec_accept_length"] = meta.get("spec_accept_length",
+                                                             meta["completion_tokens"] / verify)
+            for old, new in (("spec_accept_token_num", "spec_num_correct_drafts"),
+                             ("spec_draft_token_num", "spec_num_proposed_drafts")):
+                value = meta.get(new, meta.get(old))
+                if value is not None:
+                    chunk.final[{"spec_accept_token_num": "spec_accepted_tokens",
+                                 "spec_draft_token_num": "spec_draft_tokens"}[old]] = value
+        return chunk
+

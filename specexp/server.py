@@ -1,0 +1,149 @@
+"""Server lifecycle: launch in its own process group, wait for readiness, stop cleanly.
+
+The server writes to a log file, never to a pipe (a full pipe would stall it). Readiness is
+polled over HTTP while the process is watched, so a server that dies at start-up is reported
+at once, with the line that says why and the end of its log, not at the readiness timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Optional
+
+from specexp.engines.base import LaunchSpec
+
+_ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
+
+
+class ServerError(RuntimeError):
+    """The server could not be brought up; carries the reason and the log's tail."""
+
+    def __init__(self, message: str, reason: str = "", log_tail: str = ""):
+        super().__init__(message)
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def reason_from_log(log: str) -> str:
+    """The most telling line of a failed server's log: the last exception or error line."""
+    candidates = [line.strip() for line in log.splitlines() if _ERROR_LINE.search(line)]
+    return candidates[-1] if candidates else (log.strip().splitlines() or [""])[-1]
+
+
+class ServerProcess:
+    """One launched inference server. Use as a context manager: it is always stopped."""
+
+    def __init__(self, launch: LaunchSpec, host: str, port: int, health_path: str, log_path: Path):
+        self.launch = launch
+        self.base_url = f"http://{host}:{port}"
+        self.host, self.port = host, port
+        self.health_path = health_path
+        self.log_path = log_path
+        self.process: Optional[subprocess.Popen] = None
+        self.ready_after_s: Optional[float] = None
+
+    def start(self) -> None:
+        if port_in_use(self.host, self.port):
+            raise ServerError(f"port {self.port} on {self.host} is already in use; choose another "
+                              f"engine.port or 0 for a free one", reason=f"port {self.port} in use")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            self.process = subprocess.Popen(
+                self.launch.argv,
+                env={**os.environ, **self.launch.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group, so stop() reaches every child
+            )
+        except OSError as exc:
+            raise ServerError(f"could not start {self.launch.argv[0]}: {exc}", reason=str(exc)) from exc
+        finally:
+            log.close()
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.25) -> float:
+        """Block until the health endpoint answers 200; return the seconds it took."""
+        assert self.process is not None, "start() first"
+        started = time.monotonic()
+        url = self.base_url + self.health_path
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                log = tail(self.log_path)
+                reason = reason_from_log(log)
+                raise ServerError(f"server exited with code {code} during start-up: {reason}",
+                                  reason=reason, log_tail=log)
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        self.ready_after_s = time.monotonic() - started
+                        return self.ready_after_s
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass  # not listening yet, or 503 while loading
+            if time.monotonic() - started > timeout_s:
+                log = tail(self.log_path)
+                raise ServerError(f"server not ready after {timeout_s:.0f} s (engine.ready_timeout_s)",
+                                  reason="readiness timeout", log_tail=log)
+            time.sleep(poll_s)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s``."""
+        if self.process is None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait_s)
+                # The leader is gone; children in the group may linger, so check the group.
+                os.killpg(self.process.pid, 0)
+            except ProcessLookupError:
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if self.process.poll() is None:
+            self.process.wait(timeout=5)
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

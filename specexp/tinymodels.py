@@ -1,0 +1,218 @@
+"""Seeded llama-architecture GGUF models for running real speculative decoding on a CPU.
+
+No model hub is reachable from the machines specexp is developed and tested on, so a
+target/draft pair is generated locally. The *padded pair* technique makes speculation pay
+off for real: the draft is a one-layer model; the target is that same layer followed by
+extra layers whose attention-output and MLP-down projections are zero. Those layers cost
+compute but leave the residual stream untouched, so target and draft agree on every token.
+``divergence`` puts small random values into those projections instead, which makes the
+target disagree with the draft now and then: a knob for the acceptance rate.
+
+    python -m specexp.tinymodels --out /tmp/pair --target-layers 8 --divergence 0.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# Bumped whenever the file layout written below changes, so cached files are regenerated.
+_FORMAT_VERSION = 1
+_LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
+_MAX_VOCAB = 256 + len(_LETTERS) * (1 + 2 * len(_LETTERS)) + 2
+_DEFAULT_CACHE = Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
+
+
+@dataclass(frozen=True)
+class TinyPairSpec:
+    """Shape and seed of a generated target/draft pair (the cache key)."""
+
+    vocab_size: int = 1024
+    embedding_length: int = 1024
+    feed_forward_length: int = 2816
+    head_count: int = 16
+    draft_layers: int = 1
+    target_layers: int = 8
+    context_length: int = 4096
+    divergence: float = 0.0
+    seed: int = 0
+
+    def fingerprint(self) -> str:
+        payload = json.dumps({"format": _FORMAT_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def validate(self) -> None:
+        if self.draft_layers < 1 or self.target_layers < self.draft_layers:
+            raise ValueError(
+                f"tiny pair needs 1 <= draft_layers <= target_layers, got {self.draft_layers} and {self.target_layers}"
+            )
+        if self.embedding_length % self.head_count:
+            raise ValueError(
+                f"embedding_length ({self.embedding_length}) must be a multiple of head_count ({self.head_count})"
+            )
+        if not 300 <= self.vocab_size <= _MAX_VOCAB:
+            raise ValueError(f"vocab_size must be in [300, {_MAX_VOCAB}] (byte tokens + generated merges), got {self.vocab_size}")
+        if self.divergence < 0:
+            raise ValueError(f"divergence must be >= 0, got {self.divergence}")
+
+
+@dataclass(frozen=True)
+class TinyPairPaths:
+    target: Path
+    draft: Path
+
+
+def pair_paths(spec: TinyPairSpec, cache_dir: Path | None = None) -> TinyPairPaths:
+    """Where the pair for ``spec`` lives; deterministic, so a dry run can print it."""
+    directory = Path(cache_dir or _DEFAULT_CACHE) / f"tiny-pair-{spec.fingerprint()}"
+    return TinyPairPaths(target=directory / "target.gguf", draft=directory / "draft.gguf")
+
+
+def ensure_pair(spec: TinyPairSpec, cache_dir: Path | None = None) -> TinyPairPaths:
+    """Generate the pair unless an identical one is cached already."""
+    spec.validate()
+    paths = pair_paths(spec, cache_dir)
+    if paths.target.is_file() and paths.draft.is_file():
+        return paths
+    paths.target.parent.mkdir(parents=True, exist_ok=True)
+    layers = _generate_layers(spec)
+    embeddings = _generate_embeddings(spec)
+    # Write to temporary names first: an interrupted generation must not leave a file
+    # that a later run would take for a finished model.
+    for path, n_layers in ((paths.draft, spec.draft_layers), (paths.target, spec.target_layers)):
+        partial = path.with_suffix(".partial")
+        _write_gguf(partial, spec, embeddings, layers[:n_layers], name=path.stem)
+        partial.replace(path)
+    (paths.target.parent / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=2))
+    return paths
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map, which llama.cpp's BPE expects."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    mapping, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            mapping[byte] = chr(byte)
+        else:
+            mapping[byte] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def _vocabulary(vocab_size: int) -> tuple[list[str], list[str]]:
+    """Byte tokens plus merges of letter pairs (and space+letter) up to ``vocab_size - 2``."""
+    byte_tokens = list(_bytes_to_unicode().values())
+    space = _bytes_to_unicode()[ord(" ")]
+    pairs = [(space, a) for a in _LETTERS] + [(a, b) for a in _LETTERS for b in _LETTERS]
+    pairs += [(space + a, b) for a in _LETTERS for b in _LETTERS]
+    n_merges = vocab_size - len(byte_tokens) - 2
+    merges = [f"{a} {b}" for a, b in pairs[:n_merges]]
+    tokens = byte_tokens + [a + b for a, b in pairs[:n_merges]] + ["<s>", "</s>"]
+    return tokens, merges
+
+
+def _generate_embeddings(spec: TinyPairSpec) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng([spec.seed, 0])
+    n_embd = spec.embedding_length
+    return {
+        "token_embd.weight": rng.normal(0, 1.0, (spec.vocab_size, n_embd)).astype(np.float16),
+        "output_norm.weight": np.ones(n_embd, dtype=np.float32),
+        "output.weight": rng.normal(0, n_embd**-0.5, (spec.vocab_size, n_embd)).astype(np.float16),
+    }
+
+
+def _generate_layers(spec: TinyPairSpec) -> list[dict[str, np.ndarray]]:
+    n_embd, n_ff = spec.embedding_length, spec.feed_forward_length
+    layers = []
+    for index in range(spec.target_layers):
+        rng = np.random.default_rng([spec.seed, 1, index])
+
+        def dense(rows: int, cols: int, scale: float) -> np.ndarray:
+            return rng.normal(0, scale, (rows, cols)).astype(np.float16)
+
+        padded = index >= spec.draft_layers
+        # A padded layer's output projections decide whether it changes the result.
+        out_scale = spec.divergence * n_embd**-0.5 if padded else n_embd**-0.5
+        layers.append(
+            {
+                "attn_norm.weight": np.ones(n_embd, dtype=np.float32),
+                "attn_q.weight": dense(n_embd, n_embd, n_embd**-0.5),
+                "attn_k.weight": dense(n_embd, n_embd, n_embd**-0.5),
+                "attn_v.weight": dense(n_embd, n_embd, n_embd**-0.5),
+                "attn_output.weight": dense(n_embd, n_embd, out_scale),
+                "ffn_norm.weight": np.ones(n_embd, dtype=np.float32),
+                "ffn_gate.weight": dense(n_ff, n_embd, n_embd**-0.5),
+                "ffn_up.weight": dense(n_ff, n_embd, n_embd**-0.5),
+                "ffn_down.weight": dense(n_embd, n_ff, out_scale * (n_embd / n_ff) ** 0.5),
+            }
+        )
+    return layers
+
+
+def _write_gguf(
+    path: Path,
+    spec: TinyPairSpec,
+    embeddings: dict[str, np.ndarray],
+    layers: list[dict[str, np.ndarray]],
+    name: str,
+) -> None:
+    import gguf  # imported here: only generation needs it
+
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # its per-file INFO lines are noise here
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(f"specexp-tiny-{name}")
+    writer.add_block_count(len(layers))
+    writer.add_context_length(spec.context_length)
+    writer.add_embedding_length(spec.embedding_length)
+    writer.add_feed_forward_length(spec.feed_forward_length)
+    writer.add_head_count(spec.head_count)
+    writer.add_head_count_kv(spec.head_count)
+    writer.add_rope_dimension_count(spec.embedding_length // spec.head_count)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    tokens, merges = _vocabulary(spec.vocab_size)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.NORMAL] * (len(tokens) - 2) + [gguf.TokenType.CONTROL] * 2)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(len(tokens) - 2)
+    writer.add_eos_token_id(len(tokens) - 1)
+    writer.add_add_bos_token(False)
+    for tensor_name, array in embeddings.items():
+        writer.add_tensor(tensor_name, array)
+    for index, layer in enumerate(layers):
+        for tensor_name, array in layer.items():
+            writer.add_tensor(f"blk.{index}.{tensor_name}", array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    defaults = TinyPairSpec()
+    parser = argparse.ArgumentParser(prog="python -m specexp.tinymodels", description=__doc__.split("\n\n")[0])
+    for field in dataclasses.fields(TinyPairSpec):
+        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(getattr(defaults, field.name)),
+                            default=getattr(defaults, field.name))
+    parser.add_argument("--out", type=Path, default=None, help=f"cache directory (default {_DEFAULT_CACHE})")
+    args = vars(parser.parse_args(argv))
+    cache_dir = args.pop("out")
+    paths = ensure_pair(TinyPairSpec(**args), cache_dir)
+    print(f"target: {paths.target}\ndraft:  {paths.draft}")
+
+
+if __name__ == "__main__":
+    main()

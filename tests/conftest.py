@@ -1,0 +1,54 @@
+"""Shared helpers: compose configs like the CLI does, run the CLI, find stray servers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from specexp.__main__ import CONFIG_DIR
+
+REPO = Path(__file__).resolve().parent.parent
+SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints"
+
+
+def compose_run(*overrides: str):
+    """The config `python -m specexp OVERRIDES` would run with."""
+    if not GlobalHydra.instance().is_initialized():
+        initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3")  # once per session: it is slow
+    return compose(config_name="config", overrides=list(overrides))
+
+
+def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600,
+            module: str = "specexp") -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def server_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", SERVER_PATTERN], capture_output=True, text=True)
+    return {int(pid) for pid in out.stdout.split()} - {os.getpid()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_servers():
+    """The suite must stop every server it starts."""
+    before = server_pids()
+    yield
+    strays = server_pids() - before
+    if strays:
+        subprocess.run(["kill", "-9", *map(str, strays)])
+        pytest.fail(f"tests left server processes running: {sorted(strays)}")
+
+
+@pytest.fixture
+def tracking_env(tmp_path):
+    """A private MLflow store for one test."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return {"MLFLOW_TRACKING_URI": uri}

@@ -1,0 +1,60 @@
+"""The load client against a real llama.cpp server: token counts and timings."""
+
+from __future__ import annotations
+
+import asyncio
+
+from specexp.client import LoadClient, session
+from specexp.engines import get_engine
+from specexp.server import ServerProcess
+from tests.test_server_lifecycle import llamacpp_launch
+from tests.conftest import compose_run
+from specexp.runner import prepare
+
+
+def measure(tmp_path, *overrides):
+    cfg = compose_run("model=tiny-pair-small", "workload=short", *overrides)
+    prepare(cfg)
+    launch, port = llamacpp_launch(tmp_path, *overrides)
+    records = []
+    with ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log") as server:
+        server.wait_ready(60)
+        client = LoadClient(get_engine("llamacpp"), server.base_url, cfg)
+
+        async def go():
+            async with session() as http:
+                return [await client.run(i, False, http, records.append) for i in range(2)]
+
+        return cfg, asyncio.run(go()), records
+
+
+def test_single_stream_records_server_token_counts_and_timings(tmp_path):
+    cfg, runs, records = measure(tmp_path)
+    assert len(records) == 2 and all(r.ok for r in records)
+    for record in records:
+        assert record.output_tokens == cfg.workload.max_tokens == 256
+        assert 0 < record.ttft_s < record.e2e_s
+        # One ITL per token after the first, each positive.
+        assert len(record.itl_s) == record.output_tokens - 1
+        assert min(record.itl_s) > 0
+        assert abs(record.tok_per_s - record.output_tokens / record.e2e_s) < 1e-9
+    assert runs[0].tok_per_s > 0
+    assert runs[0].acceptance_length is None  # no speculation, no drafts
+
+
+def test_speculative_counters_are_deltas_per_run(tmp_path):
+    _, runs, records = measure(tmp_path, "speculative=draft")
+    for run in runs:
+        # The padded pair agrees on every token: every drafted token is accepted.
+        assert run.counter_deltas["drafts"] > 0
+        assert run.acceptance_rate == 1.0
+        assert run.acceptance_length > 2
+    # Deltas, not the cumulative totals: both runs drafted about the same amount.
+    assert abs(runs[0].counter_deltas["draft_tokens"] - runs[1].counter_deltas["draft_tokens"]) <= 16
+    assert records[0].speculative["spec_accepted_tokens"] == records[0].speculative["spec_draft_tokens"]
+
+
+def test_concurrent_streams_each_get_their_tokens(tmp_path):
+    cfg, runs, records = measure(tmp_path, "concurrency.streams=3", "workload.max_tokens=64")
+    assert len(records) == 6 and all(r.output_tokens == 64 for r in records)
+    assert runs[0].output_tokens == 3 * 64

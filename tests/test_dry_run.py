@@ -1,0 +1,38 @@
+"""dry_run=true prints the exact commands and launches nothing."""
+
+from __future__ import annotations
+
+import shlex
+
+from tests.conftest import run_cli, server_pids
+
+REFERENCE_COMMAND = (
+    "CUDA_HOME=/usr/local/cuda-13.0 LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64 NCCL_P2P_LEVEL=SYS "
+    "/opt/specexp/cu130/bin/python -m sglang.launch_server --model-path nvidia/Kimi-K2.5-NVFP4 --tp-size 8 "
+    "--host 127.0.0.1 --port 30000 --trust-remote-code --attention-backend flashinfer "
+    "--enable-flashinfer-allreduce-fusion --enable-torch-symm-mem --speculative-algorithm EAGLE3 "
+    "--speculative-draft-model-path AQ-MedAI/Kimi-K25-eagle3 --speculative-num-steps 3 "
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-metrics"
+)
+
+
+def test_reference_story_command(tmp_path, tracking_env):
+    result = run_cli("engine=sglang", "model=kimi-k2.5", "stack=cu130", "attention_backend=flashinfer",
+                     "allreduce_backend=flashinfer_fusion", "speculative=eagle3", "dry_run=true",
+                     cwd=tmp_path, env=tracking_env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert REFERENCE_COMMAND in result.stdout.splitlines()
+    assert "sglang version: 0.5.9 (declared by stack cu130)" in result.stdout
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracking_env):
+    before = server_pids()
+    result = run_cli("-m", "speculative=none,draft,ngram", "dry_run=true", cwd=tmp_path, env=tracking_env, timeout=180)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if "llama-server" in line and not line.startswith("#")]
+    assert len(commands) == 3
+    for argv in commands:
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert "--model-draft" in commands[1] and ["--spec-type", "ngram-simple"] == commands[2][commands[2].index("--spec-type"):][:2]
+    assert server_pids() - before == set()

@@ -1,0 +1,107 @@
+"""`python -m specexp` end to end on llama.cpp: a real server, a real MLflow store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import run_cli
+
+QUICK = ["model=tiny-pair-small", "workload=short", "stats.warmup_runs=1", "stats.measured_runs=3"]
+
+
+def finished_runs(uri: str):
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(experiment_names=["specexp"], output_format="list")
+
+
+@pytest.fixture(scope="module")
+def draft_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
+    result = run_cli(*QUICK, "speculative=draft", cwd=tmp, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = finished_runs(env["MLFLOW_TRACKING_URI"])
+    assert len(runs) == 1
+    return runs[0], result, tmp
+
+
+def test_run_lands_in_mlflow_with_params_metrics_tags(draft_run):
+    run, _, _ = draft_run
+    assert run.info.status == "FINISHED"
+    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+    assert params["engine.name"] == "llamacpp" and params["speculative.method"] == "draft"
+    assert params["workload.max_tokens"] == "256" and params["stats.measured_runs"] == "3"
+    assert params["engine.host"] == "127.0.0.1"
+    for name in ("tok_per_s_mean", "tok_per_s_std", "tok_per_s_cv", "tok_per_s_ci_low", "tok_per_s_ci_high",
+                 "ttft_s_mean", "itl_s_p50", "itl_s_p99", "acceptance_length_mean", "server_ready_s"):
+        assert name in metrics, name
+    assert metrics["tok_per_s_ci_low"] <= metrics["tok_per_s_mean"] <= metrics["tok_per_s_ci_high"]
+    assert metrics["acceptance_rate_mean"] == 1.0
+    assert tags["engine"] == "llamacpp" and tags["speculative"] == "draft" and tags["model"] == "tiny-pair-small"
+    assert tags["engine_version"] != "unknown" and len(tags["git_commit"]) >= 7 and tags["host"]
+
+
+def test_each_measured_run_is_a_step(draft_run):
+    run, _, tmp = draft_run
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    history = client.get_metric_history(run.info.run_id, "tok_per_s")
+    assert sorted(m.step for m in history) == [0, 1, 2]
+    assert all(m.value > 0 for m in history)
+
+
+def test_artifacts_hold_config_command_log_and_raw_records(draft_run):
+    run, _, tmp = draft_run
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "command.txt", "environment.json", "requests.jsonl", "server.log"} <= names
+    local = Path(client.download_artifacts(run.info.run_id, "requests.jsonl", str(tmp)))
+    records = [json.loads(line) for line in local.read_text().splitlines()]
+    assert len(records) == 4  # 1 warm-up + 3 measured
+    assert [r["warmup"] for r in records] == [True, False, False, False]
+    assert all(r["ok"] and r["output_tokens"] == 256 for r in records)
+    command = Path(client.download_artifacts(run.info.run_id, "command.txt", str(tmp))).read_text()
+    assert "--model-draft" in command and "--host 127.0.0.1" in command
+
+
+def test_terminal_shows_progress_and_summary(draft_run):
+    _, result, _ = draft_run
+    assert "server ready after" in result.stdout
+    assert "run 2:" in result.stdout  # one progress line per run when not on a terminal
+    assert "tok/s" in result.stdout and "95% CI" in result.stdout
+    assert "acceptance length" in result.stdout
+
+
+def test_default_store_is_sqlite_under_mlruns(tmp_path):
+    # An empty MLFLOW_TRACKING_URI counts as unset.
+    result = run_cli(*QUICK, "stats.measured_runs=1", "stats.warmup_runs=0", cwd=tmp_path,
+                     env={"MLFLOW_TRACKING_URI": ""})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert (tmp_path / "mlruns" / "mlflow.db").is_file()
+    runs = finished_runs(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    assert len(runs) == 1
+    assert runs[0].info.artifact_uri.startswith((tmp_path / "mlruns" / "artifacts").as_uri())
+
+
+def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_env):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a model")
+    result = run_cli(*QUICK, "model.generate=null", f"model.path={broken}", cwd=tmp_path, env=tracking_env)
+    assert result.returncode == 1
+    assert "server failed" in result.stdout
+    (run,) = finished_runs(tracking_env["MLFLOW_TRACKING_URI"])
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure"]
+    names = {a.path for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(run.info.run_id)}
+    assert "server.log" in names
+
+
+def test_missing_model_file_is_a_config_error(tmp_path, tracking_env):
+    result = run_cli(*QUICK, "model.generate=null", f"model.path={tmp_path / 'absent.gguf'}", cwd=tmp_path,
+                     env=tracking_env)
+    assert result.returncode == 2
+    assert "model file not found" in result.stdout

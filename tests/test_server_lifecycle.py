@@ -1,0 +1,97 @@
+"""Server lifecycle against real processes: llama.cpp, and plain programs that misbehave."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+from specexp.engines import get_engine
+from specexp.engines.base import LaunchSpec
+from specexp.runner import prepare
+from specexp.server import ServerError, ServerProcess, free_port
+from specexp.tinymodels import TinyPairSpec, ensure_pair
+from tests.conftest import compose_run
+
+
+def llamacpp_launch(tmp_path, *overrides):
+    cfg = compose_run("model=tiny-pair-small", *overrides)
+    prepare(cfg)
+    ensure_pair(TinyPairSpec(**cfg.model.generate))
+    port = free_port()
+    return get_engine("llamacpp").launch_spec(cfg, port), port
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_llamacpp_starts_serves_health_and_stops(tmp_path):
+    launch, port = llamacpp_launch(tmp_path)
+    server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
+    with server:
+        ready = server.wait_ready(timeout_s=60)
+        assert 0 < ready < 60
+        assert server.alive()
+        pid = server.process.pid
+    assert not server.alive()
+    assert not group_alive(pid)
+    assert "server is listening" in (tmp_path / "server.log").read_text()
+
+
+def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"this is not a gguf file")
+    launch, port = llamacpp_launch(tmp_path, f"model.generate=null", f"model.path={broken}")
+    server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
+    started = time.monotonic()
+    with server, pytest.raises(ServerError) as error:
+        server.wait_ready(timeout_s=120)
+    assert time.monotonic() - started < 20  # not the readiness timeout
+    assert "exited with code" in str(error.value)
+    assert "model" in error.value.reason.lower()
+    assert error.value.log_tail
+
+
+def test_python_exception_line_is_the_reason(tmp_path):
+    code = ("import sys; print('loading weights'); "
+            "raise AttributeError(\"'KimiK25ForConditionalGeneration' object has no attribute "
+            "'set_eagle3_layers_to_capture'\")")
+    server = ServerProcess(LaunchSpec([sys.executable, "-c", code], {}), "127.0.0.1", free_port(), "/health",
+                           tmp_path / "server.log")
+    with server, pytest.raises(ServerError) as error:
+        server.wait_ready(timeout_s=60)
+    assert error.value.reason.startswith("AttributeError: 'KimiK25ForConditionalGeneration'")
+
+
+def test_readiness_timeout_then_the_whole_group_is_stopped(tmp_path):
+    # A "server" that never answers and has a child of its own.
+    code = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+    server = ServerProcess(LaunchSpec([sys.executable, "-c", code], {}), "127.0.0.1", free_port(), "/health",
+                           tmp_path / "server.log")
+    server.start()
+    pgid = server.process.pid
+    with pytest.raises(ServerError, match=r"not ready after 1 s"):
+        server.wait_ready(timeout_s=1)
+    assert group_alive(pgid)
+    server.stop(grace_s=2)
+    assert not group_alive(pgid)
+
+
+def test_port_in_use_is_refused_before_launch(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = ServerProcess(LaunchSpec([sys.executable, "-c", "pass"], {}), "127.0.0.1", port, "/health",
+                               tmp_path / "server.log")
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
+            server.start()
+        assert server.process is None
