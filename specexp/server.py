@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
+import psutil
+
 from specexp.engines.base import LaunchSpec
 
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
@@ -46,6 +48,18 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies waiting to be reaped do not count)."""
+    members = []
+    for process in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(process.pid) == pgid and process.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(process.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return members
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -125,21 +139,22 @@ class ServerProcess:
         """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s``."""
         if self.process is None:
             return
+        pgid = self.process.pid
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:
-                os.killpg(self.process.pid, sig)
+                os.killpg(pgid, sig)
             except ProcessLookupError:
                 break
-            try:
-                self.process.wait(timeout=wait_s)
-                # The leader is gone; children in the group may linger, so check the group.
-                os.killpg(self.process.pid, 0)
-            except ProcessLookupError:
+            deadline = time.monotonic() + wait_s
+            # The leader may exit before its children (tensor-parallel workers): wait for the group.
+            while live_group_members(pgid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not live_group_members(pgid):
                 break
-            except subprocess.TimeoutExpired:
-                continue
-        if self.process.poll() is None:
+        try:
             self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
 
     def __enter__(self) -> "ServerProcess":
         self.start()

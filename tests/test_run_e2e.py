@@ -41,7 +41,7 @@ def test_run_lands_in_mlflow_with_params_metrics_tags(draft_run):
                  "ttft_s_mean", "itl_s_p50", "itl_s_p99", "acceptance_length_mean", "server_ready_s"):
         assert name in metrics, name
     assert metrics["tok_per_s_ci_low"] <= metrics["tok_per_s_mean"] <= metrics["tok_per_s_ci_high"]
-    assert metrics["acceptance_rate_mean"] == 1.0
+    assert metrics["acceptance_rate_mean"] > 0.5
     assert tags["engine"] == "llamacpp" and tags["speculative"] == "draft" and tags["model"] == "tiny-pair-small"
     assert tags["engine_version"] != "unknown" and len(tags["git_commit"]) >= 7 and tags["host"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
@@ -12,7 +11,7 @@ import pytest
 from specexp.engines import get_engine
 from specexp.engines.base import LaunchSpec
 from specexp.runner import prepare
-from specexp.server import ServerError, ServerProcess, free_port
+from specexp.server import ServerError, ServerProcess, free_port, live_group_members
 from specexp.tinymodels import TinyPairSpec, ensure_pair
 from tests.conftest import compose_run
 
@@ -20,17 +19,14 @@ from tests.conftest import compose_run
 def llamacpp_launch(tmp_path, *overrides):
     cfg = compose_run("model=tiny-pair-small", *overrides)
     prepare(cfg)
-    ensure_pair(TinyPairSpec(**cfg.model.generate))
+    if cfg.model.generate is not None:
+        ensure_pair(TinyPairSpec(**cfg.model.generate))
     port = free_port()
     return get_engine("llamacpp").launch_spec(cfg, port), port
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+    return bool(live_group_members(pgid))
 
 
 def test_llamacpp_starts_serves_health_and_stops(tmp_path):
@@ -43,7 +39,9 @@ def test_llamacpp_starts_serves_health_and_stops(tmp_path):
         pid = server.process.pid
     assert not server.alive()
     assert not group_alive(pid)
-    assert "server is listening" in (tmp_path / "server.log").read_text()
+    log = (tmp_path / "server.log").read_text()
+    assert f"listening on http://127.0.0.1:{port}" in log
+    assert "cleaning up before exit" in log  # SIGTERM let it shut down cleanly
 
 
 def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
