@@ -30,6 +30,7 @@ class RequestRecord:
     stream: int
     warmup: bool
     start_unix: float
+    launch: int = 0
     ok: bool = False
     error: Optional[str] = None
     ttft_s: Optional[float] = None
@@ -60,6 +61,7 @@ class RunResult:
     warmup: bool
     wall_s: float
     records: list[RequestRecord]
+    launch: int = 0
     # Deltas of the engine's cumulative speculative counters over the run.
     counter_deltas: dict[str, float] = field(default_factory=dict)
 
@@ -163,10 +165,11 @@ class LoadClient:
         return {ours: values[theirs] for ours, theirs in self.engine.speculative_counters.items() if theirs in values}
 
     async def run(self, run: int, warmup: bool, session: aiohttp.ClientSession,
-                  on_record: Callable[[RequestRecord], None]) -> RunResult:
+                  on_record: Callable[[RequestRecord], None], launch: int = 0) -> RunResult:
         streams = self.cfg.concurrency.streams
         before = await self._counters(session)
-        records = [RequestRecord(run=run, stream=i, warmup=warmup, start_unix=time.time()) for i in range(streams)]
+        records = [RequestRecord(run=run, stream=i, warmup=warmup, start_unix=time.time(), launch=launch)
+                   for i in range(streams)]
         started = time.perf_counter()
 
         async def one(record: RequestRecord) -> None:
@@ -177,7 +180,7 @@ class LoadClient:
         wall = time.perf_counter() - started
         after = await self._counters(session)
         deltas = {k: after[k] - before.get(k, 0.0) for k in after}
-        return RunResult(run=run, warmup=warmup, wall_s=wall, records=records, counter_deltas=deltas)
+        return RunResult(run=run, warmup=warmup, wall_s=wall, records=records, counter_deltas=deltas, launch=launch)
 
 
 def session(timeout_s: Optional[float] = None) -> aiohttp.ClientSession:

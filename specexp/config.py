@@ -113,9 +113,15 @@ class ConcurrencyConfig:
 
 @dataclass
 class StatsConfig:
+    # Server launches per configuration; each gets its warm-ups and measured runs. With
+    # more than one, tests use per-launch means (launch-level variance is often the largest).
+    launches: int = 1
     warmup_runs: int = 2
     measured_runs: int = 5
     confidence: float = 0.95
+    # Smallest relative difference worth reporting; equivalence is tested within it.
+    threshold: float = 0.01
+    power: float = 0.8
     # A coefficient of variation above this marks the summary as noisy.
     cv_warn: float = 0.05
 
@@ -142,6 +148,10 @@ class RunConfig:
     stats: StatsConfig = field(default_factory=StatsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     dry_run: bool = False
+    # Which published point(s) of a reference this run stands in for (comma-separated ids).
+    reference_point: Optional[str] = None
+    # Repeats an identical configuration as a separate job (A/A checks, replicate blocks).
+    replicate: int = 0
 
 
 SPECULATIVE_METHODS = ("none", "eagle3", "ngram", "draft")
@@ -198,11 +208,14 @@ def validate(cfg: Any) -> None:
         raise ConfigError(f"workload.max_tokens must be >= 1, got {cfg.workload.max_tokens}")
     if cfg.concurrency.streams < 1:
         raise ConfigError(f"concurrency.streams must be >= 1, got {cfg.concurrency.streams}")
-    if cfg.stats.measured_runs < 1 or cfg.stats.warmup_runs < 0:
+    if cfg.stats.measured_runs < 1 or cfg.stats.warmup_runs < 0 or cfg.stats.launches < 1:
         raise ConfigError(
-            f"stats.measured_runs must be >= 1 and stats.warmup_runs >= 0, got "
-            f"{cfg.stats.measured_runs} and {cfg.stats.warmup_runs}"
+            f"stats.measured_runs and stats.launches must be >= 1 and stats.warmup_runs >= 0, got "
+            f"{cfg.stats.measured_runs}, {cfg.stats.launches} and {cfg.stats.warmup_runs}"
         )
+    if not 0 < cfg.stats.threshold < 1 or not 0 < cfg.stats.power < 1:
+        raise ConfigError(f"stats.threshold and stats.power must be between 0 and 1, got "
+                          f"{cfg.stats.threshold} and {cfg.stats.power}")
     if not 0 < cfg.stats.confidence < 1:
         raise ConfigError(f"stats.confidence must be between 0 and 1, got {cfg.stats.confidence}")
     engine.validate(cfg)

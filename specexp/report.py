@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any, Iterator, Optional
 
 from omegaconf import DictConfig
@@ -16,7 +17,8 @@ from specexp.stats import Summary
 from specexp.tracking import redact_env
 
 # soft_wrap: long lines (commands, paths) stay whole instead of being wrapped mid-word.
-console = Console(highlight=False, soft_wrap=True)
+# Logs and pipes get a wide fixed width, so tables stay readable there too.
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
 def print_dry_run(cfg: DictConfig, launch: LaunchSpec, engine: Engine) -> None:
@@ -61,10 +63,12 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
-def print_summary(cfg: DictConfig, summary: Optional[Summary], metrics: dict[str, float],
+def print_summary(cfg: DictConfig, summary: Optional[Summary], metrics: dict[str, float], notes: list[str],
                   runs: list[RunResult], tracker: Any) -> None:
     table = Table(title=f"{cfg.engine.name} / {cfg.model.name} / speculative={cfg.speculative.method} / "
                         f"concurrency={cfg.concurrency.streams}")
+    if cfg.stats.launches > 1:
+        table.add_column("launch")
     table.add_column("run")
     table.add_column("tok/s", justify="right")
     table.add_column("tokens", justify="right")
@@ -73,18 +77,145 @@ def print_summary(cfg: DictConfig, summary: Optional[Summary], metrics: dict[str
     for result in runs:
         ok = [r for r in result.records if r.ok]
         ttft = sum(r.ttft_s or 0 for r in ok) / len(ok) * 1000 if ok else None
-        table.add_row("warm-up" if result.warmup else str(result.run), _fmt(result.tok_per_s, 1),
+        launch = [str(result.launch)] if cfg.stats.launches > 1 else []
+        table.add_row(*launch, "warm-up" if result.warmup else str(result.run), _fmt(result.tok_per_s, 1),
                       str(result.output_tokens), _fmt(ttft, 1), _fmt(result.acceptance_length))
     console.print(table)
     if summary:
         level = int(summary.confidence * 100)
+        unit = "launch means" if cfg.stats.launches > 1 else "measured runs"
         console.print(f"[bold]tok/s {summary.mean:.2f}[/] ± {summary.std:.2f} (CV {summary.cv:.2%}), "
-                      f"{level}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], n={summary.n}")
-        if summary.n > 1 and summary.cv > cfg.stats.cv_warn:
-            console.print(f"[yellow]warning:[/] CV {summary.cv:.1%} is above stats.cv_warn={cfg.stats.cv_warn:.0%}: "
-                          "the machine was noisy or the runs were too short to trust small differences")
+                      f"{level}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], n={summary.n} {unit}")
+        if "tok_per_s_var_between_launch" in metrics:
+            console.print(f"variance of tok/s: within a launch {metrics['tok_per_s_var_within_launch']:.3g}, "
+                          f"between launches {metrics['tok_per_s_var_between_launch']:.3g}")
+    for note in notes:
+        console.print(f"[yellow]warning:[/] {note}")
     if "acceptance_length_mean" in metrics:
         console.print(f"acceptance length {metrics['acceptance_length_mean']:.2f}, "
                       f"rate {metrics.get('acceptance_rate_mean', float('nan')):.1%}")
     if tracker:
         console.print(f"MLflow: run {tracker.run_id} (experiment {tracker.experiment_id}) in {tracker.uri}")
+
+
+# Comparisons and reproduction reports: rows are built once, then drawn for the terminal
+# (rich) or written as markdown (MLflow artifact).
+
+_VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "inconclusive": "yellow",
+                  "reproduced": "green", "contradicted": "red", "not measured": "dim"}
+
+
+def _pct(value: Optional[float]) -> str:
+    return "-" if value is None or value != value else f"{value:+.1%}"
+
+
+def _p(value: Optional[float]) -> str:
+    return "-" if value is None else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
+
+
+def comparison_rows(arms, baseline, comparisons) -> tuple[list[str], list[list[str]]]:
+    headers = ["configuration", "n", "mean", "95% CI", "CV", "vs baseline", "ratio CI", "p Welch (Holm)",
+               "p Mann-Whitney", "verdict", "MDE", "runs for threshold"]
+    by_label = {c.candidate: c for c in comparisons}
+    rows = []
+    for arm in arms:
+        s, c = arm.summary, by_label.get(arm.label)
+        row = [arm.label + (" (baseline)" if arm is baseline else ""), f"{s.n} {arm.unit}s", _fmt(s.mean),
+               f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}]", f"{s.cv:.1%}"]
+        if c:
+            row += [_pct(c.change), f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
+                    f"{_p(c.p_welch)} ({_p(c.p_welch_adjusted)})", _p(c.p_mannwhitney), c.verdict,
+                    _pct(c.mde).lstrip("+"), str(c.runs_needed or "-")]
+        else:
+            row += ["-"] * 7
+        rows.append(row)
+    return headers, rows
+
+
+def _markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _rich_table(title: str, headers: list[str], rows: list[list[str]], verdict_column: Optional[int]) -> Table:
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("configuration", "claim", "point") else "right")
+    for row in rows:
+        cells = list(row)
+        if verdict_column is not None and cells[verdict_column] in _VERDICT_STYLE:
+            style = _VERDICT_STYLE[cells[verdict_column]]
+            cells[verdict_column] = f"[{style}]{cells[verdict_column]}[/]"
+        table.add_row(*cells)
+    return table
+
+
+def _comparison_notes(comparisons) -> list[str]:
+    return [f"{c.candidate}: {note}" for c in comparisons for note in c.notes]
+
+
+def comparison_markdown(arms, baseline, comparisons, metric: str) -> str:
+    headers, rows = comparison_rows(arms, baseline, comparisons)
+    text = f"# Comparison of {metric}\n\n" + _markdown_table(headers, rows)
+    notes = _comparison_notes(comparisons)
+    return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
+
+
+def print_comparison(arms, baseline, comparisons, skipped: list[str], metric: str) -> None:
+    headers, rows = comparison_rows(arms, baseline, comparisons)
+    console.print(_rich_table(f"{metric}: ratio of means vs baseline, Welch t on logs; Holm over "
+                              f"{len(comparisons)} comparison(s)", headers, rows, headers.index("verdict")))
+    for note in _comparison_notes(comparisons):
+        console.print(f"[yellow]note:[/] {note}")
+    for arm in arms:
+        if arm.tags.get("warnings"):
+            console.print(f"[yellow]warning:[/] {arm.label}: {arm.tags['warnings']}")
+    for line in skipped:
+        console.print(f"[dim]skipped: {line}[/]")
+
+
+def reproduction_rows(reference, points, claims, same_hardware: bool):
+    point_headers = ["point", "published tok/s", "measured tok/s", "95% CI", "run"]
+    point_rows = []
+    for point, arm in points.items():
+        published = f"{reference.points[point].tok_per_s:.1f}"
+        if arm is None:
+            point_rows.append([point, published, "not measured", "-", "-"])
+        elif same_hardware:
+            point_rows.append([point, published, _fmt(arm.summary.mean), f"[{_fmt(arm.summary.ci_low)}, "
+                               f"{_fmt(arm.summary.ci_high)}]", arm.run_id[:8]])
+        else:
+            point_rows.append([point, published, f"({_fmt(arm.summary.mean)}, other hardware)", "-", arm.run_id[:8]])
+    claim_headers = ["claim", "published", "measured", "ratio CI", "verdict", "status"]
+    claim_rows = []
+    for check in claims:
+        c = check.comparison
+        claim_rows.append([f"{check.id}: {check.text}", _pct(check.published_ratio - 1),
+                           _pct(c.change) if c else "-",
+                           f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]" if c else "-",
+                           c.verdict if c else "-", check.status])
+    return (point_headers, point_rows), (claim_headers, claim_rows)
+
+
+def _hardware_line(reference, same_hardware: bool, measured: str) -> str:
+    if same_hardware:
+        return f"Hardware matches the reference ({reference.hardware.description}): absolute tok/s are compared."
+    return (f"Hardware differs: reference {reference.hardware.description}; measured on {measured}. "
+            "Absolute tok/s are not compared; only ratios between configurations are.")
+
+
+def reproduction_markdown(reference, points, claims, same_hardware: bool, measured: str) -> str:
+    (ph, pr), (ch, cr) = reproduction_rows(reference, points, claims, same_hardware)
+    return (f"# Reproduction: {reference.title}\n\n{_hardware_line(reference, same_hardware, measured)}\n\n"
+            f"Method of the reference: {reference.method.workload}, {reference.method.warmup_runs} warm-ups, "
+            f"{reference.method.measured_runs} measured runs.\n\n"
+            + _markdown_table(ph, pr) + "\n" + _markdown_table(ch, cr))
+
+
+def print_reproduction(reference, points, claims, same_hardware: bool, measured: str) -> None:
+    (ph, pr), (ch, cr) = reproduction_rows(reference, points, claims, same_hardware)
+    console.print(f"[bold]Reproduction: {reference.title}[/]")
+    console.print(_hardware_line(reference, same_hardware, measured))
+    console.print(_rich_table("published points", ph, pr, None))
+    console.print(_rich_table("published claims, as ratios with their CI", ch, cr, len(ch) - 1))

@@ -21,11 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from specexp import config as config_module
 from specexp import report
+from specexp.capture import hardware
 from specexp.client import LoadClient, RequestRecord, RunResult, session
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec
 from specexp.server import ServerError, ServerProcess, free_port
-from specexp.stats import Summary, percentiles, summarize
+from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
 from specexp.tinymodels import TinyPairSpec, ensure_pair, pair_paths
 from specexp.tracking import Tracker, flatten, redact_env
 
@@ -83,10 +84,13 @@ def run_tags(cfg: DictConfig, engine: Engine) -> dict[str, str]:
         "speculative": cfg.speculative.method,
         "concurrency": str(cfg.concurrency.streams),
         "workload": cfg.workload.name,
+        "replicate": str(cfg.replicate),
         "git_commit": git_commit(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
+        **hardware(),
         **{f"stack_version.{k}": str(v) for k, v in cfg.stack.versions.items()},
+        **({"reference_point": cfg.reference_point} if cfg.reference_point else {}),
     }
 
 
@@ -106,10 +110,22 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
-def summary_metrics(measured: list[RunResult], confidence: float) -> tuple[Optional[Summary], dict[str, float]]:
-    tok = summarize([r.tok_per_s for r in measured], confidence)
+def summary_metrics(measured: list[RunResult], cfg: DictConfig) -> tuple[Optional[Summary], dict[str, float], list[str]]:
+    """Summary metrics and warnings. With several launches, tok/s is summarised over the
+    per-launch means (runs inside one launch share its launch-level variance)."""
+    confidence = cfg.stats.confidence
+    by_launch = runs_by_launch(measured)
+    run_values = [r.tok_per_s for r in measured]
+    unit_values = [sum(v) / len(v) for v in by_launch.values()] if len(by_launch) > 1 else run_values
+    tok = summarize(unit_values, confidence)
     metrics: dict[str, float] = tok.as_dict("tok_per_s") if tok else {}
-    ttft = summarize([x for r in measured for x in [rec.ttft_s for rec in r.records if rec.ok] if x], confidence)
+    metrics["launches"] = float(len(by_launch))
+    metrics["measured_runs"] = float(len(measured))
+    components = variance_components(list(by_launch.values()))
+    if components:
+        metrics["tok_per_s_var_within_launch"] = components.within_launch
+        metrics["tok_per_s_var_between_launch"] = components.between_launch
+    ttft = summarize([rec.ttft_s for r in measured for rec in r.records if rec.ok and rec.ttft_s], confidence)
     if ttft:
         metrics.update({"ttft_s_mean": ttft.mean, "ttft_s_median": ttft.median})
     itl = [x for r in measured for rec in r.records if rec.ok for x in rec.itl_s]
@@ -118,15 +134,20 @@ def summary_metrics(measured: list[RunResult], confidence: float) -> tuple[Optio
         values = [getattr(r, name) for r in measured if getattr(r, name) is not None]
         if values:
             metrics[f"{name}_mean"] = sum(values) / len(values)
-    metrics["measured_runs"] = float(len(measured))
-    return tok, metrics
+    return tok, metrics, warnings_for(unit_values, cfg.stats.cv_warn)
+
+
+def runs_by_launch(runs: list[RunResult]) -> dict[int, list[float]]:
+    groups: dict[int, list[float]] = {}
+    for r in runs:
+        groups.setdefault(r.launch, []).append(r.tok_per_s)
+    return groups
 
 
 def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     engine, tiny = prepare(cfg)
     host = cfg.engine.host
-    port = cfg.engine.port or free_port(host)
-    launch = engine.launch_spec(cfg, port)
+    launch = engine.launch_spec(cfg, cfg.engine.port or free_port(host))
     if cfg.dry_run:
         report.print_dry_run(cfg, launch, engine)
         return JobResult(status="DRY_RUN", output_dir=output_dir)
@@ -143,24 +164,18 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
 
     tracker = _start_tracking(cfg, engine)
     result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
-    server = ServerProcess(launch, host, port, engine.health_path, output_dir / "server.log")
+    log_path = output_dir / "server.log"
     try:
-        with report.status(f"starting {engine.name} on {host}:{port} (log: {server.log_path})"):
-            server.start()
-            ready_s = server.wait_ready(cfg.engine.ready_timeout_s)
-        report.console.print(f"[green]server ready[/] after {ready_s:.1f} s")
-        if tracker:
-            tracker.log_metrics({"server_ready_s": ready_s})
-        result.runs = asyncio.run(_measure(cfg, engine, server, files["records"], tracker))
+        for index in range(cfg.stats.launches):
+            result.runs += _one_launch(cfg, engine, index, log_path, files["records"], tracker)
         measured = [r for r in result.runs if not r.warmup]
-        failed = [rec for r in result.runs for rec in r.records if not rec.ok]
-        if failed:
-            raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
-        result.summary, metrics = summary_metrics(measured, cfg.stats.confidence)
+        result.summary, metrics, notes = summary_metrics(measured, cfg)
         if tracker:
             tracker.log_metrics(metrics)
+            if notes:
+                tracker.set_tags({"warnings": " | ".join(notes)[:5000]})
         result.status = "FINISHED"
-        report.print_summary(cfg, result.summary, metrics, result.runs, tracker)
+        report.print_summary(cfg, result.summary, metrics, notes, result.runs, tracker)
     except ServerError as exc:
         result.error = str(exc)
         report.console.print(f"[red]server failed:[/] {exc}\n[dim]{exc.log_tail}[/]")
@@ -168,7 +183,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
             tracker.set_tags({"failure": exc.reason[:500] or str(exc)[:500]})
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
         result.status, result.error = "KILLED", "interrupted"
-        report.console.print("[yellow]interrupted:[/] stopping the server; records so far are kept")
+        report.console.print("[yellow]interrupted:[/] the server was stopped; records so far are kept")
         raise
     except Exception as exc:  # the run is marked failed; what was measured stays on disk
         result.error = f"{type(exc).__name__}: {exc}"
@@ -176,20 +191,41 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
         if tracker:
             tracker.set_tags({"failure": result.error[:500]})
     finally:
-        server.stop()
         if tracker:
-            tracker.log_artifacts([files["config"], files["command"], files["env"], files["records"],
-                                   server.log_path])
+            tracker.log_artifacts([files["config"], files["command"], files["env"], files["records"], log_path])
             tracker.end(result.status)
     return result
 
 
-async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, records_path: Path,
+def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, records_path: Path,
+                tracker: Optional[Tracker]) -> list[RunResult]:
+    """Start a server, warm up, measure, stop it (always); raise if any request failed."""
+    host = cfg.engine.host
+    port = cfg.engine.port or free_port(host)
+    server = ServerProcess(engine.launch_spec(cfg, port), host, port, engine.health_path, log_path)
+    label = f"launch {index + 1}/{cfg.stats.launches}: " if cfg.stats.launches > 1 else ""
+    with server:
+        with report.status(f"{label}starting {engine.name} on {host}:{port} (log: {log_path})"):
+            ready_s = server.wait_ready(cfg.engine.ready_timeout_s)
+        report.console.print(f"{label}[green]server ready[/] after {ready_s:.1f} s")
+        if tracker:
+            tracker.log_metrics({"server_ready_s": ready_s}, step=index)
+        runs = asyncio.run(_measure(cfg, engine, server, index, records_path, tracker))
+    failed = [rec for r in runs for rec in r.records if not rec.ok]
+    if failed:
+        raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
+    if tracker and cfg.stats.launches > 1:
+        measured = [r.tok_per_s for r in runs if not r.warmup]
+        tracker.log_metrics({"launch_tok_per_s": sum(measured) / len(measured)}, step=index)
+    return runs
+
+
+async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, launch: int, records_path: Path,
                    tracker: Optional[Tracker]) -> list[RunResult]:
     client = LoadClient(engine, server.base_url, cfg)
-    total = cfg.stats.warmup_runs + cfg.stats.measured_runs
+    warmups, measured = cfg.stats.warmup_runs, cfg.stats.measured_runs
     results: list[RunResult] = []
-    with open(records_path, "a", buffering=1) as sink, report.run_progress(total) as progress:
+    with open(records_path, "a", buffering=1) as sink, report.run_progress(warmups + measured) as progress:
 
         def write(record: RequestRecord) -> None:
             sink.write(json.dumps(record.to_json()) + "\n")
@@ -197,13 +233,13 @@ async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, recor
             os.fsync(sink.fileno())
 
         async with session() as http:
-            for index in range(total):
-                warmup = index < cfg.stats.warmup_runs
-                step = index - cfg.stats.warmup_runs
-                result = await client.run(step if not warmup else index, warmup, http, write)
+            for index in range(warmups + measured):
+                warmup = index < warmups
+                run = index if warmup else launch * measured + index - warmups
+                result = await client.run(run, warmup, http, write, launch=launch)
                 results.append(result)
                 if not warmup and tracker:
-                    tracker.log_metrics(run_metrics(result), step=step)
+                    tracker.log_metrics(run_metrics(result), step=run)
                 progress.advance(result)
                 if not result.ok:
                     break

@@ -57,12 +57,14 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 class Tracker:
     """A thin, explicit wrapper over MlflowClient for one job's run."""
 
-    def __init__(self, uri: Optional[str], experiment: str):
+    def __init__(self, uri: Optional[str], experiment: str, create: bool = True):
         self.uri, artifact_root = tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None:
             self.experiment_id = existing.experiment_id
+        elif not create:
+            raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
         else:
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_root)
         self.run_id: Optional[str] = None

@@ -1,0 +1,272 @@
+"""``python -m specexp.compare``: verdicts between runs in MLflow, and reproduction reports.
+
+    python -m specexp.compare --baseline speculative=none
+    python -m specexp.compare --parent PARENT_RUN_ID --baseline attention_backend=flashinfer --json
+    python -m specexp.compare --run-ids A B --baseline A
+    python -m specexp.compare --reference cuda13_story
+
+Runs are selected from an experiment (optionally the children of a sweep's parent run, a
+filter string, or explicit ids); each finished run is one arm. Its values are the per-launch
+means when it had several server launches, else its measured runs. Each arm is compared with
+the baseline (Holm's correction over the family); the table is printed, and logged to MLflow
+as markdown, JSON and a plot - on the parent run when one is given, else on a new run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import OmegaConf
+
+from specexp import report
+from specexp.stats import Comparison, Summary, compare, decide, summarize
+from specexp.tracking import Tracker
+
+REFERENCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "reference"
+REPRODUCED, CONTRADICTED, NOT_MEASURED = "reproduced", "contradicted", "not measured"
+
+
+class SelectionError(ValueError):
+    pass
+
+
+@dataclass
+class Arm:
+    """One configuration's independent values, from one MLflow run."""
+
+    run_id: str
+    label: str
+    values: list[float]
+    unit: str  # "launch" or "run"
+    summary: Summary
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "label": self.label, "values": self.values, "unit": self.unit,
+                "mean": self.summary.mean, "std": self.summary.std, "cv": self.summary.cv,
+                "ci_low": self.summary.ci_low, "ci_high": self.summary.ci_high, "n": self.summary.n}
+
+
+def load_arms(tracker: Tracker, *, parent: Optional[str], filter_string: str, run_ids: list[str],
+              label_tags: list[str], metric: str, confidence: float) -> tuple[list[Arm], list[str]]:
+    """Finished runs as arms, plus a note for each run that was left out and why."""
+    client = tracker.client
+    if run_ids:
+        runs = [client.get_run(run_id) for run_id in run_ids]
+    else:
+        clauses = [f"tags.mlflow.parentRunId = '{parent}'"] if parent else []
+        if filter_string:
+            clauses.append(filter_string)
+        runs = client.search_runs([tracker.experiment_id], " and ".join(clauses), max_results=5000)
+    arms, skipped = [], []
+    for run in runs:
+        name = run.info.run_name or run.info.run_id[:8]
+        if run.data.tags.get("specexp.kind") in ("comparison", "sweep"):
+            continue
+        if run.info.status != "FINISHED":
+            skipped.append(f"{name} ({run.info.run_id[:8]}): {run.info.status}, not compared")
+            continue
+        launches = [m.value for m in sorted(client.get_metric_history(run.info.run_id, f"launch_{metric}"),
+                                              key=lambda m: m.step)]
+        values, unit = (launches, "launch") if len(launches) > 1 else (
+            [m.value for m in sorted(client.get_metric_history(run.info.run_id, metric), key=lambda m: m.step)], "run")
+        summary = summarize(values, confidence)
+        if summary is None:
+            skipped.append(f"{name} ({run.info.run_id[:8]}): no {metric} values")
+            continue
+        label = " ".join(f"{t}={run.data.tags.get(t, '?')}" for t in label_tags) if label_tags else name
+        arms.append(Arm(run.info.run_id, label, values, unit, summary, dict(run.data.tags)))
+    _disambiguate(arms)
+    return arms, skipped
+
+
+def _disambiguate(arms: list[Arm]) -> None:
+    seen: dict[str, int] = {}
+    for arm in arms:
+        seen[arm.label] = seen.get(arm.label, 0) + 1
+    for arm in arms:
+        if seen[arm.label] > 1:
+            arm.label = f"{arm.label} [{arm.run_id[:8]}]"
+
+
+def pick_baseline(arms: list[Arm], selector: str) -> Arm:
+    """A run id (or its prefix), a label, or TAG=VALUE matching exactly one arm."""
+    if "=" in selector:
+        key, value = selector.split("=", 1)
+        matches = [a for a in arms if a.tags.get(key) == value]
+    else:
+        matches = [a for a in arms if a.run_id.startswith(selector) or a.label == selector]
+    if len(matches) != 1:
+        found = ", ".join(f"{a.label} ({a.run_id[:8]})" for a in matches) or "none"
+        raise SelectionError(f"--baseline {selector!r} must match exactly one finished run; matched: {found}. "
+                             "Use a run id to choose.")
+    return matches[0]
+
+
+def compare_arms(arms: list[Arm], baseline: Arm, *, confidence: float, threshold: float,
+                 power: float) -> list[Comparison]:
+    comparisons = []
+    for arm in arms:
+        if arm is baseline:
+            continue
+        if len(arm.values) < 2 or len(baseline.values) < 2:
+            continue
+        comparisons.append(compare(baseline.values, arm.values, confidence=confidence, threshold=threshold,
+                                   power=power, baseline_name=baseline.label, candidate_name=arm.label))
+    decide(comparisons)  # Holm over the family
+    return comparisons
+
+
+# Reproduction of published results ---------------------------------------------------------
+
+def load_reference(name: str) -> Any:
+    path = Path(name) if name.endswith(".yaml") else REFERENCE_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in REFERENCE_DIR.glob("*.yaml"))
+        raise SelectionError(f"reference {name!r} not found; known: {known}")
+    return OmegaConf.load(path)
+
+
+def hardware_matches(reference: Any, arms: list[Arm]) -> tuple[bool, str]:
+    wanted = reference.hardware
+    measured = sorted({a.tags.get("hardware", "unknown") for a in arms})
+    same = bool(arms) and all(wanted.gpu in a.tags.get("gpu_name", "") and
+                              a.tags.get("gpu_count") == str(wanted.gpu_count) for a in arms)
+    return same, ", ".join(measured)
+
+
+@dataclass
+class ClaimCheck:
+    id: str
+    text: str
+    published_ratio: float
+    comparison: Optional[Comparison]
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "published_ratio": self.published_ratio, "status": self.status,
+                "comparison": self.comparison.to_json() if self.comparison else None}
+
+
+def reproduce(reference: Any, arms: list[Arm], *, confidence: float, threshold: float,
+              power: float) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
+    """Map runs to published points (by their reference_point tag) and check every claim as a
+    ratio with its CI: reproduced (CI holds the published ratio and excludes 1 on its side),
+    contradicted (CI excludes the published ratio), inconclusive, or not measured."""
+    by_point: dict[str, Optional[Arm]] = {}
+    for point in reference.points:
+        matching = [a for a in arms if point in a.tags.get("reference_point", "").split(",")]
+        by_point[point] = matching[-1] if matching else None
+    checks, comparisons = [], []
+    for claim in reference.claims:
+        ratio = reference.points[claim.candidate].tok_per_s / reference.points[claim.baseline].tok_per_s
+        base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
+        comparison = None
+        if base and cand and base is not cand and len(base.values) > 1 and len(cand.values) > 1:
+            comparison = compare(base.values, cand.values, confidence=confidence, threshold=threshold, power=power,
+                                 baseline_name=claim.baseline, candidate_name=claim.candidate)
+            comparisons.append(comparison)
+        checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
+    decide(comparisons)
+    for check in checks:
+        c = check.comparison
+        if c is None:
+            continue
+        if not c.ci_low <= check.published_ratio <= c.ci_high:
+            check.status = CONTRADICTED
+        elif (check.published_ratio > 1 and c.ci_low > 1) or (check.published_ratio < 1 and c.ci_high < 1):
+            check.status = REPRODUCED
+        else:
+            check.status = "inconclusive"
+    return by_point, checks
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specexp.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns")
+    parser.add_argument("--experiment", default="specexp")
+    parser.add_argument("--parent", help="compare the child runs of this sweep's parent run")
+    parser.add_argument("--filter", default="", help="MLflow filter string, e.g. \"tags.model = 'tiny-pair'\"")
+    parser.add_argument("--run-ids", nargs="*", default=[])
+    parser.add_argument("--baseline", help="run id (prefix), label, or TAG=VALUE (e.g. speculative=none)")
+    parser.add_argument("--label", default="", help="tags naming each arm, comma-separated (default: run name)")
+    parser.add_argument("--metric", default="tok_per_s", help="higher-is-better metric logged per measured run")
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument("--threshold", type=float, default=0.01, help="smallest relative effect worth reporting")
+    parser.add_argument("--power", type=float, default=0.8)
+    parser.add_argument("--reference", help="also check published claims, e.g. cuda13_story")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+    parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
+    args = parser.parse_args(argv)
+
+    try:
+        tracker = Tracker(args.tracking_uri, args.experiment, create=False)
+        labels = [t for t in args.label.split(",") if t]
+        arms, skipped = load_arms(tracker, parent=args.parent, filter_string=args.filter, run_ids=args.run_ids,
+                                  label_tags=labels, metric=args.metric, confidence=args.confidence)
+        if not arms:
+            raise SelectionError("no finished runs matched the selection")
+        settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
+        baseline = pick_baseline(arms, args.baseline) if args.baseline else None
+        comparisons = compare_arms(arms, baseline, **settings) if baseline else []
+        reference = load_reference(args.reference) if args.reference else None
+        points, claims = reproduce(reference, arms, **settings) if reference else ({}, [])
+    except (SelectionError, ValueError) as exc:
+        report.console.print(f"[red]error:[/] {exc}")
+        return 2
+
+    document = {
+        "metric": args.metric, "confidence": args.confidence, "threshold": args.threshold,
+        "baseline": baseline.label if baseline else None,
+        "arms": [a.to_json() for a in arms], "comparisons": [c.to_json() for c in comparisons], "skipped": skipped,
+    }
+    markdown = report.comparison_markdown(arms, baseline, comparisons, args.metric)
+    if reference is not None:
+        same_hw, measured_hw = hardware_matches(reference, arms)
+        document["reproduction"] = {
+            "reference": reference.name, "hardware_matches": same_hw, "measured_hardware": measured_hw,
+            "points": {p: (a.to_json() if a else None) for p, a in points.items()},
+            "claims": [c.to_json() for c in claims],
+        }
+        markdown += "\n" + report.reproduction_markdown(reference, points, claims, same_hw, measured_hw)
+    if args.json:
+        print(json.dumps(document, indent=2, default=float))
+    else:
+        report.print_comparison(arms, baseline, comparisons, skipped, args.metric)
+        if reference is not None:
+            report.print_reproduction(reference, points, claims, same_hw, measured_hw)
+    if not args.no_log:
+        run_id = _log_report(tracker, args.parent, document, markdown, arms, comparisons, args.metric)
+        if not args.json:
+            report.console.print(f"logged to MLflow run {run_id}")
+    return 0
+
+
+def _log_report(tracker: Tracker, parent: Optional[str], document: dict, markdown: str, arms: list[Arm],
+                comparisons: list[Comparison], metric: str) -> str:
+    from specexp import plots
+
+    if parent:
+        tracker.run_id = parent
+    else:
+        tracker.start("comparison", {"specexp.kind": "comparison"})
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        (directory / "comparison.md").write_text(markdown)
+        (directory / "comparison.json").write_text(json.dumps(document, indent=2, default=float))
+        plots.comparison_plot(arms, comparisons, metric, directory / "comparison.png")
+        tracker.log_artifacts([directory / "comparison.md", directory / "comparison.json",
+                               directory / "comparison.png"], artifact_path="comparison")
+    if not parent:
+        tracker.end("FINISHED")
+    return tracker.run_id
+
+
+if __name__ == "__main__":
+    sys.exit(main())

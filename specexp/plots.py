@@ -1,0 +1,41 @@
+"""Plots a person would rather look at than read, written as PNG for MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def comparison_plot(arms, comparisons, metric: str, path: Path) -> Path:
+    """Left: each configuration's mean with its CI. Right: each speedup with its CI."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, max(3, 0.6 * len(arms) + 1.5)))
+    labels = [a.label for a in arms]
+    means = [a.summary.mean for a in arms]
+    errors = [[a.summary.mean - a.summary.ci_low if a.summary.n > 1 else 0 for a in arms],
+              [a.summary.ci_high - a.summary.mean if a.summary.n > 1 else 0 for a in arms]]
+    left.errorbar(means, range(len(arms)), xerr=errors, fmt="o", capsize=4)
+    left.set_yticks(range(len(arms)), labels)
+    left.set_xlabel(f"{metric} (mean, 95% CI)")
+    left.grid(axis="x", alpha=0.3)
+    if comparisons:
+        threshold = comparisons[0].threshold
+        right.axvspan(-threshold * 100, threshold * 100, color="grey", alpha=0.15, label=f"±{threshold:.0%} threshold")
+        right.axvline(0, color="black", linewidth=0.8)
+        colors = {"faster": "tab:green", "slower": "tab:red", "equivalent": "tab:blue", "inconclusive": "tab:orange"}
+        for y, c in enumerate(comparisons):
+            right.errorbar([c.change * 100], [y], xerr=[[(c.ratio - c.ci_low) * 100], [(c.ci_high - c.ratio) * 100]],
+                           fmt="o", capsize=4, color=colors.get(c.verdict, "black"))
+        right.set_yticks(range(len(comparisons)), [f"{c.candidate}\n{c.verdict}" for c in comparisons])
+        right.set_xlabel(f"change vs {comparisons[0].baseline} (%), 95% CI")
+        right.legend(loc="best", fontsize="small")
+        right.grid(axis="x", alpha=0.3)
+    else:
+        right.set_axis_off()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
