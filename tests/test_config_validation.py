@@ -29,7 +29,9 @@ BAD_CONFIGS = [
      ["allreduce_backend=flashinfer_fusion", "engine=vllm", "nccl"]),
     (["speculative.method=medusa"], ["speculative.method='medusa'", "none, eagle3, ngram, draft"]),
     (["workload.max_tokens=0"], ["workload.max_tokens must be >= 1"]),
-    (["stats.measured_runs=0"], ["stats.measured_runs must be >= 1"]),
+    (["stats.measured_runs=0"], ["stats.measured_runs and stats.launches must be >= 1"]),
+    (["stats.launches=0"], ["stats.measured_runs and stats.launches must be >= 1"]),
+    (["stats.threshold=0"], ["stats.threshold and stats.power must be between 0 and 1"]),
     (["model.generate.divergence=-1"], ["model.generate", "divergence"]),
 ]
 
