@@ -109,16 +109,36 @@ def pick_baseline(arms: list[Arm], selector: str) -> Arm:
     return matches[0]
 
 
-def compare_arms(arms: list[Arm], baseline: Arm, *, confidence: float, threshold: float,
+def baseline_pairs(arms: list[Arm], selector: str) -> list[tuple[Arm, Arm]]:
+    """(baseline, candidate) pairs. When the selector is FACTOR=VALUE and arm labels name that
+    factor (a sweep's labels, or --label), each arm is compared with the baseline that shares
+    all its other settings - e.g. speculative=draft at concurrency 8 against speculative=none
+    at concurrency 8. Otherwise one baseline run is compared with every other arm."""
+    key = selector.split("=", 1)[0] + "="
+    if "=" in selector and any(t.startswith(key) for a in arms for t in a.label.split()):
+        groups: dict[str, list[Arm]] = {}
+        for arm in arms:
+            rest = " ".join(t for t in arm.label.split() if not t.startswith(key))
+            groups.setdefault(rest, []).append(arm)
+        pairs = []
+        for group in groups.values():
+            bases = [a for a in group if selector in a.label.split()]
+            if len(bases) > 1:
+                raise SelectionError(f"baseline {selector!r} matches several runs with the same settings: "
+                                     f"{', '.join(a.run_id[:8] for a in bases)}; choose one by run id")
+            pairs += [(bases[0], a) for a in group if bases and a is not bases[0]]
+        if not pairs:
+            raise SelectionError(f"baseline {selector!r} matched no run")
+        return pairs
+    baseline = pick_baseline(arms, selector)
+    return [(baseline, a) for a in arms if a is not baseline]
+
+
+def compare_arms(pairs: list[tuple[Arm, Arm]], *, confidence: float, threshold: float,
                  power: float) -> list[Comparison]:
-    comparisons = []
-    for arm in arms:
-        if arm is baseline:
-            continue
-        if len(arm.values) < 2 or len(baseline.values) < 2:
-            continue
-        comparisons.append(compare(baseline.values, arm.values, confidence=confidence, threshold=threshold,
-                                   power=power, baseline_name=baseline.label, candidate_name=arm.label))
+    comparisons = [compare(base.values, arm.values, confidence=confidence, threshold=threshold, power=power,
+                           baseline_name=base.label, candidate_name=arm.label)
+                   for base, arm in pairs if len(arm.values) > 1 and len(base.values) > 1]
     decide(comparisons)  # Holm over the family
     return comparisons
 
@@ -213,8 +233,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not arms:
             raise SelectionError("no finished runs matched the selection")
         settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
-        baseline = pick_baseline(arms, args.baseline) if args.baseline else None
-        comparisons = compare_arms(arms, baseline, **settings) if baseline else []
+        comparisons = compare_arms(baseline_pairs(arms, args.baseline), **settings) if args.baseline else []
         reference = load_reference(args.reference) if args.reference else None
         points, claims = reproduce(reference, arms, **settings) if reference else ({}, [])
     except (SelectionError, ValueError) as exc:
@@ -223,10 +242,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     document = {
         "metric": args.metric, "confidence": args.confidence, "threshold": args.threshold,
-        "baseline": baseline.label if baseline else None,
+        "baseline": args.baseline,
         "arms": [a.to_json() for a in arms], "comparisons": [c.to_json() for c in comparisons], "skipped": skipped,
     }
-    markdown = report.comparison_markdown(arms, baseline, comparisons, args.metric)
+    markdown = report.comparison_markdown(arms, comparisons, args.metric)
     if reference is not None:
         same_hw, measured_hw = hardware_matches(reference, arms)
         document["reproduction"] = {
@@ -238,34 +257,68 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         print(json.dumps(document, indent=2, default=float))
     else:
-        report.print_comparison(arms, baseline, comparisons, skipped, args.metric)
+        report.print_comparison(arms, comparisons, skipped, args.metric)
         if reference is not None:
             report.print_reproduction(reference, points, claims, same_hw, measured_hw)
     if not args.no_log:
-        run_id = _log_report(tracker, args.parent, document, markdown, arms, comparisons, args.metric)
+        run_id = log_report(tracker, args.parent, document, markdown, arms, comparisons, args.metric)
         if not args.json:
             report.console.print(f"logged to MLflow run {run_id}")
     return 0
 
 
-def _log_report(tracker: Tracker, parent: Optional[str], document: dict, markdown: str, arms: list[Arm],
-                comparisons: list[Comparison], metric: str) -> str:
+def log_report(tracker: Tracker, run_id: Optional[str], document: dict, markdown: str, arms: list[Arm],
+               comparisons: list[Comparison], metric: str, folder: str = "comparison") -> str:
+    """Log markdown, JSON and plot to ``run_id``, or to a new comparison run when None."""
     from specexp import plots
 
-    if parent:
-        tracker.run_id = parent
+    if run_id:
+        tracker.run_id = run_id
     else:
         tracker.start("comparison", {"specexp.kind": "comparison"})
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        (directory / "comparison.md").write_text(markdown)
-        (directory / "comparison.json").write_text(json.dumps(document, indent=2, default=float))
-        plots.comparison_plot(arms, comparisons, metric, directory / "comparison.png")
-        tracker.log_artifacts([directory / "comparison.md", directory / "comparison.json",
-                               directory / "comparison.png"], artifact_path="comparison")
-    if not parent:
+        paths = [directory / f"{folder}.md", directory / f"{folder}.json", directory / f"{folder}.png"]
+        paths[0].write_text(markdown)
+        paths[1].write_text(json.dumps(document, indent=2, default=float))
+        plots.comparison_plot(arms, comparisons, metric, paths[2])
+        tracker.log_artifacts(paths, artifact_path=folder)
+    if not run_id:
         tracker.end("FINISHED")
     return tracker.run_id
+
+
+def sweep_report(tracker: Tracker, parent: str, plan: Any, returns: Any, baseline_selector: Optional[str]) -> None:
+    """The sweep's report on its parent run: every job's run (resumed ones too), compared
+    with the baseline when one is configured. Written also when jobs failed."""
+    cfg = plan.jobs[0].cfg
+    children = tracker.client.search_runs([tracker.experiment_id], f"tags.mlflow.parentRunId = '{parent}'",
+                                          max_results=5000)
+    run_ids = [r.info.run_id for r in children] + [j.finished_run_id for j in plan.jobs if j.finished_run_id]
+    failed = [r for r in children if r.info.status != "FINISHED"]
+    launched = sum(1 for r in children if r.data.tags.get("server_reused") == "false")
+    tracker.run_id = parent
+    tracker.set_tags({"failed_jobs": str(len(failed)), "server_launches": str(launched)})
+    arms, skipped = load_arms(tracker, parent=None, filter_string="", run_ids=run_ids, label_tags=[],
+                              metric="tok_per_s", confidence=cfg.stats.confidence)
+    comparisons, notes = [], []
+    if baseline_selector and arms:
+        try:
+            comparisons = compare_arms(baseline_pairs(arms, baseline_selector), confidence=cfg.stats.confidence,
+                                       threshold=cfg.stats.threshold, power=cfg.stats.power)
+        except SelectionError as exc:
+            notes.append(str(exc))
+    report.console.print(f"[bold]sweep report[/] (parent run {parent}): {len(children)} job runs, "
+                         f"{len(failed)} failed, {launched} server launch(es)")
+    if arms:
+        report.print_comparison(arms, comparisons, skipped, "tok_per_s")
+    for note in notes:
+        report.console.print(f"[yellow]note:[/] {note}")
+    document = {"parent_run_id": parent, "failed_jobs": len(failed), "server_launches": launched,
+                "baseline": baseline_selector, "arms": [a.to_json() for a in arms],
+                "comparisons": [c.to_json() for c in comparisons], "skipped": skipped, "notes": notes}
+    markdown = report.comparison_markdown(arms, comparisons, "tok_per_s") if arms else "No finished runs.\n"
+    log_report(tracker, parent, document, markdown, arms, comparisons, "tok_per_s", folder="sweep_report")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,25 @@ class TrackingConfig:
 
 
 @dataclass
+class MultirunConfig:
+    """How `python -m specexp -m ...` runs its jobs and reports on them."""
+
+    # Selector of the sweep report's baseline: TAG=VALUE (e.g. speculative=none); null: no verdicts.
+    baseline: Optional[str] = None
+    # grouped: jobs sharing a server run back to back; randomized: also shuffle the order of
+    # server configurations within each replicate block (bias control), seeded.
+    order: str = "grouped"
+    seed: int = 0
+    reuse_servers: bool = True
+    # Skip jobs whose configuration already has a finished run in the experiment.
+    resume: bool = True
+    # Set by the sweeper for each job.
+    parent_run_id: Optional[str] = None
+    server_launch: Optional[int] = None
+    job_label: Optional[str] = None
+
+
+@dataclass
 class RunConfig:
     engine: Any = MISSING
     stack: StackConfig = MISSING
@@ -152,6 +171,7 @@ class RunConfig:
     reference_point: Optional[str] = None
     # Repeats an identical configuration as a separate job (A/A checks, replicate blocks).
     replicate: int = 0
+    multirun: MultirunConfig = field(default_factory=MultirunConfig)
 
 
 SPECULATIVE_METHODS = ("none", "eagle3", "ngram", "draft")
@@ -213,6 +233,8 @@ def validate(cfg: Any) -> None:
             f"stats.measured_runs and stats.launches must be >= 1 and stats.warmup_runs >= 0, got "
             f"{cfg.stats.measured_runs}, {cfg.stats.launches} and {cfg.stats.warmup_runs}"
         )
+    if cfg.multirun.order not in ("grouped", "randomized"):
+        raise ConfigError(f"multirun.order={cfg.multirun.order!r} is unknown; choose grouped or randomized")
     if not 0 < cfg.stats.threshold < 1 or not 0 < cfg.stats.power < 1:
         raise ConfigError(f"stats.threshold and stats.power must be between 0 and 1, got "
                           f"{cfg.stats.threshold} and {cfg.stats.power}")

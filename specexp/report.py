@@ -113,17 +113,18 @@ def _p(value: Optional[float]) -> str:
     return "-" if value is None else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
 
 
-def comparison_rows(arms, baseline, comparisons) -> tuple[list[str], list[list[str]]]:
+def comparison_rows(arms, comparisons) -> tuple[list[str], list[list[str]]]:
     headers = ["configuration", "n", "mean", "95% CI", "CV", "vs baseline", "ratio CI", "p Welch (Holm)",
                "p Mann-Whitney", "verdict", "MDE", "runs for threshold"]
     by_label = {c.candidate: c for c in comparisons}
+    baselines = {c.baseline for c in comparisons}
     rows = []
     for arm in arms:
         s, c = arm.summary, by_label.get(arm.label)
-        row = [arm.label + (" (baseline)" if arm is baseline else ""), f"{s.n} {arm.unit}s", _fmt(s.mean),
+        row = [arm.label + (" (baseline)" if arm.label in baselines else ""), f"{s.n} {arm.unit}s", _fmt(s.mean),
                f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}]", f"{s.cv:.1%}"]
         if c:
-            row += [_pct(c.change), f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
+            row += [_pct(c.change) + ("" if len(baselines) == 1 else f" vs {c.baseline}"), f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
                     f"{_p(c.p_welch)} ({_p(c.p_welch_adjusted)})", _p(c.p_mannwhitney), c.verdict,
                     _pct(c.mde).lstrip("+"), str(c.runs_needed or "-")]
         else:
@@ -155,15 +156,15 @@ def _comparison_notes(comparisons) -> list[str]:
     return [f"{c.candidate}: {note}" for c in comparisons for note in c.notes]
 
 
-def comparison_markdown(arms, baseline, comparisons, metric: str) -> str:
-    headers, rows = comparison_rows(arms, baseline, comparisons)
+def comparison_markdown(arms, comparisons, metric: str) -> str:
+    headers, rows = comparison_rows(arms, comparisons)
     text = f"# Comparison of {metric}\n\n" + _markdown_table(headers, rows)
     notes = _comparison_notes(comparisons)
     return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
 
 
-def print_comparison(arms, baseline, comparisons, skipped: list[str], metric: str) -> None:
-    headers, rows = comparison_rows(arms, baseline, comparisons)
+def print_comparison(arms, comparisons, skipped: list[str], metric: str) -> None:
+    headers, rows = comparison_rows(arms, comparisons)
     console.print(_rich_table(f"{metric}: ratio of means vs baseline, Welch t on logs; Holm over "
                               f"{len(comparisons)} comparison(s)", headers, rows, headers.index("verdict")))
     for note in _comparison_notes(comparisons):

@@ -25,7 +25,8 @@ from specexp.capture import hardware
 from specexp.client import LoadClient, RequestRecord, RunResult, session
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec
-from specexp.server import ServerError, ServerProcess, free_port
+from specexp.server import POOL, ServerError, ServerProcess, free_port
+from specexp.sweep import config_fingerprint, server_fingerprint
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
 from specexp.tinymodels import TinyPairSpec, ensure_pair, pair_paths
 from specexp.tracking import Tracker, flatten, redact_env
@@ -165,9 +166,10 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     tracker = _start_tracking(cfg, engine)
     result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
     log_path = output_dir / "server.log"
+    server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
     try:
         for index in range(cfg.stats.launches):
-            result.runs += _one_launch(cfg, engine, index, log_path, files["records"], tracker)
+            result.runs += _one_launch(cfg, engine, index, log_path, files["records"], tracker, server_logs)
         measured = [r for r in result.runs if not r.warmup]
         result.summary, metrics, notes = summary_metrics(measured, cfg)
         if tracker:
@@ -192,28 +194,47 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
             tracker.set_tags({"failure": result.error[:500]})
     finally:
         if tracker:
-            tracker.log_artifacts([files["config"], files["command"], files["env"], files["records"], log_path])
+            tracker.log_artifacts([files["config"], files["command"], files["env"], files["records"], *server_logs])
             tracker.end(result.status)
     return result
 
 
 def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, records_path: Path,
-                tracker: Optional[Tracker]) -> list[RunResult]:
-    """Start a server, warm up, measure, stop it (always); raise if any request failed."""
+                tracker: Optional[Tracker], server_logs: set[Path]) -> list[RunResult]:
+    """Get a ready server (a sweep's shared one, or a new one), warm up, measure; raise if any
+    request failed. A server of its own is always stopped; a shared one on failure only."""
     host = cfg.engine.host
     port = cfg.engine.port or free_port(host)
     server = ServerProcess(engine.launch_spec(cfg, port), host, port, engine.health_path, log_path)
+    shared = cfg.multirun.server_launch is not None and cfg.multirun.reuse_servers and cfg.stats.launches == 1
     label = f"launch {index + 1}/{cfg.stats.launches}: " if cfg.stats.launches > 1 else ""
-    with server:
+    try:
         with report.status(f"{label}starting {engine.name} on {host}:{port} (log: {log_path})"):
-            ready_s = server.wait_ready(cfg.engine.ready_timeout_s)
-        report.console.print(f"{label}[green]server ready[/] after {ready_s:.1f} s")
+            if shared:
+                server, reused, ready_s = POOL.acquire(server_fingerprint(cfg), server, cfg.engine.ready_timeout_s)
+            else:
+                server.start()
+                reused, ready_s = False, server.wait_ready(cfg.engine.ready_timeout_s)
+        server_logs.add(server.log_path)
+        if reused:
+            report.console.print(f"reusing the sweep's server {server.base_url} (log: {server.log_path})")
+        else:
+            report.console.print(f"{label}[green]server ready[/] after {ready_s:.1f} s")
         if tracker:
-            tracker.log_metrics({"server_ready_s": ready_s}, step=index)
+            tracker.set_tags({"server_reused": str(reused).lower()})
+            if not reused:
+                tracker.log_metrics({"server_ready_s": ready_s}, step=index)
         runs = asyncio.run(_measure(cfg, engine, server, index, records_path, tracker))
-    failed = [rec for r in runs for rec in r.records if not rec.ok]
-    if failed:
-        raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
+        failed = [rec for r in runs for rec in r.records if not rec.ok]
+        if failed:
+            raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
+    except BaseException:
+        if shared:
+            POOL.close()  # a failed job's server is not handed to the next one
+        raise
+    finally:
+        if not shared:
+            server.stop()
     if tracker and cfg.stats.launches > 1:
         measured = [r.tok_per_s for r in runs if not r.warmup]
         tracker.log_metrics({"launch_tok_per_s": sum(measured) / len(measured)}, step=index)
@@ -264,8 +285,13 @@ def _start_tracking(cfg: DictConfig, engine: Engine) -> Optional[Tracker]:
     if not cfg.tracking.enabled:
         return None
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
-    name = cfg.tracking.run_name or f"{engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}"
-    tracker.start(name, run_tags(cfg, engine))
+    name = cfg.tracking.run_name or cfg.multirun.job_label or (
+        f"{engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}")
+    tags = {**run_tags(cfg, engine), "config_fingerprint": config_fingerprint(cfg),
+            "server_fingerprint": server_fingerprint(cfg)}
+    if cfg.multirun.server_launch is not None:
+        tags["server_launch"] = str(cfg.multirun.server_launch)
+    tracker.start(name, tags, parent_run_id=cfg.multirun.parent_run_id)
     params = flatten(OmegaConf.to_container(cfg, resolve=True))
     params = {k: v for k, v in params.items() if not k.startswith(("stack.env.", "engine.env."))}
     params.update({f"stack.env.{k}": v for k, v in redact_env(dict(cfg.stack.env)).items()})

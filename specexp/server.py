@@ -162,3 +162,37 @@ class ServerProcess:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+class ServerPool:
+    """Keeps the last server running so that the next job of a sweep with the identical server
+    configuration reuses it instead of launching again. One server at a time."""
+
+    def __init__(self) -> None:
+        self.key: Optional[str] = None
+        self.server: Optional[ServerProcess] = None
+        self.launches = 0
+
+    def acquire(self, key: str, server: ServerProcess, timeout_s: float) -> tuple[ServerProcess, bool, float]:
+        """(running server, reused?, seconds to ready) - ``server`` is started only if needed."""
+        if self.server is not None and self.key == key and self.server.alive():
+            return self.server, True, 0.0
+        self.close()
+        server.start()
+        try:
+            ready_s = server.wait_ready(timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        self.key, self.server = key, server
+        self.launches += 1
+        return server, False, ready_s
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.key, self.server = None, None
+
+
+# Shared by the jobs of one multirun process (Hydra's basic launcher runs them in-process).
+POOL = ServerPool()

@@ -72,7 +72,7 @@ def test_aa_is_never_faster_or_slower(store):
 def test_baseline_must_match_one_run(store):
     result = compare(store, "--experiment", "ab", "--baseline", "speculative=eagle3")
     assert result.returncode == 2
-    assert "must match exactly one finished run" in result.stdout
+    assert "baseline 'speculative=eagle3' matched no run" in result.stdout
 
 
 def test_reproduction_report_says_hardware_differs(store, tmp_path):
