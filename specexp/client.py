@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
@@ -16,6 +17,11 @@ from typing import Any, Callable, Optional
 import aiohttp
 
 from specexp.engines.base import Engine, parse_prometheus
+
+
+# Seeded prompt prefixes draw from these words (any words would do; these are readable).
+_WORDS = ("system latency token draft verify batch cache kernel memory stream tensor parallel "
+          "request server model decode prefill accept reject queue engine throughput").split()
 
 
 class StallError(RuntimeError):
@@ -31,6 +37,7 @@ class RequestRecord:
     warmup: bool
     start_unix: float
     launch: int = 0
+    index: int = 0  # request number within its stream
     ok: bool = False
     error: Optional[str] = None
     ttft_s: Optional[float] = None
@@ -79,6 +86,12 @@ class RunResult:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
+    def request_tok_per_s(self) -> Optional[float]:
+        """Mean tok/s a single request saw (what one user experiences at this load)."""
+        values = [r.tok_per_s for r in self.records if r.tok_per_s]
+        return sum(values) / len(values) if values else None
+
+    @property
     def acceptance_length(self) -> Optional[float]:
         """Mean tokens per target verification: 1 + accepted / drafts, from counter deltas."""
         drafts = self.counter_deltas.get("drafts")
@@ -99,14 +112,14 @@ class LoadClient:
         self.engine = engine
         self.base_url = base_url
         self.cfg = cfg
-        self.path, self.body = engine.completion_request(cfg)
 
     async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
         stall = self.cfg.workload.stall_timeout_s
         start = time.perf_counter()
         last_event_at, last_count = start, 0
         try:
-            async with session.post(self.base_url + self.path, json=self.body) as response:
+            path, body = self.engine.completion_request(self.cfg, self.prompt(record))
+            async with session.post(self.base_url + path, json=body) as response:
                 if response.status != 200:
                     text = (await response.text())[:500]
                     raise RuntimeError(f"HTTP {response.status}: {text}")
@@ -154,6 +167,14 @@ class LoadClient:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
 
+    def prompt(self, record: RequestRecord) -> str:
+        """The workload's prompt, behind a seeded prefix of its own when prompts vary."""
+        workload = self.cfg.workload
+        if not workload.vary_prompt:
+            return workload.prompt
+        rng = random.Random(f"{workload.seed}/{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}")
+        return " ".join(rng.choices(_WORDS, k=12)) + ". " + workload.prompt
+
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
         if not self.engine.speculative_counters or not self.engine.metrics_path:
             return {}
@@ -166,17 +187,25 @@ class LoadClient:
 
     async def run(self, run: int, warmup: bool, session: aiohttp.ClientSession,
                   on_record: Callable[[RequestRecord], None], launch: int = 0) -> RunResult:
-        streams = self.cfg.concurrency.streams
+        level = self.cfg.concurrency
         before = await self._counters(session)
-        records = [RequestRecord(run=run, stream=i, warmup=warmup, start_unix=time.time(), launch=launch)
-                   for i in range(streams)]
+        records: list[RequestRecord] = []
         started = time.perf_counter()
+        deadline = started + level.duration_s if level.duration_s else None
 
-        async def one(record: RequestRecord) -> None:
-            await self._stream_one(session, record)
-            on_record(record)
+        async def stream(index: int) -> None:
+            for k in range(10**9 if deadline else level.requests_per_stream):
+                if deadline and time.perf_counter() >= deadline:
+                    break
+                record = RequestRecord(run=run, stream=index, warmup=warmup, start_unix=time.time(),
+                                       launch=launch, index=k)
+                records.append(record)
+                await self._stream_one(session, record)
+                on_record(record)
+                if not record.ok:
+                    break
 
-        await asyncio.gather(*(one(r) for r in records))
+        await asyncio.gather(*(stream(i) for i in range(level.streams)))
         wall = time.perf_counter() - started
         after = await self._counters(session)
         deltas = {k: after[k] - before.get(k, 0.0) for k in after}

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from specexp import report
+from specexp import crossover, report
 from specexp.stats import Comparison, Summary, compare, decide, summarize
 from specexp.tracking import Tracker
 
@@ -314,11 +314,40 @@ def sweep_report(tracker: Tracker, parent: str, plan: Any, returns: Any, baselin
         report.print_comparison(arms, comparisons, skipped, "tok_per_s")
     for note in notes:
         report.console.print(f"[yellow]note:[/] {note}")
+    crossovers = []
+    factor = cfg.multirun.crossover_factor
+    if baseline_selector and factor and arms:
+        crossovers = crossover.analyse(arms, baseline_selector, factor, cfg.stats.confidence)
+        for result in crossovers:
+            job = next((j for j in plan.jobs if result.candidate in j.label), plan.jobs[0])
+            result.recommendation = crossover.recommend(result, job.cfg.speculative.num_steps,
+                                                        job.cfg.speculative.num_draft_tokens)
+            report.console.print(f"[bold]crossover:[/] {result.statement}")
+            report.console.print(f"recommended switch-off: {json.dumps(result.recommendation)}")
+        if crossovers:
+            _log_crossover(tracker, parent, arms, crossovers, factor)
     document = {"parent_run_id": parent, "failed_jobs": len(failed), "server_launches": launched,
+                "crossovers": [c.to_json() for c in crossovers],
                 "baseline": baseline_selector, "arms": [a.to_json() for a in arms],
                 "comparisons": [c.to_json() for c in comparisons], "skipped": skipped, "notes": notes}
     markdown = report.comparison_markdown(arms, comparisons, "tok_per_s") if arms else "No finished runs.\n"
     log_report(tracker, parent, document, markdown, arms, comparisons, "tok_per_s", folder="sweep_report")
+
+
+def _log_crossover(tracker: Tracker, parent: str, arms: list[Arm], crossovers: list, factor: str) -> None:
+    from specexp import plots
+
+    tracker.run_id = parent
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        paths = [directory / "crossover.png", directory / "crossover.json"]
+        plots.crossover_plot(crossover.families(arms, factor), crossovers, factor, paths[0])
+        paths[1].write_text(json.dumps([c.to_json() for c in crossovers], indent=2))
+        tracker.log_artifacts(paths, artifact_path="crossover")
+    first = crossovers[0]
+    tracker.set_tags({"crossover": first.statement[:5000],
+                      "crossover_threshold": str(first.recommendation.get("threshold"))})
+    tracker.log_metrics({f"crossover_{i}": c.estimate for i, c in enumerate(crossovers) if c.estimate})
 
 
 if __name__ == "__main__":

@@ -100,6 +100,9 @@ class WorkloadConfig:
     # Greedy decoding: with sampling, a draft that matches the target can still be rejected.
     temperature: float = 0.0
     seed: int = 0
+    # Give every request its own seeded prefix, so that concurrent streams do not share a
+    # prompt (and its cache); the same seed gives the same prompts in every run.
+    vary_prompt: bool = False
     # A request that sends nothing for this long is ended and reported as stalled.
     stall_timeout_s: float = 120.0
 
@@ -109,6 +112,10 @@ class ConcurrencyConfig:
     name: str = MISSING
     # Streams kept in flight during one measured run; 1 is the single-stream benchmark.
     streams: int = 1
+    # Requests each stream sends per measured run, back to back...
+    requests_per_stream: int = 1
+    # ...or, when set, as many as it can start within this many seconds.
+    duration_s: Optional[float] = None
 
 
 @dataclass
@@ -148,6 +155,8 @@ class MultirunConfig:
     reuse_servers: bool = True
     # Skip jobs whose configuration already has a finished run in the experiment.
     resume: bool = True
+    # With a baseline: the swept setting along which to find where the candidate stops paying.
+    crossover_factor: Optional[str] = "concurrency.streams"
     # Set by the sweeper for each job.
     parent_run_id: Optional[str] = None
     server_launch: Optional[int] = None
@@ -226,8 +235,11 @@ def validate(cfg: Any) -> None:
         )
     if cfg.workload.max_tokens < 1:
         raise ConfigError(f"workload.max_tokens must be >= 1, got {cfg.workload.max_tokens}")
-    if cfg.concurrency.streams < 1:
-        raise ConfigError(f"concurrency.streams must be >= 1, got {cfg.concurrency.streams}")
+    if cfg.concurrency.streams < 1 or cfg.concurrency.requests_per_stream < 1:
+        raise ConfigError(f"concurrency.streams and concurrency.requests_per_stream must be >= 1, got "
+                          f"{cfg.concurrency.streams} and {cfg.concurrency.requests_per_stream}")
+    if cfg.concurrency.duration_s is not None and cfg.concurrency.duration_s <= 0:
+        raise ConfigError(f"concurrency.duration_s must be > 0 (or null), got {cfg.concurrency.duration_s}")
     if cfg.stats.measured_runs < 1 or cfg.stats.warmup_runs < 0 or cfg.stats.launches < 1:
         raise ConfigError(
             f"stats.measured_runs and stats.launches must be >= 1 and stats.warmup_runs >= 0, got "

@@ -39,3 +39,33 @@ def comparison_plot(arms, comparisons, metric: str, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def crossover_plot(families, crossovers, factor: str, path: Path) -> Path:
+    """Throughput against concurrency for each arm (mean and CI), crossovers marked."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for name, levels in families.items():
+        xs = sorted(levels)
+        means = [levels[x].summary.mean for x in xs]
+        low = [levels[x].summary.mean - levels[x].summary.ci_low if levels[x].summary.n > 1 else 0 for x in xs]
+        high = [levels[x].summary.ci_high - levels[x].summary.mean if levels[x].summary.n > 1 else 0 for x in xs]
+        ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=name or "(all)")
+    for c in crossovers:
+        if c.estimate is None:
+            continue
+        ax.axvline(c.estimate, color="black", linestyle="--", linewidth=1)
+        if c.ci_low is not None:
+            ax.axvspan(c.ci_low, c.ci_high, color="grey", alpha=0.15)
+        ax.annotate(f"crossover {c.estimate:.1f}", (c.estimate, ax.get_ylim()[1]), rotation=90, va="top",
+                    ha="right", fontsize="small")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(factor)
+    ax.set_ylabel("aggregate output tok/s (mean, 95% CI)")
+    title = "; ".join(c.statement for c in crossovers) or "no crossover analysed"
+    ax.set_title(title if len(title) < 110 else title[:107] + "...", fontsize="small")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -100,6 +100,8 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     ok = [r for r in result.records if r.ok]
     metrics: dict[str, Any] = {
         "tok_per_s": result.tok_per_s,
+        "request_tok_per_s": result.request_tok_per_s,
+        "requests": len(result.records),
         "output_tokens": result.output_tokens,
         "wall_s": result.wall_s,
         "ttft_s": sum(r.ttft_s or 0 for r in ok) / len(ok) if ok else None,
@@ -126,9 +128,13 @@ def summary_metrics(measured: list[RunResult], cfg: DictConfig) -> tuple[Optiona
     if components:
         metrics["tok_per_s_var_within_launch"] = components.within_launch
         metrics["tok_per_s_var_between_launch"] = components.between_launch
-    ttft = summarize([rec.ttft_s for r in measured for rec in r.records if rec.ok and rec.ttft_s], confidence)
+    ttft = [rec.ttft_s for r in measured for rec in r.records if rec.ok and rec.ttft_s]
     if ttft:
-        metrics.update({"ttft_s_mean": ttft.mean, "ttft_s_median": ttft.median})
+        metrics["ttft_s_mean"] = sum(ttft) / len(ttft)
+    metrics.update({f"ttft_s_{k}": v for k, v in percentiles(ttft).items()})
+    request = summarize([r.request_tok_per_s for r in measured if r.request_tok_per_s], confidence)
+    if request:
+        metrics["request_tok_per_s_mean"] = request.mean
     itl = [x for r in measured for rec in r.records if rec.ok for x in rec.itl_s]
     metrics.update({f"itl_s_{k}": v for k, v in percentiles(itl).items()})
     for name in ("acceptance_length", "acceptance_rate"):

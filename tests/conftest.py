@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from specexp.__main__ import CONFIG_DIR
 
 REPO = Path(__file__).resolve().parent.parent
-SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints"
+SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints|mlflow ui|mlflow server"
 
 
 def compose_run(*overrides: str):
@@ -27,8 +27,16 @@ def compose_run(*overrides: str):
 def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600,
             module: str = "specexp") -> subprocess.CompletedProcess:
     full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *overrides], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    args = [sys.executable, "-m", module, *overrides]
+    process = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # SIGTERM first: specexp then stops the servers it started (SIGKILL would orphan them).
+        process.terminate()
+        stdout, stderr = process.communicate(timeout=60)
+        pytest.fail(f"{' '.join(args)} timed out after {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
 def server_pids() -> set[int]:

@@ -40,7 +40,8 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store):
     assert comparison["verdict"] == "faster"
     assert 1 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
     assert comparison["p_welch"] < 0.05 and 0 < comparison["p_mannwhitney"] < 1
-    assert comparison["mde"] > 0 and comparison["runs_needed"] >= 2
+    assert comparison["mde"] > 0
+    assert comparison["runs_needed"] is None or comparison["runs_needed"] >= 2  # None: beyond 10,000 runs
 
 
 def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):

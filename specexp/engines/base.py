@@ -125,8 +125,8 @@ class Engine:
         engine has no parse-only mode."""
         return None
 
-    def completion_request(self, cfg: Any) -> tuple[str, dict[str, Any]]:
-        """Path and JSON body of one streamed completion for the workload."""
+    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
+        """Path and JSON body of one streamed completion of ``prompt`` with the workload's settings."""
         raise NotImplementedError
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:

@@ -90,10 +90,10 @@ class LlamaCppEngine(Engine):
                      "--spec-ngram-simple-size-m", str(spec.num_draft_tokens)]
         return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
 
-    def completion_request(self, cfg: Any) -> tuple[str, dict[str, Any]]:
+    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
         workload = cfg.workload
         return "/completion", {
-            "prompt": workload.prompt,
+            "prompt": prompt,
             "n_predict": workload.max_tokens,
             "ignore_eos": workload.ignore_eos,
             "temperature": workload.temperature,

@@ -111,10 +111,10 @@ class SGLangEngine(Engine):
         flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m sglang.launch_server
         return [self.stack_python(cfg), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
 
-    def completion_request(self, cfg: Any) -> tuple[str, dict[str, Any]]:
+    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
         workload = cfg.workload
         return "/generate", {
-            "text": workload.prompt,
+            "text": prompt,
             "sampling_params": {"max_new_tokens": workload.max_tokens, "ignore_eos": workload.ignore_eos,
                                 "temperature": workload.temperature},
             "stream": True,

@@ -60,11 +60,11 @@ class VLLMEngine(Engine):
             argv += ["--seed", str(engine.seed)]
         return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
 
-    def completion_request(self, cfg: Any) -> tuple[str, dict[str, Any]]:
+    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
         workload = cfg.workload
         return "/v1/completions", {
             "model": str(cfg.model.path),
-            "prompt": workload.prompt,
+            "prompt": prompt,
             "max_tokens": workload.max_tokens,
             "ignore_eos": workload.ignore_eos,
             "temperature": workload.temperature,

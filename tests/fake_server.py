@@ -1,0 +1,63 @@
+"""A fake streaming server speaking llama.cpp's /completion protocol: a test double for
+the load client's limits and for faults. It never stands in for a measurement.
+
+    python -m tests.fake_server --port P [--itl-ms 10] [--stall-after N] [--die-after N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+
+from aiohttp import web
+
+
+def make_app(itl_ms: float = 0.0, stall_after: int = -1, die_after: int = -1, tokens_per_event: int = 1) -> web.Application:
+    async def health(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def completion(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        n_predict = int(body.get("n_predict", 16))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        produced = 0
+        while produced < n_predict:
+            if produced == stall_after:
+                await asyncio.sleep(3600)  # connection open, nothing sent
+            if produced == die_after:
+                os._exit(1)  # the whole server dies mid-stream
+            if itl_ms:
+                await asyncio.sleep(itl_ms / 1000 * tokens_per_event)
+            step = min(tokens_per_event, n_predict - produced)
+            produced += step
+            event = {"content": "x" * step, "tokens": [1] * step, "tokens_predicted": produced, "stop": False}
+            await response.write(f"data: {json.dumps(event)}\n\n".encode())
+        final = {"content": "", "stop": True, "tokens_predicted": produced, "tokens_evaluated": 8,
+                 "timings": {"predicted_n": produced}}
+        await response.write(f"data: {json.dumps(final)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.add_routes([web.get("/health", health), web.post("/completion", completion)])
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--itl-ms", type=float, default=0.0)
+    parser.add_argument("--tokens-per-event", type=int, default=1)
+    parser.add_argument("--stall-after", type=int, default=-1)
+    parser.add_argument("--die-after", type=int, default=-1)
+    args = parser.parse_args()
+    web.run_app(make_app(args.itl_ms, args.stall_after, args.die_after, args.tokens_per_event),
+                host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

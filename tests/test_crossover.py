@@ -1,0 +1,56 @@
+"""Crossover estimation against curves whose crossing point is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from specexp.crossover import find_crossover, recommend
+from tests import noise
+
+LEVELS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def arms(ratio_at, rng, cv=0.01, n=5):
+    base = [noise.runs(rng, 100 * c ** 0.5, n, cv) for c in LEVELS]
+    cand = [noise.runs(rng, 100 * c ** 0.5 * ratio_at(c), n, cv) for c in LEVELS]
+    return cand, base
+
+
+def test_known_crossover_is_found_within_its_interval():
+    # Speculation gives 1.5x at concurrency 1 and loses 0.1 in log-ratio per doubling:
+    # the log-ratio crosses zero at log2(c) = ln(1.5) / 0.1, c = 2 ** 4.05 = 16.6.
+    true = 2 ** (math.log(1.5) / 0.1)
+    cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(1))
+    result = find_crossover("speculative=draft", "speculative=none", LEVELS, cand, base)
+    assert abs(result.estimate - true) / true < 0.1
+    assert result.ci_low < true < result.ci_high
+    assert "stops paying at concurrency" in result.statement
+
+
+def test_no_crossover_in_range_is_stated():
+    cand, base = arms(lambda c: 1.3, np.random.default_rng(2))
+    result = find_crossover("speculative=draft", "speculative=none", LEVELS, cand, base)
+    assert result.estimate is None
+    assert result.no_crossing_share > 0.95
+    assert "no crossover in concurrency 1..64" in result.statement
+    assert recommend(result, 3, 4)["threshold"] is None
+
+
+def test_never_paying_is_stated():
+    cand, base = arms(lambda c: 0.7, np.random.default_rng(3))
+    result = find_crossover("speculative=draft", "speculative=none", LEVELS, cand, base)
+    assert result.estimate == 1 and "does not pay even at concurrency 1" in result.statement
+
+
+def test_recommendation_is_each_engines_own_setting():
+    cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(4))
+    result = find_crossover("speculative=eagle3", "speculative=none", LEVELS, cand, base)
+    advice = recommend(result, num_steps=3, num_draft_tokens=4)
+    threshold = advice["threshold"]
+    assert threshold == math.ceil(result.estimate)
+    assert advice["sglang"]["adaptive.json"] == {"1": {"candidate_steps": [3]}, str(threshold): {"candidate_steps": [0]}}
+    assert "--speculative-adaptive" in advice["sglang"]["flags"]
+    ranges = advice["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    assert ranges == [[1, threshold - 1, 4], [threshold, 1024, 0]]

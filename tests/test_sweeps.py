@@ -1,0 +1,118 @@
+"""Multirun on llama.cpp: shared servers, parent and child runs, resume, named sweeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import mlflow
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import REPO, run_cli, server_pids
+from tests.test_sglang_commands import check_with_real_parser, composed
+
+TINY = ["model=tiny-pair-small", "workload=short", "workload.max_tokens=32", "stats.warmup_runs=0",
+        "stats.measured_runs=2"]
+
+
+def runs_of(uri, experiment="specexp"):
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+
+
+def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking_env):
+    result = run_cli("-m", *TINY, "speculative=none,draft", "concurrency.streams=1,2,3,4,5", "engine.parallel_slots=5",
+                     cwd=tmp_path, env=tracking_env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "sweep: 10 jobs, 10 to run, 2 server launch(es) needed" in result.stdout
+    assert result.stdout.count("server ready after") == 2
+    assert result.stdout.count("reusing the sweep's server") == 8
+    runs = runs_of(tracking_env["MLFLOW_TRACKING_URI"])
+    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 10 and all(r.info.status == "FINISHED" for r in children)
+    assert parent.data.tags["planned_server_launches"] == "2" and parent.data.tags["server_launches"] == "2"
+    assert sorted(r.data.tags["server_reused"] for r in children).count("false") == 2
+    assert {r.data.tags["server_launch"] for r in children} == {"0", "1"}
+    assert len({r.data.tags["server_fingerprint"] for r in children}) == 2
+    # The sweep report and the crossover analysis land on the parent, failed jobs or not.
+    names = {a.path for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(parent.info.run_id, "sweep_report")}
+    assert "sweep_report/sweep_report.md" in names
+
+
+def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_env):
+    args = ["-m", *TINY, "stats.measured_runs=4", "replicate=0,1,2,3"]
+    env = {**os.environ, **tracking_env}
+    before = server_pids()
+    sweep = subprocess.Popen([sys.executable, "-m", "specexp", *args], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        finished = [r for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"]) if r.info.status == "FINISHED"
+                    and r.data.tags.get("specexp.kind") != "sweep"]
+        if len(finished) >= 2:
+            break
+        time.sleep(0.5)
+    sweep.send_signal(signal.SIGTERM)
+    output = sweep.communicate(timeout=120)[0]
+    assert sweep.returncode != 0
+    assert server_pids() - before == set(), "the interrupted sweep left its server running"
+    statuses = [r.info.status for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])]
+    assert "KILLED" in statuses, output[-2000:]
+    done = len([r for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"]) if r.info.status == "FINISHED"
+                and r.data.tags.get("specexp.kind") != "sweep"])
+
+    rerun = run_cli(*args, cwd=tmp_path, env=tracking_env)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert f"sweep: 4 jobs, {4 - done} to run" in rerun.stdout
+    assert rerun.stdout.count("skipped") == done
+    finished = [r for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"]) if r.info.status == "FINISHED"
+                and r.data.tags.get("specexp.kind") != "sweep"]
+    assert sorted(r.data.tags["replicate"] for r in finished) == ["0", "1", "2", "3"]
+
+
+def test_a_bad_job_stops_the_sweep_before_anything_launches(tmp_path, tracking_env):
+    before = server_pids()
+    result = run_cli("-m", *TINY, "allreduce_backend=auto,nccl", cwd=tmp_path, env=tracking_env, timeout=120)
+    assert result.returncode == 2
+    assert "allreduce_backend=nccl: allreduce_backend=nccl is not supported by engine=llamacpp" in result.stdout
+    assert "1 of 2 jobs cannot run; nothing was launched" in result.stdout
+    assert server_pids() - before == set()
+
+
+def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(tmp_path, tracking_env):
+    result = run_cli("-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=tmp_path, env=tracking_env, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line and not line.startswith("#")]
+    assert len(lines) == 5
+    cfg, _ = composed("cu130", "flashinfer", "auto", "none")
+    launches = []
+    import shlex
+    from specexp.engines.base import LaunchSpec
+    for line in lines:
+        argv = shlex.split(line)
+        start = argv.index("-m") - 1
+        launches.append(LaunchSpec(argv[start:], {}))
+    assert check_with_real_parser("0.5.9", cfg, launches) == [None] * 5
+    assert sum("--speculative-algorithm EAGLE3" in line for line in lines) == 2
+    assert sum("--attention-backend triton" in line for line in lines) == 1
+
+
+def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
+    result = run_cli("-m", "+sweep=cpu_crossover", "concurrency.streams=1,4", "stats.measured_runs=3",
+                     "workload.max_tokens=64", cwd=tmp_path, env=tracking_env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "crossover:" in result.stdout and "recommended switch-off" in result.stdout
+    runs = runs_of(tracking_env["MLFLOW_TRACKING_URI"])
+    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+    assert parent.data.tags["crossover"]
+    client = MlflowClient(tracking_env["MLFLOW_TRACKING_URI"])
+    names = {a.path for a in client.list_artifacts(parent.info.run_id, "crossover")}
+    assert names == {"crossover/crossover.png", "crossover/crossover.json"}
+    (analysis,) = json.load(open(client.download_artifacts(parent.info.run_id, "crossover/crossover.json", str(tmp_path))))
+    assert analysis["candidate"] == "speculative=draft" and analysis["levels"] == [1, 4]
+    assert analysis["estimate"] is None or analysis["recommendation"]["threshold"] >= 1
