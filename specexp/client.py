@@ -119,17 +119,20 @@ class LoadClient:
         last_event_at, last_count = start, 0
         try:
             path, body = self.engine.completion_request(self.cfg, self.prompt(record))
-            async with session.post(self.base_url + path, json=body) as response:
+            # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
+            timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
+            async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
                 if response.status != 200:
                     text = (await response.text())[:500]
                     raise RuntimeError(f"HTTP {response.status}: {text}")
+                lines = aiter(response.content)
                 while True:
                     try:
-                        line = await asyncio.wait_for(response.content.readline(), timeout=stall)
+                        line = await anext(lines)
+                    except StopAsyncIteration:
+                        break
                     except asyncio.TimeoutError:
                         raise StallError(f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended") from None
-                    if not line:
-                        break
                     line = line.strip()
                     if not line.startswith(b"data:"):
                         continue

@@ -24,13 +24,16 @@ def make_app(itl_ms: float = 0.0, stall_after: int = -1, die_after: int = -1, to
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         produced = 0
+        start = asyncio.get_running_loop().time()
         while produced < n_predict:
             if produced == stall_after:
                 await asyncio.sleep(3600)  # connection open, nothing sent
             if produced == die_after:
                 os._exit(1)  # the whole server dies mid-stream
             if itl_ms:
-                await asyncio.sleep(itl_ms / 1000 * tokens_per_event)
+                # Paced against the start, so timer overshoot does not add up: the mean gap is exact.
+                due = start + (produced + tokens_per_event) * itl_ms / 1000
+                await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
             step = min(tokens_per_event, n_predict - produced)
             produced += step
             event = {"content": "x" * step, "tokens": [1] * step, "tokens_predicted": produced, "stop": False}

@@ -58,3 +58,57 @@ def test_concurrent_streams_each_get_their_tokens(tmp_path):
     cfg, runs, records = measure(tmp_path, "concurrency.streams=3", "workload.max_tokens=64")
     assert len(records) == 6 and all(r.output_tokens == 64 for r in records)
     assert runs[0].output_tokens == 3 * 64
+
+
+def fake_server(*args):
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from specexp.server import free_port
+    from tests.conftest import REPO
+
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "tests.fake_server", "--port", str(port), *args], cwd=REPO)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
+            return process, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("fake server did not start")
+
+
+def run_against(url, *overrides):
+    cfg = compose_run(*overrides)
+    client = LoadClient(get_engine("llamacpp"), url, cfg)
+
+    async def go():
+        async with session() as http:
+            return await client.run(0, False, http, lambda record: None)
+
+    return asyncio.run(go())
+
+
+def test_a_stalled_stream_is_ended_by_the_stall_timeout_and_says_so():
+    process, url = fake_server("--stall-after", "5")
+    try:
+        result = run_against(url, "workload.max_tokens=20", "workload.stall_timeout_s=1")
+    finally:
+        process.kill()
+        process.wait()
+    (record,) = result.records
+    assert not record.ok and record.error.startswith("StallError: no data for 1 s")
+    assert 1 <= record.e2e_s < 10
+
+
+def test_a_server_dying_mid_stream_fails_the_request_with_partial_timings():
+    process, url = fake_server("--die-after", "5", "--itl-ms", "5")
+    try:
+        result = run_against(url, "workload.max_tokens=20")
+    finally:
+        process.wait(timeout=10)
+    (record,) = result.records
+    assert not record.ok and record.error
+    assert record.ttft_s is not None and len(record.itl_s) == 4  # five tokens arrived before it died
