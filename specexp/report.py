@@ -102,6 +102,7 @@ def print_summary(cfg: DictConfig, summary: Optional[Summary], metrics: dict[str
 # (rich) or written as markdown (MLflow artifact).
 
 _VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "inconclusive": "yellow",
+                  "not attributable": "magenta",
                   "reproduced": "green", "contradicted": "red", "not measured": "dim"}
 
 

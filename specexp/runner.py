@@ -20,8 +20,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from specexp import config as config_module
-from specexp import report
-from specexp.capture import hardware
+from specexp import capture, report
 from specexp.client import LoadClient, RequestRecord, RunResult, session
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec
@@ -89,7 +88,7 @@ def run_tags(cfg: DictConfig, engine: Engine) -> dict[str, str]:
         "git_commit": git_commit(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
-        **hardware(),
+        **capture.hardware(),
         **{f"stack_version.{k}": str(v) for k, v in cfg.stack.versions.items()},
         **({"reference_point": cfg.reference_point} if cfg.reference_point else {}),
     }
@@ -173,9 +172,13 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
     log_path = output_dir / "server.log"
     server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
+    effective: dict[str, dict[str, str]] = {}
     try:
+        if tracker:
+            _log_stack(cfg, engine, tracker, output_dir)
         for index in range(cfg.stats.launches):
-            result.runs += _one_launch(cfg, engine, index, log_path, files["records"], tracker, server_logs)
+            result.runs += _one_launch(cfg, engine, index, log_path, files["records"], tracker, server_logs, effective)
+            _report_effective(effective, tracker, output_dir)
         measured = [r for r in result.runs if not r.warmup]
         result.summary, metrics, notes = summary_metrics(measured, cfg)
         if tracker:
@@ -206,7 +209,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
 
 
 def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, records_path: Path,
-                tracker: Optional[Tracker], server_logs: set[Path]) -> list[RunResult]:
+                tracker: Optional[Tracker], server_logs: set[Path], effective: dict) -> list[RunResult]:
     """Get a ready server (a sweep's shared one, or a new one), warm up, measure; raise if any
     request failed. A server of its own is always stopped; a shared one on failure only."""
     host = cfg.engine.host
@@ -231,6 +234,7 @@ def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, rec
             if not reused:
                 tracker.log_metrics({"server_ready_s": ready_s}, step=index)
         runs = asyncio.run(_measure(cfg, engine, server, index, records_path, tracker))
+        effective.update(engine.effective(cfg, server.base_url, server.log_path.read_text(errors="replace"), runs))
         failed = [rec for r in runs for rec in r.records if not rec.ok]
         if failed:
             raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
@@ -271,6 +275,30 @@ async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, launc
                 if not result.ok:
                     break
     return results
+
+
+def _log_stack(cfg: DictConfig, engine: Engine, tracker: Tracker, output_dir: Path) -> None:
+    info = capture.stack(cfg, engine)
+    (output_dir / "stack.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+    tracker.set_tags({f"stack.{k}": v[:5000] for k, v in info.items()})
+    tracker.log_artifacts([output_dir / "stack.json"])
+
+
+def _report_effective(effective: dict, tracker: Optional[Tracker], output_dir: Path) -> None:
+    """Say loudly when a requested setting did not engage; record every setting's status."""
+    (output_dir / "effective.json").write_text(json.dumps(effective, indent=2, sort_keys=True))
+    missed = [name for name, s in effective.items() if s["status"] == "not engaged"]
+    for name in missed:
+        s = effective[name]
+        report.console.print(f"[bold red]NOT ENGAGED:[/] {name}={s['requested']} was requested but the server ran "
+                             f"with {s['actual'] or 'something else'} ({s['evidence']})")
+    if tracker:
+        tags = {f"engaged.{k}": v["status"] for k, v in effective.items()}
+        tags.update({f"effective.{k}": v["actual"] for k, v in effective.items() if v["actual"]})
+        if missed:
+            tags["not_engaged"] = ",".join(missed)
+        tracker.set_tags(tags)
+        tracker.log_artifacts([output_dir / "effective.json"])
 
 
 def _write_job_files(cfg: DictConfig, launch: LaunchSpec, output_dir: Path) -> dict[str, Path]:

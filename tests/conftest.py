@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -39,9 +41,25 @@ def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeo
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
+# Every process this test session starts inherits this marker, so the stray check sees only
+# servers of this session, never those of another run on the same machine.
+SESSION_MARKER = "SPECEXP_TEST_SESSION"
+os.environ.setdefault(SESSION_MARKER, uuid.uuid4().hex)
+
+
 def server_pids() -> set[int]:
+    """Servers started by this test session (directly or by the CLI it ran) still running."""
     out = subprocess.run(["pgrep", "-f", SERVER_PATTERN], capture_output=True, text=True)
-    return {int(pid) for pid in out.stdout.split()} - {os.getpid()}
+    pids = set()
+    for pid in map(int, out.stdout.split()):
+        try:
+            process = psutil.Process(pid)
+            if process.status() != psutil.STATUS_ZOMBIE and \
+                    process.environ().get(SESSION_MARKER) == os.environ[SESSION_MARKER]:
+                pids.add(pid)
+        except psutil.Error:
+            continue
+    return pids
 
 
 @pytest.fixture(scope="session", autouse=True)

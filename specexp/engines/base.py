@@ -119,6 +119,12 @@ class Engine:
         """Files that must exist before launch (weights served from local disk)."""
         return []
 
+    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
+        """For each requested setting: what it asked, what the server actually ran with, and
+        whether it engaged ("engaged", "not engaged", "unknown"), with the evidence."""
+        return {name: setting(requested, "", UNKNOWN, f"engine={self.name} reports nothing on this")
+                for name, requested in requested_settings(cfg).items()}
+
     def flag_check_command(self, cfg: Any, launches: list[LaunchSpec]) -> Optional[list[str]]:
         """A command that runs the engine's own argument parser on each launch without serving
         and prints a JSON list with one error message (or null) per launch; None when the
@@ -142,6 +148,30 @@ class Engine:
     @staticmethod
     def stack_python(cfg: Any) -> str:
         return cfg.stack.python or sys.executable
+
+
+ENGAGED, NOT_ENGAGED, UNKNOWN = "engaged", "not engaged", "unknown"
+
+
+def setting(requested: str, actual: str, status: str, evidence: str) -> dict[str, str]:
+    return {"requested": requested, "actual": actual, "status": status, "evidence": evidence}
+
+
+def requested_settings(cfg: Any) -> dict[str, str]:
+    return {"attention_backend": cfg.attention_backend.name, "allreduce_backend": cfg.allreduce_backend.name,
+            "speculative": cfg.speculative.method}
+
+
+def speculation_from_counters(cfg: Any, runs: list) -> dict[str, str]:
+    """Speculation engaged when the server's draft counters moved during the measured runs."""
+    measured = [r for r in runs if not r.warmup]
+    if not measured or not any(r.counter_deltas for r in measured):
+        return setting(cfg.speculative.method, "", UNKNOWN, "no speculative counters in /metrics")
+    drafts = sum(r.counter_deltas.get("drafts", 0.0) for r in measured)
+    drafting = drafts > 0
+    wanted = cfg.speculative.method != "none"
+    return setting(cfg.speculative.method, f"{drafts:.0f} drafts", ENGAGED if drafting == wanted else NOT_ENGAGED,
+                   f"draft counter delta over the measured runs: {drafts:.0f}")
 
 
 @lru_cache(maxsize=None)

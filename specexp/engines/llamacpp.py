@@ -8,7 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk, which
+from specexp.engines.base import (ENGAGED, NOT_ENGAGED, Engine, EngineConfig, LaunchSpec, StreamChunk,
+                                  setting, speculation_from_counters, which)
 
 
 @dataclass
@@ -59,6 +60,22 @@ class LlamaCppEngine(Engine):
         match = re.search(r"version: (.+)", out.stdout + out.stderr)
         return match.group(1).strip() if match else None
 
+    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
+        result = super().effective(cfg, base_url, log_text, runs)
+        # "auto" is resolved at load ("resolve_fused_ops: Flash Attention enabled"); explicit
+        # settings are printed as "llama_context: flash_attn = enabled".
+        found = re.findall(r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)", log_text)
+        requested = cfg.attention_backend.name
+        if found:
+            actual = [a or b for a, b in found][-1]
+            wanted = {"flash_attn": "enabled", "no_flash_attn": "disabled"}.get(requested, actual)
+            result["attention_backend"] = setting(requested, f"flash_attn {actual}",
+                                                  ENGAGED if actual == wanted else NOT_ENGAGED, "server log")
+        result["allreduce_backend"] = setting(cfg.allreduce_backend.name, "none (one process)", ENGAGED,
+                                              "llama.cpp serves from a single process")
+        result["speculative"] = speculation_from_counters(cfg, runs)
+        return result
+
     def local_files(self, cfg: Any) -> list[str]:
         files = [str(cfg.model.path)]
         if cfg.speculative.method in ("draft", "eagle3"):
@@ -78,6 +95,8 @@ class LlamaCppEngine(Engine):
             "--flash-attn", self._flash_attn[cfg.attention_backend.name],
             "--seed", str(engine.seed),
             "--metrics",
+            # Verbosity 4 logs what flash attention resolved to (read back by effective()).
+            "--log-verbosity", "4",
         ]
         if spec.method == "draft":
             argv += ["--model-draft", str(spec.draft_model), "--spec-type", "draft-simple",

@@ -7,12 +7,14 @@ differ (REFERENCE.md). Only the spellings that changed are versioned below.
 from __future__ import annotations
 
 import json
+import re
+import urllib.request
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from packaging.version import Version
 
-from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk
+from specexp.engines.base import ENGAGED, NOT_ENGAGED, Engine, EngineConfig, LaunchSpec, StreamChunk, setting
 
 # Newest release whose flags specexp composes; a stack without a known version gets these.
 NEWEST_KNOWN = "0.5.23"
@@ -37,6 +39,21 @@ for flags in json.loads(sys.argv[1]):
         errors.append(stderr.getvalue().strip().splitlines()[-1])
 print(json.dumps(errors))
 """
+
+
+# Log lines by which SGLang says it turned FlashInfer's allreduce fusion off (or never on).
+_FUSION_OFF = re.compile(r"(?i)(disabl\w*[^\n]{0,80}flashinfer[^\n]{0,40}allreduce[^\n]{0,20}fusion"
+                         r"|allreduce[^\n]{0,20}fusion[^\n]{0,80}(not supported|disabled|skipp))")
+
+
+def _get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
+    for path in paths:
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=10) as response:
+                return json.loads(response.read())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 @dataclass
@@ -110,6 +127,36 @@ class SGLangEngine(Engine):
         """Feed composed flags to SGLang's own parser, in the stack's interpreter, without serving."""
         flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m sglang.launch_server
         return [self.stack_python(cfg), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
+
+    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
+        """From /server_info (the effective server args; /get_server_info before 0.5.10), the
+        log's known fallback messages, and the speculative figures of the measured requests."""
+        result = super().effective(cfg, base_url, log_text, runs)
+        info = _get_json(base_url, ("/server_info", "/get_server_info"))
+        requested_attention = cfg.attention_backend.name
+        if info and info.get("attention_backend"):
+            actual = str(info["attention_backend"])
+            ok = requested_attention in ("auto", actual)
+            result["attention_backend"] = setting(requested_attention, actual, ENGAGED if ok else NOT_ENGAGED,
+                                                  "/server_info attention_backend")
+        allreduce = cfg.allreduce_backend.name
+        if allreduce == "flashinfer_fusion":
+            fused = info and (info.get("enable_flashinfer_allreduce_fusion") or
+                              info.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none"))
+            disabled = _FUSION_OFF.search(log_text)
+            if disabled:
+                result["allreduce_backend"] = setting(allreduce, "fusion off", NOT_ENGAGED, disabled.group(0)[:200])
+            elif info:
+                result["allreduce_backend"] = setting(allreduce, "fusion on" if fused else "fusion off",
+                                                      ENGAGED if fused else NOT_ENGAGED, "/server_info")
+        verify = [rec.speculative.get("spec_verify_steps") for r in runs if not r.warmup for rec in r.records]
+        if any(v is not None for v in verify) or cfg.speculative.method == "none":
+            drafting = any(verify)
+            wanted = cfg.speculative.method != "none"
+            result["speculative"] = setting(cfg.speculative.method, "verify steps seen" if drafting else "no drafting",
+                                            ENGAGED if drafting == wanted else NOT_ENGAGED,
+                                            "meta_info spec_verify_ct of the measured requests")
+        return result
 
     def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
         workload = cfg.workload

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk
+from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk, speculation_from_counters
 
 
 @dataclass
@@ -59,6 +59,11 @@ class VLLMEngine(Engine):
         if engine.seed is not None:
             argv += ["--seed", str(engine.seed)]
         return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
+
+    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
+        result = super().effective(cfg, base_url, log_text, runs)
+        result["speculative"] = speculation_from_counters(cfg, runs)
+        return result
 
     def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
         workload = cfg.workload
