@@ -182,9 +182,10 @@ class LoadClient:
         if not self.engine.speculative_counters or not self.engine.metrics_path:
             return {}
         try:
-            async with session.get(self.base_url + self.engine.metrics_path) as response:
+            timeout = aiohttp.ClientTimeout(total=self.cfg.workload.stall_timeout_s)
+            async with session.get(self.base_url + self.engine.metrics_path, timeout=timeout) as response:
                 values = parse_prometheus(await response.text())
-        except aiohttp.ClientError:
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             return {}
         return {ours: values[theirs] for ours, theirs in self.engine.speculative_counters.items() if theirs in values}
 

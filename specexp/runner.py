@@ -28,7 +28,7 @@ from specexp.server import POOL, ServerError, ServerProcess, free_port
 from specexp.sweep import config_fingerprint, server_fingerprint
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
 from specexp.tinymodels import TinyPairSpec, ensure_pair, pair_paths
-from specexp.tracking import Tracker, flatten, redact_env
+from specexp.tracking import OfflineTracker, Tracker, flatten, redact_env
 
 
 @dataclass
@@ -166,9 +166,12 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     if missing:
         raise config_module.ConfigError(f"model file not found: {', '.join(missing)}; check model.path / "
                                         f"model.draft_path")
+    if not os.access(launch.argv[0], os.X_OK):
+        raise config_module.ConfigError(f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
+                                        "create the stack's environment, or set stack.python / stack.bin_dir")
     files = _write_job_files(cfg, launch, output_dir)
 
-    tracker = _start_tracking(cfg, engine)
+    tracker = _start_tracking(cfg, engine, output_dir)
     result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
     log_path = output_dir / "server.log"
     server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
@@ -308,17 +311,33 @@ def _write_job_files(cfg: DictConfig, launch: LaunchSpec, output_dir: Path) -> d
         "env": output_dir / "environment.json",
         "records": output_dir / "requests.jsonl",
     }
-    files["config"].write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    files["config"].write_text(OmegaConf.to_yaml(OmegaConf.create(redacted_config(cfg))))
     files["command"].write_text(LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n")
     files["env"].write_text(json.dumps({"set_by_specexp": redact_env(launch.env),
                                         "inherited": redact_env(dict(os.environ))}, indent=2, sort_keys=True))
     return files
 
 
-def _start_tracking(cfg: DictConfig, engine: Engine) -> Optional[Tracker]:
+def redacted_config(cfg: DictConfig) -> dict:
+    """The resolved config with secret-looking environment values replaced."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    for group in ("stack", "engine"):
+        data[group]["env"] = redact_env(data[group]["env"])
+    return data
+
+
+def _start_tracking(cfg: DictConfig, engine: Engine, output_dir: Path) -> Optional[Tracker]:
     if not cfg.tracking.enabled:
         return None
-    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    try:
+        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    except Exception as exc:  # any failure to reach the store: keep measuring, upload later
+        journal = output_dir / "mlflow_offline.json"
+        uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
+        report.console.print(f"[bold yellow]MLflow store unreachable[/] ({uri}: {str(exc).splitlines()[0][:200]}). "
+                             f"Measurements stay in {output_dir}; upload them later with:\n"
+                             f"  python -m specexp.upload {output_dir} [--tracking-uri URI]")
+        tracker = OfflineTracker(journal, uri, cfg.tracking.experiment, str(exc)[:500])
     name = cfg.tracking.run_name or cfg.multirun.job_label or (
         f"{engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}")
     tags = {**run_tags(cfg, engine), "config_fingerprint": config_fingerprint(cfg),
@@ -326,10 +345,6 @@ def _start_tracking(cfg: DictConfig, engine: Engine) -> Optional[Tracker]:
     if cfg.multirun.server_launch is not None:
         tags["server_launch"] = str(cfg.multirun.server_launch)
     tracker.start(name, tags, parent_run_id=cfg.multirun.parent_run_id)
-    params = flatten(OmegaConf.to_container(cfg, resolve=True))
-    params = {k: v for k, v in params.items() if not k.startswith(("stack.env.", "engine.env."))}
-    params.update({f"stack.env.{k}": v for k, v in redact_env(dict(cfg.stack.env)).items()})
-    params.update({f"engine.env.{k}": v for k, v in redact_env(dict(cfg.engine.env)).items()})
-    tracker.log_params(params)
+    tracker.log_params(flatten(redacted_config(cfg)))
     report.console.print(f"MLflow run {tracker.run_id} in {tracker.uri}")
     return tracker

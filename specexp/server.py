@@ -143,6 +143,7 @@ class ServerProcess:
         for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(pgid, sig)
+                os.killpg(pgid, signal.SIGCONT)  # a stopped (SIGSTOP) server must wake to handle it
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait_s

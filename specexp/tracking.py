@@ -7,12 +7,16 @@ it, as everywhere in MLflow.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# An unreachable tracking server should be noticed in seconds, not after minutes of retries.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
@@ -101,3 +105,46 @@ class Tracker:
     def end(self, status: str = "FINISHED") -> None:
         if self.run_id:
             self.client.set_terminated(self.run_id, status=status)
+
+
+class OfflineTracker:
+    """Stands in for :class:`Tracker` when the store cannot be reached: every call is written
+    to a journal beside the measurements, and ``python -m specexp.upload DIR`` replays it."""
+
+    def __init__(self, journal: Path, uri: str, experiment: str, reason: str):
+        self.path, self.uri, self.experiment_id, self.run_id = journal, uri, None, "offline"
+        self.journal: dict[str, Any] = {"tracking_uri": uri, "experiment": experiment, "reason": reason, "calls": []}
+
+    def _record(self, name: str, *args: Any) -> None:
+        self.journal["calls"].append([name, list(args)])
+        self.path.write_text(json.dumps(self.journal, indent=1, default=str))
+
+    def start(self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
+        self._record("start", run_name, tags, parent_run_id)
+        return self.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self._record("log_params", {k: str(v) for k, v in params.items()})
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self._record("log_metrics", metrics, step)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._record("set_tags", {k: str(v) for k, v in tags.items()})
+
+    def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
+        self._record("log_artifacts", [str(p) for p in paths], artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        self._record("end", status)
+
+
+def replay(journal_path: Path, uri: Optional[str] = None) -> str:
+    """Upload an offline journal to MLflow (its own URI, or ``uri``); returns the new run id."""
+    journal = json.loads(journal_path.read_text())
+    tracker = Tracker(uri or journal["tracking_uri"], journal["experiment"])
+    for name, args in journal["calls"]:
+        if name == "log_artifacts":
+            args = [[Path(p) for p in args[0]], args[1]]
+        getattr(tracker, name)(*args)
+    return tracker.run_id

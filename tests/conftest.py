@@ -13,7 +13,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from specexp.__main__ import CONFIG_DIR
+from specexp.__main__ import CONFIG_DIR  # noqa: F401 (re-exported for tests)
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints|mlflow ui|mlflow server"

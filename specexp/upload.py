@@ -1,0 +1,31 @@
+"""``python -m specexp.upload OUTPUT_DIR [...] [--tracking-uri URI]``: log runs that were
+measured while the MLflow store was unreachable (their ``mlflow_offline.json`` journals)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specexp.report import console
+from specexp.tracking import replay
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specexp.upload", description=__doc__.split("\n\n")[0])
+    parser.add_argument("directories", nargs="+", type=Path, help="job output directories (searched recursively)")
+    parser.add_argument("--tracking-uri", help="default: the URI the run was meant for")
+    args = parser.parse_args(argv)
+    journals = [j for d in args.directories for j in sorted(d.rglob("mlflow_offline.json"))]
+    if not journals:
+        console.print(f"[red]no mlflow_offline.json under {', '.join(map(str, args.directories))}[/]")
+        return 2
+    for journal in journals:
+        run_id = replay(journal, args.tracking_uri)
+        journal.rename(journal.with_name("mlflow_offline.uploaded.json"))  # not uploaded twice
+        console.print(f"uploaded {journal.parent} as run {run_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
