@@ -15,6 +15,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from specexp.tinymodels import TinyPairSpec
+
 
 class ConfigError(ValueError):
     """A composition that cannot run as asked; the message names the option and the fix."""
@@ -37,21 +39,6 @@ class StackConfig:
 
 
 @dataclass
-class TinyPairConfig:
-    """Parameters of a locally generated target/draft pair (see specexp.tinymodels)."""
-
-    vocab_size: int = 1024
-    embedding_length: int = 1024
-    feed_forward_length: int = 2816
-    head_count: int = 16
-    draft_layers: int = 1
-    target_layers: int = 8
-    context_length: int = 4096
-    divergence: float = 0.0
-    seed: int = 0
-
-
-@dataclass
 class ModelConfig:
     name: str = MISSING
     # Hub id, local directory or GGUF file. Null when the model is generated.
@@ -63,7 +50,7 @@ class ModelConfig:
     tensor_parallel_sizes: list[int] = field(default_factory=lambda: [1])
     trust_remote_code: bool = False
     # Set for models generated locally; path and draft_path then come from the cache.
-    generate: Optional[TinyPairConfig] = None
+    generate: Optional[TinyPairSpec] = None
 
 
 @dataclass

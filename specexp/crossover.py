@@ -9,7 +9,6 @@ arm and level gives its confidence interval, and says how often no crossover was
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence

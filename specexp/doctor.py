@@ -26,7 +26,6 @@ from rich.table import Table
 
 from specexp import capture
 from specexp.config import ConfigError, register_configs
-from specexp.engines import get_engine
 from specexp.report import console
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"

@@ -31,9 +31,10 @@ _MAX_VOCAB = 256 + len(_LETTERS) * (1 + 2 * len(_LETTERS)) + 2
 _DEFAULT_CACHE = Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
 
 
-@dataclass(frozen=True)
+@dataclass
 class TinyPairSpec:
-    """Shape and seed of a generated target/draft pair (the cache key)."""
+    """Shape and seed of a generated target/draft pair (the cache key); also the schema of
+    ``model.generate`` in the config (mutable, so that Hydra can merge overrides into it)."""
 
     vocab_size: int = 1024
     embedding_length: int = 1024

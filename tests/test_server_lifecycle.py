@@ -47,7 +47,7 @@ def test_llamacpp_starts_serves_health_and_stops(tmp_path):
 def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"this is not a gguf file")
-    launch, port = llamacpp_launch(tmp_path, f"model.generate=null", f"model.path={broken}")
+    launch, port = llamacpp_launch(tmp_path, "model.generate=null", f"model.path={broken}")
     server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
     started = time.monotonic()
     with server, pytest.raises(ServerError) as error:

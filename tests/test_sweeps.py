@@ -12,7 +12,7 @@ import time
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import REPO, run_cli, server_pids
+from tests.conftest import run_cli, server_pids
 from tests.test_sglang_commands import check_with_real_parser, composed
 
 TINY = ["model=tiny-pair-small", "workload=short", "workload.max_tokens=32", "stats.warmup_runs=0",
