@@ -130,6 +130,18 @@ class TrackingConfig:
 
 
 @dataclass
+class HostConfig:
+    """What this machine lends to the servers of jobs running on it at the same time."""
+
+    # GPU ids to lease to servers; null: $CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists.
+    gpus: Optional[list[str]] = None
+    # Lock files of GPU and port leases; must be local to the host (node-local /tmp on Slurm).
+    lease_dir: str = "/tmp/specexp-leases"
+    # How long a job waits for GPUs that other jobs on the host hold.
+    gpu_wait_s: float = 86400.0
+
+
+@dataclass
 class MultirunConfig:
     """How `python -m specexp -m ...` runs its jobs and reports on them."""
 
@@ -168,6 +180,7 @@ class RunConfig:
     # Repeats an identical configuration as a separate job (A/A checks, replicate blocks).
     replicate: int = 0
     multirun: MultirunConfig = field(default_factory=MultirunConfig)
+    host: HostConfig = field(default_factory=HostConfig)
 
 
 SPECULATIVE_METHODS = ("none", "eagle3", "ngram", "draft")
@@ -237,6 +250,9 @@ def validate(cfg: Any) -> None:
     if not 0 < cfg.stats.threshold < 1 or not 0 < cfg.stats.power < 1:
         raise ConfigError(f"stats.threshold and stats.power must be between 0 and 1, got "
                           f"{cfg.stats.threshold} and {cfg.stats.power}")
+    if cfg.engine.gpus < 0 or cfg.engine.gpus < (tp if engine.multi_gpu else 0):
+        raise ConfigError(f"engine.gpus={cfg.engine.gpus} cannot hold tensor parallel {tp}; set engine.gpus to at "
+                          f"least engine.tensor_parallel_size")
     if not 0 < cfg.stats.confidence < 1:
         raise ConfigError(f"stats.confidence must be between 0 and 1, got {cfg.stats.confidence}")
     engine.validate(cfg)

@@ -24,6 +24,7 @@ from specexp import capture, report
 from specexp.client import LoadClient, RequestRecord, RunResult, session
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec
+from specexp.leases import check_pool, gpu_ids, host_gpus, lease_gpus, lease_port
 from specexp.server import POOL, ServerError, ServerProcess, free_port
 from specexp.sweep import config_fingerprint, server_fingerprint
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
@@ -169,6 +170,8 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     if not os.access(launch.argv[0], os.X_OK):
         raise config_module.ConfigError(f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
                                         "create the stack's environment, or set stack.python / stack.bin_dir")
+    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
+        check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     files = _write_job_files(cfg, launch, output_dir)
 
     tracker = _start_tracking(cfg, engine, output_dir)
@@ -215,25 +218,29 @@ def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, rec
                 tracker: Optional[Tracker], server_logs: set[Path], effective: dict) -> list[RunResult]:
     """Get a ready server (a sweep's shared one, or a new one), warm up, measure; raise if any
     request failed. A server of its own is always stopped; a shared one on failure only."""
-    host = cfg.engine.host
-    port = cfg.engine.port or free_port(host)
-    server = ServerProcess(engine.launch_spec(cfg, port), host, port, engine.health_path, log_path)
     shared = cfg.multirun.server_launch is not None and cfg.multirun.reuse_servers and cfg.stats.launches == 1
     label = f"launch {index + 1}/{cfg.stats.launches}: " if cfg.stats.launches > 1 else ""
+    server: Optional[ServerProcess] = None
     try:
-        with report.status(f"{label}starting {engine.name} on {host}:{port} (log: {log_path})"):
+        with report.status(f"{label}starting {engine.name} on {cfg.engine.host} (log: {log_path})"):
             if shared:
-                server, reused, ready_s = POOL.acquire(server_fingerprint(cfg), server, cfg.engine.ready_timeout_s)
+                server, reused, ready_s = POOL.acquire(server_fingerprint(cfg), lambda: _new_server(cfg, engine, log_path),
+                                                       cfg.engine.ready_timeout_s)
             else:
+                server = _new_server(cfg, engine, log_path)
                 server.start()
                 reused, ready_s = False, server.wait_ready(cfg.engine.ready_timeout_s)
         server_logs.add(server.log_path)
         if reused:
             report.console.print(f"reusing the sweep's server {server.base_url} (log: {server.log_path})")
         else:
-            report.console.print(f"{label}[green]server ready[/] after {ready_s:.1f} s")
+            (log_path.parent / "command.txt").write_text(
+                LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n")
+            report.console.print(f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s")
         if tracker:
-            tracker.set_tags({"server_reused": str(reused).lower()})
+            gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES")
+            tracker.set_tags({"server_reused": str(reused).lower(), "server_url": server.base_url,
+                              **({"gpus": gpus} if gpus is not None else {})})
             if not reused:
                 tracker.log_metrics({"server_ready_s": ready_s}, step=index)
         runs = asyncio.run(_measure(cfg, engine, server, index, records_path, tracker))
@@ -246,12 +253,36 @@ def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, rec
             POOL.close()  # a failed job's server is not handed to the next one
         raise
     finally:
-        if not shared:
+        if server is not None and not shared:
             server.stop()
     if tracker and cfg.stats.launches > 1:
         measured = [r.tok_per_s for r in runs if not r.warmup]
         tracker.log_metrics({"launch_tok_per_s": sum(measured) / len(measured)}, step=index)
     return runs
+
+
+def _new_server(cfg: DictConfig, engine: Engine, log_path: Path) -> ServerProcess:
+    """A server with a port and GPUs of its own, leased so that jobs sharing this host
+    (parallel launchers) never get the same ones. Nothing is started yet."""
+    host, lease_dir = cfg.engine.host, Path(cfg.host.lease_dir)
+    leases = []
+    try:
+        port = cfg.engine.port
+        if not port:
+            port, port_lease = lease_port(lease_dir, host, free_port)
+            leases.append(port_lease)
+        launch = engine.launch_spec(cfg, port)
+        if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:  # a pinned stack keeps its devices
+            gpus = lease_gpus(lease_dir, host_gpus(cfg.host.gpus), cfg.engine.gpus, cfg.host.gpu_wait_s,
+                              on_wait=lambda: report.console.print(
+                                  f"waiting for {cfg.engine.gpus} GPU(s): other jobs on this host hold them"))
+            leases.append(gpus)
+            launch.env["CUDA_VISIBLE_DEVICES"] = gpu_ids(gpus)
+    except BaseException:
+        for lease in leases:
+            lease.release()
+        raise
+    return ServerProcess(launch, host, port, engine.health_path, log_path, leases)
 
 
 async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, launch: int, records_path: Path,

@@ -16,11 +16,12 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import psutil
 
 from specexp.engines.base import LaunchSpec
+from specexp.leases import Lease
 
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
 
@@ -78,8 +79,10 @@ def reason_from_log(log: str) -> str:
 class ServerProcess:
     """One launched inference server. Use as a context manager: it is always stopped."""
 
-    def __init__(self, launch: LaunchSpec, host: str, port: int, health_path: str, log_path: Path):
+    def __init__(self, launch: LaunchSpec, host: str, port: int, health_path: str, log_path: Path,
+                 leases: Sequence[Lease] = ()):
         self.launch = launch
+        self.leases = list(leases)  # its port and GPUs, held until the server is gone
         self.base_url = f"http://{host}:{port}"
         self.host, self.port = host, port
         self.health_path = health_path
@@ -136,7 +139,16 @@ class ServerProcess:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s``."""
+        """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s``; then give
+        back the port and GPUs."""
+        try:
+            self._stop_group(grace_s)
+        finally:
+            for lease in self.leases:
+                lease.release()
+            self.leases = []
+
+    def _stop_group(self, grace_s: float) -> None:
         if self.process is None:
             return
         pgid = self.process.pid
@@ -174,11 +186,14 @@ class ServerPool:
         self.server: Optional[ServerProcess] = None
         self.launches = 0
 
-    def acquire(self, key: str, server: ServerProcess, timeout_s: float) -> tuple[ServerProcess, bool, float]:
-        """(running server, reused?, seconds to ready) - ``server`` is started only if needed."""
+    def acquire(self, key: str, make_server: Callable[[], ServerProcess],
+                timeout_s: float) -> tuple[ServerProcess, bool, float]:
+        """(running server, reused?, seconds to ready) - a new server is made only if needed,
+        after the previous one has stopped and given back its GPUs."""
         if self.server is not None and self.key == key and self.server.alive():
             return self.server, True, 0.0
         self.close()
+        server = make_server()
         server.start()
         try:
             ready_s = server.wait_ready(timeout_s)

@@ -70,7 +70,7 @@ def test_artifacts_hold_config_command_log_and_raw_records(draft_run):
 
 def test_terminal_shows_progress_and_summary(draft_run):
     _, result, _ = draft_run
-    assert "server ready after" in result.stdout
+    assert "server ready at http://127.0.0.1:" in result.stdout
     assert "run 2:" in result.stdout  # one progress line per run when not on a terminal
     assert "tok/s" in result.stdout and "95% CI" in result.stdout
     assert "acceptance length" in result.stdout

@@ -31,6 +31,8 @@ class EngineConfig:
     # 0 picks a free port at launch.
     port: int = 0
     tensor_parallel_size: int = 1
+    # GPUs one server occupies, leased per job from host.gpus (0: a CPU server).
+    gpus: int = 0
     # Seconds to wait for readiness; model load time dominates.
     ready_timeout_s: float = 120.0
     # Flags appended verbatim, for options specexp does not model.
