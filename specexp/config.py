@@ -15,6 +15,7 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from specexp import launchers  # noqa: F401  (registers the launcher presets' resolver)
 from specexp.tinymodels import TinyPairSpec
 
 
@@ -189,7 +190,6 @@ SPECULATIVE_METHODS = ("none", "eagle3", "ngram", "draft")
 def register_configs() -> None:
     """Put the schemas into Hydra's ConfigStore; YAML options extend them by name."""
     from specexp.engines import ENGINES
-
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for group, node in (

@@ -24,34 +24,41 @@ from specexp.config import ConfigError
 class Lease:
     """Exclusive hold on some named resources of this host, until :meth:`release`."""
 
-    def __init__(self, names: Sequence[str], files: Sequence[int]):
+    def __init__(self, names: Sequence[str], fds: Sequence[int], paths: Sequence[Path]):
         self.names = list(names)
-        self._fds = list(files)
+        self._fds, self._paths = list(fds), list(paths)
 
     @classmethod
     def joined(cls, leases: Sequence["Lease"]) -> "Lease":
-        return cls([n for lease in leases for n in lease.names], [fd for lease in leases for fd in lease._fds])
+        return cls([n for lease in leases for n in lease.names], [fd for lease in leases for fd in lease._fds],
+                   [p for lease in leases for p in lease._paths])
 
     def release(self) -> None:
-        for fd in self._fds:
+        # Unlink while still holding the lock, so lease files do not pile up in lease_dir.
+        for path, fd in zip(self._paths, self._fds):
+            path.unlink(missing_ok=True)
             os.close(fd)  # closing the descriptor drops the flock
-        self._fds = []
+        self._fds, self._paths = [], []
 
 
 def try_lease(lease_dir: Path, names: Sequence[str]) -> Optional[Lease]:
     """All of ``names`` at once, or None (and nothing held) if any is taken."""
     lease_dir.mkdir(parents=True, exist_ok=True)
-    fds: list[int] = []
+    held: list[Lease] = []
     for name in names:
-        fd = os.open(lease_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        path = lease_dir / f"{name}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            # A holder unlinks the file on release: a lock on an unlinked file guards nothing.
+            if os.fstat(fd).st_ino != os.stat(path).st_ino:
+                raise BlockingIOError
+        except (BlockingIOError, FileNotFoundError):
             os.close(fd)
-            Lease(names, fds).release()
+            Lease.joined(held).release()
             return None
-        fds.append(fd)
-    return Lease(names, fds)
+        held.append(Lease([name], [fd], [path]))
+    return Lease.joined(held)
 
 
 def lease_port(lease_dir: Path, host: str, pick: Callable[[str], int], attempts: int = 50) -> tuple[int, Lease]:

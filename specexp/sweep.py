@@ -138,23 +138,48 @@ def overrides_for(job: PlannedJob, parent_run_id: Optional[str]) -> list[str]:
     return job.overrides + extra
 
 
-def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[list[str]], launcher: Any) -> Any:
-    """Plan, launch every job in one batch (launchers may run them in parallel), report."""
+def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
+    """Dry run of a sweep for a launcher that runs jobs elsewhere: every job's server command,
+    composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
+    from specexp import launchers, report
+    from specexp.engines import get_engine
+    from specexp.server import free_port
+
+    for job in plan.to_run:
+        engine = get_engine(job.cfg.engine.name)
+        report.print_dry_run(job.cfg, engine.launch_spec(job.cfg, job.cfg.engine.port or free_port()), engine)
+    report.console.print(f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
+                         f"{launcher.params.get('timeout_min')} min each")
+    if launchers.is_slurm(launcher):
+        print(launchers.sbatch_preview(launcher, len(plan.to_run)), flush=True)
+
+
+def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[list[str]], launcher: Any,
+              max_batch_size: Optional[int] = None) -> Any:
+    """Plan, check the launcher, launch the jobs (all at once, or ``max_batch_size`` at a
+    time; launchers may run a batch in parallel), report."""
     import sys
 
-    from specexp import report
+    from specexp import launchers, report
     from specexp.server import POOL
-    from specexp.tracking import Tracker
+    from specexp.tracking import Tracker, uri_in_force
 
     plan = compose_jobs(config_loader, sweep_config, job_overrides)
-    if plan.errors:
-        for error in plan.errors:
+    first = plan.jobs[0].cfg if plan.jobs else None
+    uri = uri_in_force(first.tracking.uri)[0] if first else ""
+    errors = plan.errors + launchers.check(launcher, [job.cfg for job in plan.jobs], uri, max_batch_size)
+    if errors:
+        for error in errors:
             report.console.print(f"[red]config error:[/] {error}")
-        report.console.print(f"[red]{len(plan.errors)} of {len(job_overrides)} jobs cannot run; nothing was launched[/]")
+        what = (f"{len(plan.errors)} of {len(job_overrides)} jobs cannot run" if plan.errors
+                else f"hydra/launcher cannot run this sweep as configured")
+        report.console.print(f"[red]{what}; nothing was launched[/]")
         sys.exit(2)
-    first = plan.jobs[0].cfg
     settings = first.multirun
     order_jobs(plan, settings.order == "randomized", settings.seed)
+    if first.dry_run and not launchers.runs_in_process(launcher):
+        dry_run_elsewhere(plan, launcher)
+        return []
     tracked = first.tracking.enabled and not first.dry_run
     tracker = Tracker(first.tracking.uri, first.tracking.experiment) if tracked else None
     if tracker and settings.resume:
@@ -169,8 +194,11 @@ def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[
         tracker.log_params({"overrides": " ".join(sys.argv[1:])})
     status, returns = "FAILED", []
     try:
-        if plan.to_run:
-            returns = launcher.launch([overrides_for(job, parent) for job in plan.to_run], initial_job_idx=0)
+        extra = launchers.job_overrides(launcher, tracker.uri if tracker else uri)
+        batch = max_batch_size or len(plan.to_run) or 1
+        for start in range(0, len(plan.to_run), batch):
+            jobs = plan.to_run[start:start + batch]
+            returns += launcher.launch([overrides_for(job, parent) + extra for job in jobs], initial_job_idx=start)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"

@@ -33,14 +33,21 @@ def default_store(root: Optional[Path] = None) -> tuple[str, str]:
     return f"sqlite:///{base / 'mlflow.db'}", (base / "artifacts").as_uri()
 
 
-def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
-    """The URI in force and, for the default local store, its artifact root."""
+def uri_in_force(configured: Optional[str]) -> tuple[str, Optional[str]]:
+    """The URI in force (tracking.uri, else $MLFLOW_TRACKING_URI, else the local store) and,
+    for the default local store, its artifact root."""
     if configured:
         return configured, None
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], None
-    uri, artifacts = default_store()
-    Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return default_store()
+
+
+def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
+    """:func:`uri_in_force`, with the default store's directory created."""
+    uri, artifacts = uri_in_force(configured)
+    if artifacts is not None:
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return uri, artifacts
 
 

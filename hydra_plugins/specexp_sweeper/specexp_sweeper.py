@@ -37,4 +37,4 @@ class SpecexpSweeper(BasicSweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        return run_sweep(self.hydra_context.config_loader, self.config, jobs, self.launcher)
+        return run_sweep(self.hydra_context.config_loader, self.config, jobs, self.launcher, self.max_batch_size)

@@ -1,0 +1,124 @@
+"""Jobs beyond the sweep's own process: Hydra launcher plugins and what they need.
+
+specexp schedules nothing itself. ``hydra/launcher=submitit_slurm`` submits each job to
+Slurm as one task on one exclusive node with the server's GPUs; ``submitit_local`` runs
+jobs as local processes (``hydra.sweeper.max_batch_size`` of them at a time) to try the
+same thing on one machine. The presets in ``conf/hydra/launcher/`` carry the plugin's names,
+so Hydra validates them against the plugin's own schemas. Jobs in other processes, or on other nodes, cannot share a server with the
+sweep or write one SQLite file safely, so the sweep checks the launcher against the plan
+before anything is submitted, and tells each job where to log.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+import warnings
+from typing import Any, Optional, Sequence
+from urllib.parse import urlparse
+
+from omegaconf import DictConfig, OmegaConf
+
+# A floor for the output rate of one stream when sizing a job's time limit: a job killed at
+# its limit loses its measurements, one that ends early costs nothing.
+FLOOR_TOK_PER_S = 10.0
+# Start-up of the job itself (interpreter, stack capture, MLflow) and the server's stop.
+JOB_OVERHEAD_S = 300.0
+
+
+def job_minutes(cfg: Any) -> int:
+    """A time limit for one job: every launch's readiness timeout (model load) plus its
+    warm-up and measured runs at :data:`FLOOR_TOK_PER_S` per stream, plus overhead."""
+    runs = cfg.stats.warmup_runs + cfg.stats.measured_runs
+    if cfg.concurrency.duration_s:
+        run_s = cfg.concurrency.duration_s + cfg.workload.max_tokens / FLOOR_TOK_PER_S
+    else:
+        run_s = cfg.concurrency.requests_per_stream * cfg.workload.max_tokens / FLOOR_TOK_PER_S
+    seconds = cfg.stats.launches * (cfg.engine.ready_timeout_s + runs * run_s) + JOB_OVERHEAD_S
+    return math.ceil(seconds / 60)
+
+
+def register_resolvers() -> None:
+    """``${specexp.job_minutes:}``, which sizes the presets' time limit from the job's settings."""
+    if not OmegaConf.has_resolver("specexp.job_minutes"):
+        OmegaConf.register_new_resolver("specexp.job_minutes", lambda *, _root_: job_minutes(_root_))
+
+
+# On import, because submitit's job processes compose the job's config before specexp's
+# main runs there; they import this module through specexp.config.
+register_resolvers()
+# The presets keep the plugin's names on purpose (that is how users select them), and Hydra's
+# schema matching by name, which validates them against the plugin's schemas, warns about it.
+warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
+
+
+def runs_in_process(launcher: Any) -> bool:
+    """Hydra's basic launcher runs jobs one after another inside the sweep's process."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    return isinstance(launcher, BasicLauncher)
+
+
+def is_slurm(launcher: Any) -> bool:
+    return type(launcher).__name__ == "SlurmLauncher"
+
+
+def local_store(uri: str) -> bool:
+    """A tracking URI that is a file on this machine (SQLite, or MLflow's file store)."""
+    return urlparse(uri).scheme in ("", "file", "sqlite")
+
+
+def check(launcher: Any, jobs: Sequence[DictConfig], uri: str, batch_size: Optional[int] = None) -> list[str]:
+    """Why this launcher cannot run these jobs as configured; empty when it can."""
+    if runs_in_process(launcher):
+        return []
+    name = type(launcher).__name__
+    errors = []
+    tracked = bool(jobs) and jobs[0].tracking.enabled  # checked in dry runs too: they say what would fail
+    if tracked and local_store(uri):
+        errors.append(
+            f"{name} runs jobs in parallel processes{' on other nodes' if is_slurm(launcher) else ''}, and the "
+            f"tracking store {uri} is a local file: concurrent writers to one SQLite file fail with 'database is "
+            f"locked'{', and other nodes cannot reach it' if is_slurm(launcher) else ''}. Start a tracking server "
+            f"and log to it: `mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow.db "
+            f"--artifacts-destination mlflow-server/artifacts --host 127.0.0.1 --port 5000`, then add "
+            f"tracking.uri=http://127.0.0.1:5000 (see docs/runbook.md)")
+    params = getattr(launcher, "params", {})
+    for job in jobs:
+        side_by_side = min(batch_size or len(jobs), len(jobs)) > 1
+        if not is_slurm(launcher) and job.engine.port and side_by_side:
+            errors.append(f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
+                          f"where their servers would clash: set engine.port=0 (each server leases a free port)")
+        gpus = params.get("gpus_per_node")
+        if is_slurm(launcher) and gpus is not None and gpus < job.engine.gpus:
+            errors.append(f"a job needs {job.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}")
+        needed, limit = job_minutes(job), params.get("timeout_min")
+        if limit is not None and limit < needed:
+            errors.append(f"a job may need {needed} min (readiness timeout plus runs at {FLOOR_TOK_PER_S:.0f} "
+                          f"tok/s per stream) but hydra.launcher.timeout_min={limit}; raise it to {needed}")
+    return list(dict.fromkeys(errors))
+
+
+def job_overrides(launcher: Any, uri: str) -> list[str]:
+    """What jobs outside the sweep's process must be told: the sweep's tracking store (the
+    parent run is there) and that no server outlives its job."""
+    if runs_in_process(launcher):
+        return []
+    return [f"tracking.uri={uri}", "multirun.reuse_servers=false"]
+
+
+def sbatch_preview(launcher: Any, jobs: int) -> str:
+    """The sbatch script a Slurm launcher would submit for an array of ``jobs``, written by
+    submitit's own script builder from the launcher's parameters (renamed as submitit's
+    executor renames them). Submitit's executor itself refuses to start without ``srun``, so
+    a dry run on a machine without Slurm goes through these module-level helpers instead."""
+    from submitit.slurm import slurm
+
+    renames = slurm.SlurmExecutor._equivalence_dict()
+    params = {renames.get(k, k): v for k, v in launcher.params.items() if k not in ("submitit_folder", "max_num_timeout")}
+    if params.get("mem") is not None:
+        params["mem"] = slurm._convert_mem(params["mem"])
+    folder = launcher.params["submitit_folder"]
+    command = shlex.join([sys.executable, "-u", "-m", "submitit.core._submit", folder])
+    return slurm._make_sbatch_string(command=command, folder=folder, map_count=jobs, **params)
