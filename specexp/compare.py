@@ -227,7 +227,7 @@ def reproduce(reference: Any, arms: list[Arm], *, confidence: float, threshold: 
     return by_point, checks
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specexp.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns")
     parser.add_argument("--experiment", default="specexp")
@@ -243,7 +243,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--reference", help="also check published claims, e.g. cuda13_story")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
 
     try:
         tracker = Tracker(args.tracking_uri, args.experiment, create=False)

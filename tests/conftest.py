@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
+import urllib.request
 import uuid
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest
@@ -39,6 +43,33 @@ def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeo
         stdout, stderr = process.communicate(timeout=60)
         pytest.fail(f"{' '.join(args)} timed out after {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
+    """`mlflow ARGS` (ui or server) on a free loopback port, in its own process group;
+    yields its URL once /health answers, stops the whole group after."""
+    from specexp.server import free_port
+
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port)],
+                               cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1)
+                break
+            except OSError:
+                assert process.poll() is None, f"mlflow {args[0]} exited with code {process.returncode}"
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"mlflow {args[0]} did not answer on {url}")
+        yield url
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=30)
 
 
 # Every process this test session starts inherits this marker, so the stray check sees only

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import time
-import urllib.request
 
 import mlflow
 import pytest
 
-from specexp.server import free_port
-from tests.conftest import run_cli
+from tests.conftest import mlflow_process, run_cli
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -31,25 +26,8 @@ def sweep_store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mlflow_ui(sweep_store):
     tmp, uri = sweep_store
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
-                                "--port", str(port), "--workers", "1"], cwd=tmp, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.STDOUT, start_new_session=True,
-                               env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("mlflow ui did not start")
+    with mlflow_process("ui", "--backend-store-uri", uri, "--workers", "1", cwd=tmp) as url:
         yield url
-    finally:
-        os.killpg(process.pid, 15)
-        process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,113 @@
+"""Jobs beyond the sweep's process: submitit's local launcher against a real `mlflow server`,
+host leases of GPUs and ports, and the checks that refuse what cannot work."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from specexp.leases import gpu_ids, lease_gpus
+from tests.conftest import mlflow_process, run_cli
+from tests.test_sweeps import TINY, runs_of
+
+
+def flat(text: str) -> str:
+    """Output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+def max_overlap(intervals: list[tuple[int, int]]) -> int:
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path):
+    store = tmp_path / "server"
+    leases = tmp_path / "leases"
+    with mlflow_process("server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}", "--artifacts-destination",
+                        str(store / "artifacts"), "--workers", "1", cwd=tmp_path) as url:
+        # A simulated two-GPU host: every server leases one of GPUs 0 and 1 (llama.cpp's CPU
+        # build ignores CUDA_VISIBLE_DEVICES; the lease is what is tested).
+        result = run_cli("-m", *TINY, "engine.threads=1", "hydra/launcher=submitit_local",
+                         "hydra.sweeper.max_batch_size=2", f"tracking.uri={url}", "engine.gpus=1", "host.gpus=[0,1]",
+                         f"host.lease_dir={leases}", "speculative=none,draft", "replicate=0,1", cwd=tmp_path)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "sweep: 4 jobs, 4 to run" in result.stdout
+        runs = runs_of(url)
+        (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+        assert {r.info.run_name for r in children} == {"speculative=none replicate=0", "speculative=draft replicate=0",
+                                       "speculative=none replicate=1", "speculative=draft replicate=1"}
+        # Each job started a server of its own, in its own process, and logged its log.
+        assert all(r.data.tags["server_reused"] == "false" for r in children)
+        client = MlflowClient(url)
+        for run in children:
+            assert "server.log" in {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert all(run.data.metrics["tok_per_s_mean"] > 0 for run in children)
+
+    # Two at a time, never more, and jobs running together never shared a GPU or a port.
+    spans = [(r.info.start_time, r.info.end_time) for r in children]
+    assert max_overlap(spans) == 2
+    for i, a in enumerate(children):
+        for b in children[i + 1:]:
+            if a.info.start_time < b.info.end_time and b.info.start_time < a.info.end_time:
+                assert a.data.tags["gpus"] != b.data.tags["gpus"]
+                assert a.data.tags["server_url"] != b.data.tags["server_url"]
+    assert {r.data.tags["gpus"] for r in children} == {"0", "1"}
+    assert not any(leases.iterdir()), "every lease is given back"
+    assert not (tmp_path / "mlruns").exists(), "no job fell back to a local store"
+
+
+def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
+    result = run_cli("-m", *TINY, "hydra/launcher=submitit_local", "speculative=none,draft", cwd=tmp_path,
+                     env=tracking_env, timeout=180)
+    assert result.returncode == 2
+    out = flat(result.stdout)
+    assert "is a local file" in out and "database is locked" in out
+    assert "mlflow server --backend-store-uri" in out and "tracking.uri=http://127.0.0.1:5000" in out
+    assert "nothing was launched" in out
+    assert not list(tmp_path.glob("multirun/*/*/.submitit")) and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("hydra.launcher.timeout_min=10", "hydra.launcher.timeout_min=10; raise it to 59"),
+    ("hydra.launcher.gpus_per_node=4", "a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4"),
+])
+def test_slurm_launcher_settings_that_cannot_hold_a_job_are_refused(tmp_path, override, message):
+    result = run_cli("-m", "engine=sglang", "model=kimi-k2.5", "speculative=none,ngram", "hydra/launcher=submitit_slurm",
+                     override, "tracking.uri=http://login1:5000", "dry_run=true", cwd=tmp_path, timeout=180)
+    assert result.returncode == 2 and message in flat(result.stdout)
+
+
+def test_local_launcher_refuses_a_fixed_port_for_jobs_side_by_side(tmp_path):
+    result = run_cli("-m", "engine=sglang", "model=kimi-k2.5", "speculative=none,ngram", "hydra/launcher=submitit_local",
+                     "tracking.uri=http://127.0.0.1:5000", "dry_run=true", cwd=tmp_path, timeout=180)
+    assert result.returncode == 2 and "engine.port=30000 is fixed" in flat(result.stdout)
+
+
+def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from specexp.leases import lease_gpus; "
+         "lease_gpus(Path(sys.argv[1]), ['0', '1'], 2, 5); print('held', flush=True); time.sleep(600)", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RuntimeError, match="not free after"):
+            lease_gpus(tmp_path, ["0", "1"], 1, wait_s=0.5, poll_s=0.1)
+    finally:
+        holder.kill()  # SIGKILL: no cleanup runs, the kernel drops the locks
+        holder.wait()
+    lease = lease_gpus(tmp_path, ["0", "1"], 2, wait_s=5)
+    assert gpu_ids(lease) == "0,1"
+    lease.release()
+    with pytest.raises(Exception, match="needs 3 GPU"):
+        lease_gpus(tmp_path, ["0", "1"], 3, wait_s=5)

@@ -1,0 +1,95 @@
+"""docs/runbook.md: every specexp command in it runs as a dry run, every report command
+parses, and every `mlflow server` flag exists in the installed MLflow."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specexp.compare import build_parser
+from tests.conftest import REPO, run_cli, server_pids
+
+RUNBOOK = REPO / "docs" / "runbook.md"
+
+
+def runbook_commands() -> list[list[str]]:
+    """Each command line of the runbook's bash blocks, split like a shell would, comments and
+    a trailing `&` dropped."""
+    blocks = re.findall(r"```bash\n(.*?)```", RUNBOOK.read_text(), re.S)
+    commands = []
+    for line in "\n".join(blocks).replace("\\\n", " ").splitlines():
+        line = line.split("  #")[0].strip()
+        if line and not line.startswith("#"):
+            argv = shlex.split(line)
+            commands.append(argv[:-1] if argv[-1] == "&" else argv)
+    return commands
+
+
+def specexp_overrides(argv: list[str]) -> list[str] | None:
+    """The Hydra arguments of `python -m specexp[.doctor] ...`; None for other commands."""
+    if argv[:3] in (["python", "-m", "specexp"], ["python", "-m", "specexp.doctor"]):
+        return argv[3:]
+    return None
+
+
+COMMANDS = runbook_commands()
+SPECEXP = [c for c in COMMANDS if specexp_overrides(c) is not None]
+
+
+def test_the_runbook_has_the_commands_this_test_checks():
+    kinds = {" ".join(c[:3]) for c in COMMANDS}
+    assert len(SPECEXP) >= 8 and {"python -m specexp", "python -m specexp.doctor", "python -m specexp.compare"} <= kinds
+    assert any("hydra/launcher=submitit_slurm" in c for c in SPECEXP)
+    assert sum(c[:2] == ["mlflow", "server"] for c in COMMANDS) == 2
+
+
+@pytest.mark.parametrize("argv", SPECEXP, ids=[" ".join(c[2:])[:90] for c in SPECEXP])
+def test_runbook_specexp_command_as_a_dry_run(argv, tmp_path):
+    # The doctor's overrides compose the same run; its checks need the GPU node itself.
+    overrides = [o for o in specexp_overrides(argv) if o != "dry_run=true"] + ["dry_run=true"]
+    before = server_pids()
+    result = run_cli(*overrides, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    commands = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line and not line.startswith("#")]
+    jobs = 15 if "replicate=0,1,2" in overrides else 5 if "+sweep=cuda13_upgrade" in overrides else 1
+    assert len(commands) == jobs
+    assert all("--tp-size 8" in c for c in commands)
+    if "hydra/launcher=submitit_slurm" in overrides:
+        for directive in ("--exclusive", "--gpus-per-node=8", "--ntasks-per-node=1", "--nodes=1", "--partition=gpu",
+                          "--array=0-4%5", "--time="):
+            assert f"#SBATCH {directive}" in result.stdout
+    assert server_pids() - before == set()
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_runbook_report_commands_parse():
+    reports = [c for c in COMMANDS if c[:3] == ["python", "-m", "specexp.compare"]]
+    assert reports
+    for argv in reports:
+        args = build_parser().parse_args(argv[3:])
+        assert args.reference == "cuda13_story" and args.experiment == "cuda13-story"
+    assert (REPO / "conf" / "reference" / "cuda13_story.yaml").is_file()
+
+
+def test_runbook_mlflow_server_flags_exist():
+    help_text = subprocess.run([sys.executable, "-m", "mlflow", "server", "--help"], capture_output=True, text=True,
+                               check=True).stdout
+    for argv in (c for c in COMMANDS if c[:2] == ["mlflow", "server"]):
+        flags = [a for a in argv if a.startswith("--")]
+        assert flags
+        for flag in flags:
+            assert re.search(rf"\s{re.escape(flag)}\b", help_text), f"mlflow server has no {flag}"
+
+
+def test_runbook_names_existing_stacks_and_cases():
+    text = RUNBOOK.read_text()
+    for name in re.findall(r"\+case=([\w-]+)", text):
+        assert (REPO / "conf" / "case" / f"{name}.yaml").is_file(), name
+    for stack in ("cu128", "cu130"):
+        python = f"/opt/specexp/{stack}/bin/python"
+        assert python in (REPO / "conf" / "stack" / f"{stack}.yaml").read_text() and f"/opt/specexp/{stack}" in text
