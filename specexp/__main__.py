@@ -27,6 +27,10 @@ def main(cfg: DictConfig) -> str:
     from specexp.report import console
     from specexp.runner import run_job
 
+    # A launcher's job process may inherit SIGINT ignored (a sweep started with `&` from a
+    # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     try:
         result = run_job(cfg, Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as exc:

@@ -12,7 +12,9 @@ before anything is submitted, and tells each job where to log.
 from __future__ import annotations
 
 import math
+import os
 import shlex
+import signal
 import sys
 import warnings
 from typing import Any, Optional, Sequence
@@ -122,3 +124,48 @@ def sbatch_preview(launcher: Any, jobs: int) -> str:
     folder = launcher.params["submitit_folder"]
     command = shlex.join([sys.executable, "-u", "-m", "submitit.core._submit", folder])
     return slurm._make_sbatch_string(command=command, folder=folder, map_count=jobs, **params)
+
+
+def stop_local_jobs(grace_s: float = 30.0) -> None:
+    """Interrupt the jobs a local parallel launcher started from this process, so that each
+    stops its server and ends its run: SIGINT to the job processes - this process's
+    descendants in its session with no child there (the launcher's own helpers, such as
+    submitit's controller, would SIGKILL a job one second after interrupting it). Servers run
+    in sessions of their own and are stopped by their jobs. What is left after ``grace_s``
+    is killed; a server dies with its job (see server.py)."""
+    import psutil
+
+    session = os.getsid(0)
+    ours = [p for p in psutil.Process().children(recursive=True) if _session(p) == session]
+    jobs = [p for p in ours if not any(_session(c) == session for c in _children(p))]
+    for process in jobs:
+        _signal(process, signal.SIGINT)
+    psutil.wait_procs(jobs, timeout=grace_s)
+    _, left = psutil.wait_procs(ours, timeout=5)
+    for process in left:
+        _signal(process, signal.SIGKILL)
+
+
+def _session(process: Any) -> Optional[int]:
+    try:
+        return os.getsid(process.pid)
+    except OSError:
+        return None
+
+
+def _children(process: Any) -> list:
+    import psutil
+
+    try:
+        return process.children()
+    except psutil.Error:
+        return []
+
+
+def _signal(process: Any, sig: int) -> None:
+    import psutil
+
+    try:
+        process.send_signal(sig)
+    except psutil.Error:
+        pass

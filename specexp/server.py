@@ -7,6 +7,7 @@ at once, with the line that says why and the end of its log, not at the readines
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
@@ -76,6 +77,19 @@ def reason_from_log(log: str) -> str:
     return candidates[-1] if candidates else (log.strip().splitlines() or [""])[-1]
 
 
+def _die_with_parent() -> None:
+    """In the server, before exec (Linux): SIGTERM it when the process that started it dies,
+    even by SIGKILL - a job killed at its time limit or cancelled by its launcher must not
+    leave a server holding the GPUs. Elsewhere a no-op."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 class ServerProcess:
     """One launched inference server. Use as a context manager: it is always stopped."""
 
@@ -104,6 +118,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, so stop() reaches every child
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             raise ServerError(f"could not start {self.launch.argv[0]}: {exc}", reason=str(exc)) from exc

@@ -172,7 +172,7 @@ def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[
         for error in errors:
             report.console.print(f"[red]config error:[/] {error}")
         what = (f"{len(plan.errors)} of {len(job_overrides)} jobs cannot run" if plan.errors
-                else f"hydra/launcher cannot run this sweep as configured")
+                else "hydra/launcher cannot run this sweep as configured")
         report.console.print(f"[red]{what}; nothing was launched[/]")
         sys.exit(2)
     settings = first.multirun
@@ -202,12 +202,17 @@ def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
+        if not launchers.runs_in_process(launcher) and not launchers.is_slurm(launcher):
+            launchers.stop_local_jobs()
         raise
     finally:
         POOL.close()
         if tracker:
             from specexp.compare import sweep_report
 
+            if not launchers.is_slurm(launcher):  # Slurm jobs outlive the sweep's process
+                # A job process that was killed could not end its run; its server is gone with it.
+                tracker.end_children(parent, "FAILED" if status == "FINISHED" else status)
             sweep_report(tracker, parent, plan, returns, settings.baseline)
             tracker.end(status)
     return [returns]

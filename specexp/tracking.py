@@ -113,6 +113,12 @@ class Tracker:
         if self.run_id:
             self.client.set_terminated(self.run_id, status=status)
 
+    def end_children(self, parent_run_id: str, status: str) -> None:
+        """End the child runs of ``parent_run_id`` that are still open."""
+        for run in self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}' "
+                                           f"and attributes.status = 'RUNNING'"):
+            self.client.set_terminated(run.info.run_id, status=status)
+
 
 class OfflineTracker:
     """Stands in for :class:`Tracker` when the store cannot be reached: every call is written

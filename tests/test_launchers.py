@@ -3,15 +3,17 @@ host leases of GPUs and ports, and the checks that refuse what cannot work."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.leases import gpu_ids, lease_gpus
-from tests.conftest import mlflow_process, run_cli
+from tests.conftest import mlflow_process, run_cli, server_pids
 from tests.test_sweeps import TINY, runs_of
 
 
@@ -29,30 +31,44 @@ def max_overlap(intervals: list[tuple[int, int]]) -> int:
     return peak
 
 
-def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path):
-    store = tmp_path / "server"
-    leases = tmp_path / "leases"
+@pytest.fixture(scope="module")
+def tracking_server(tmp_path_factory):
+    """A real `mlflow server` with a SQLite backend, as docs/runbook.md starts it."""
+    store = tmp_path_factory.mktemp("mlflow-server")
     with mlflow_process("server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}", "--artifacts-destination",
-                        str(store / "artifacts"), "--workers", "1", cwd=tmp_path) as url:
-        # A simulated two-GPU host: every server leases one of GPUs 0 and 1 (llama.cpp's CPU
-        # build ignores CUDA_VISIBLE_DEVICES; the lease is what is tested).
-        result = run_cli("-m", *TINY, "engine.threads=1", "hydra/launcher=submitit_local",
-                         "hydra.sweeper.max_batch_size=2", f"tracking.uri={url}", "engine.gpus=1", "host.gpus=[0,1]",
-                         f"host.lease_dir={leases}", "speculative=none,draft", "replicate=0,1", cwd=tmp_path)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert "sweep: 4 jobs, 4 to run" in result.stdout
-        runs = runs_of(url)
-        (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
-        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-        assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
-        assert {r.info.run_name for r in children} == {"speculative=none replicate=0", "speculative=draft replicate=0",
-                                       "speculative=none replicate=1", "speculative=draft replicate=1"}
-        # Each job started a server of its own, in its own process, and logged its log.
-        assert all(r.data.tags["server_reused"] == "false" for r in children)
-        client = MlflowClient(url)
-        for run in children:
-            assert "server.log" in {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert all(run.data.metrics["tok_per_s_mean"] > 0 for run in children)
+                        str(store / "artifacts"), "--workers", "1", cwd=store) as url:
+        yield url
+
+
+def local_sweep(url: str, experiment: str, tmp_path: Path, *extra: str) -> list[str]:
+    # A simulated two-GPU host: every server leases one of GPUs 0 and 1 (llama.cpp's CPU
+    # build ignores CUDA_VISIBLE_DEVICES; the lease is what is tested).
+    return ["-m", *TINY, "engine.threads=1", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=2",
+            f"tracking.uri={url}", f"tracking.experiment={experiment}", "engine.gpus=1", "host.gpus=[0,1]",
+            f"host.lease_dir={tmp_path / 'leases'}", "speculative=none,draft", "replicate=0,1", *extra]
+
+
+def parent_and_children(url: str, experiment: str):
+    runs = runs_of(url, experiment)
+    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+    return parent, [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+
+
+def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracking_server):
+    url, leases = tracking_server, tmp_path / "leases"
+    result = run_cli(*local_sweep(url, "parallel", tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "sweep: 4 jobs, 4 to run" in result.stdout
+    parent, children = parent_and_children(url, "parallel")
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    assert {r.info.run_name for r in children} == {"speculative=none replicate=0", "speculative=draft replicate=0",
+                                                   "speculative=none replicate=1", "speculative=draft replicate=1"}
+    # Each job started a server of its own, in its own process, and logged its log.
+    assert all(r.data.tags["server_reused"] == "false" for r in children)
+    client = MlflowClient(url)
+    for run in children:
+        assert "server.log" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert all(run.data.metrics["tok_per_s_mean"] > 0 for run in children)
 
     # Two at a time, never more, and jobs running together never shared a GPU or a port.
     spans = [(r.info.start_time, r.info.end_time) for r in children]
@@ -65,6 +81,25 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path):
     assert {r.data.tags["gpus"] for r in children} == {"0", "1"}
     assert not any(leases.iterdir()), "every lease is given back"
     assert not (tmp_path / "mlruns").exists(), "no job fell back to a local store"
+
+
+def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path, tracking_server):
+    before = server_pids()
+    args = local_sweep(tracking_server, "interrupted", tmp_path, "workload.max_tokens=256", "stats.measured_runs=20")
+    sweep = subprocess.Popen([sys.executable, "-m", "specexp", *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while len(server_pids() - before) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(server_pids() - before) == 2, "two jobs were serving at once"
+    sweep.send_signal(signal.SIGTERM)
+    assert sweep.wait(timeout=120) != 0
+    assert server_pids() - before == set()
+    leftover = subprocess.run(["pgrep", "-f", f"submitit.*{tmp_path}"], capture_output=True, text=True).stdout
+    assert not leftover.strip(), "no job process outlives the sweep"
+    parent, children = parent_and_children(tracking_server, "interrupted")
+    assert parent.info.status == "KILLED"
+    assert len(children) == 2 and {r.info.status for r in children} == {"KILLED"}
 
 
 def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
