@@ -107,7 +107,8 @@ def job_overrides(launcher: Any, uri: str) -> list[str]:
     parent run is there) and that no server outlives its job."""
     if runs_in_process(launcher):
         return []
-    return [f"tracking.uri={uri}", "multirun.reuse_servers=false"]
+    quoted = uri.replace("\\", "\\\\").replace("'", "\\'")  # Hydra's quoted-string escapes
+    return [f"tracking.uri='{quoted}'", "multirun.reuse_servers=false"]
 
 
 def sbatch_preview(launcher: Any, jobs: int) -> str:
