@@ -255,6 +255,9 @@ def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, rec
     finally:
         if server is not None and not shared:
             server.stop()
+            if tracker and server.started_at:
+                tracker.set_tags({"server_started_at": f"{server.started_at:.3f}",
+                                  "server_stopped_at": f"{server.stopped_at:.3f}"})
     if tracker and cfg.stats.launches > 1:
         measured = [r.tok_per_s for r in runs if not r.warmup]
         tracker.log_metrics({"launch_tok_per_s": sum(measured) / len(measured)}, step=index)

@@ -103,6 +103,10 @@ class ServerProcess:
         self.log_path = log_path
         self.process: Optional[subprocess.Popen] = None
         self.ready_after_s: Optional[float] = None
+        # Wall-clock seconds (epoch) of start and stop, to line a server up with others' and
+        # with GPU monitoring.
+        self.started_at: Optional[float] = None
+        self.stopped_at: Optional[float] = None
 
     def start(self) -> None:
         if port_in_use(self.host, self.port):
@@ -120,6 +124,7 @@ class ServerProcess:
                 start_new_session=True,  # its own process group, so stop() reaches every child
                 preexec_fn=_die_with_parent,
             )
+            self.started_at = time.time()
         except OSError as exc:
             raise ServerError(f"could not start {self.launch.argv[0]}: {exc}", reason=str(exc)) from exc
         finally:
@@ -159,6 +164,7 @@ class ServerProcess:
         try:
             self._stop_group(grace_s)
         finally:
+            self.stopped_at = time.time()
             for lease in self.leases:
                 lease.release()
             self.leases = []

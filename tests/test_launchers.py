@@ -56,7 +56,9 @@ def parent_and_children(url: str, experiment: str):
 
 def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracking_server):
     url, leases = tracking_server, tmp_path / "leases"
-    result = run_cli(*local_sweep(url, "parallel", tmp_path), cwd=tmp_path)
+    # Long enough (about 5 s of serving per job) for the two servers of a batch to overlap.
+    result = run_cli(*local_sweep(url, "parallel", tmp_path, "workload.max_tokens=192", "stats.measured_runs=3"),
+                     cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "sweep: 4 jobs, 4 to run" in result.stdout
     parent, children = parent_and_children(url, "parallel")
@@ -70,12 +72,13 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
         assert "server.log" in {a.path for a in client.list_artifacts(run.info.run_id)}
     assert all(run.data.metrics["tok_per_s_mean"] > 0 for run in children)
 
-    # Two at a time, never more, and jobs running together never shared a GPU or a port.
-    spans = [(r.info.start_time, r.info.end_time) for r in children]
-    assert max_overlap(spans) == 2
+    # Two jobs at a time, never more; servers running together never shared a GPU or a port.
+    assert max_overlap([(r.info.start_time, r.info.end_time) for r in children]) == 2
+    servers = [(float(r.data.tags["server_started_at"]), float(r.data.tags["server_stopped_at"])) for r in children]
+    assert max_overlap(servers) == 2
     for i, a in enumerate(children):
-        for b in children[i + 1:]:
-            if a.info.start_time < b.info.end_time and b.info.start_time < a.info.end_time:
+        for j, b in enumerate(children[i + 1:], i + 1):
+            if servers[i][0] < servers[j][1] and servers[j][0] < servers[i][1]:
                 assert a.data.tags["gpus"] != b.data.tags["gpus"]
                 assert a.data.tags["server_url"] != b.data.tags["server_url"]
     assert {r.data.tags["gpus"] for r in children} == {"0", "1"}
