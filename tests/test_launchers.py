@@ -3,6 +3,7 @@ host leases of GPUs and ports, and the checks that refuse what cannot work."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.leases import gpu_ids, lease_gpus
 from tests.conftest import mlflow_process, run_cli, server_pids
+from tests.slurm_cluster import PARTITION, one_node_cluster
 from tests.test_sweeps import TINY, runs_of
 
 
@@ -84,6 +86,25 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
     assert {r.data.tags["gpus"] for r in children} == {"0", "1"}
     assert not any(leases.iterdir()), "every lease is given back"
     assert not (tmp_path / "mlruns").exists(), "no job fell back to a local store"
+
+
+def test_submitit_slurm_sweep_on_a_real_one_node_cluster(tmp_path, tracking_server):
+    """Each job an array task of a real Slurm (one node, so one exclusive job at a time)."""
+    with one_node_cluster(tmp_path / "slurm") as slurm_env:
+        result = run_cli("-m", *TINY, "engine.threads=1", "hydra/launcher=submitit_slurm",
+                         f"hydra.launcher.partition={PARTITION}", f"tracking.uri={tracking_server}",
+                         "tracking.experiment=slurm", "speculative=none,draft", cwd=tmp_path, env=slurm_env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    parent, children = parent_and_children(tracking_server, "slurm")
+    assert parent.info.status == "FINISHED"
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    assert all(r.data.tags["server_reused"] == "false" and r.data.metrics["tok_per_s_mean"] > 0 for r in children)
+    # The jobs ran inside Slurm allocations, with the preset's sbatch directives.
+    (script,) = tmp_path.glob("multirun/*/*/.submitit/*/*_submission.sh")
+    for directive in ("--exclusive", "--ntasks-per-node=1", "--nodes=1", f"--partition={PARTITION}", "--array=0-1%2"):
+        assert f"#SBATCH {directive}" in script.read_text()
+    environments = [json.loads(p.read_text())["inherited"] for p in tmp_path.glob("multirun/*/*/*/environment.json")]
+    assert len(environments) == 2 and all("SLURM_JOB_ID" in env for env in environments)
 
 
 def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path, tracking_server):
