@@ -42,9 +42,13 @@ def job_minutes(cfg: Any) -> int:
 
 
 def register_resolvers() -> None:
-    """``${specexp.job_minutes:}``, which sizes the presets' time limit from the job's settings."""
+    """``${specexp.job_minutes:}`` and ``${specexp.gpus_per_node:}``, which size the presets'
+    time limit and GPUs from the job's settings."""
     if not OmegaConf.has_resolver("specexp.job_minutes"):
         OmegaConf.register_new_resolver("specexp.job_minutes", lambda *, _root_: job_minutes(_root_))
+    if not OmegaConf.has_resolver("specexp.gpus_per_node"):
+        # A CPU server asks Slurm for no GPUs at all (`--gpus-per-node=0` fails on clusters without GRES).
+        OmegaConf.register_new_resolver("specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None)
 
 
 # On import, because submitit's job processes compose the job's config before specexp's

@@ -103,6 +103,7 @@ def test_submitit_slurm_sweep_on_a_real_one_node_cluster(tmp_path, tracking_serv
     (script,) = tmp_path.glob("multirun/*/*/.submitit/*/*_submission.sh")
     for directive in ("--exclusive", "--ntasks-per-node=1", "--nodes=1", f"--partition={PARTITION}", "--array=0-1%2"):
         assert f"#SBATCH {directive}" in script.read_text()
+    assert "--gpus-per-node" not in script.read_text(), "a CPU server asks for no GPUs"
     environments = [json.loads(p.read_text())["inherited"] for p in tmp_path.glob("multirun/*/*/*/environment.json")]
     assert len(environments) == 2 and all("SLURM_JOB_ID" in env for env in environments)
 
