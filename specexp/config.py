@@ -190,6 +190,7 @@ SPECULATIVE_METHODS = ("none", "eagle3", "ngram", "draft")
 def register_configs() -> None:
     """Put the schemas into Hydra's ConfigStore; YAML options extend them by name."""
     from specexp.engines import ENGINES
+
     cs = ConfigStore.instance()
     cs.store(name="run_schema", node=RunConfig)
     for group, node in (

@@ -91,9 +91,9 @@ def check(launcher: Any, jobs: Sequence[DictConfig], uri: str, batch_size: Optio
             f"--artifacts-destination mlflow-server/artifacts --host 127.0.0.1 --port 5000`, then add "
             f"tracking.uri=http://127.0.0.1:5000 (see docs/runbook.md)")
     params = getattr(launcher, "params", {})
+    side_by_side = not is_slurm(launcher) and min(batch_size or len(jobs), len(jobs)) > 1
     for job in jobs:
-        side_by_side = min(batch_size or len(jobs), len(jobs)) > 1
-        if not is_slurm(launcher) and job.engine.port and side_by_side:
+        if side_by_side and job.engine.port:
             errors.append(f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
                           f"where their servers would clash: set engine.port=0 (each server leases a free port)")
         gpus = params.get("gpus_per_node")

@@ -151,10 +151,15 @@ def runs_by_launch(runs: list[RunResult]) -> dict[int, list[float]]:
     return groups
 
 
+def planned_launch(cfg: DictConfig, engine: Engine) -> LaunchSpec:
+    """The server command as a dry run shows it (a free port when engine.port is 0); the
+    launch itself leases its port (see :func:`_new_server`)."""
+    return engine.launch_spec(cfg, cfg.engine.port or free_port(cfg.engine.host))
+
+
 def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     engine, tiny = prepare(cfg)
-    host = cfg.engine.host
-    launch = engine.launch_spec(cfg, cfg.engine.port or free_port(host))
+    launch = planned_launch(cfg, engine)
     if cfg.dry_run:
         report.print_dry_run(cfg, launch, engine)
         return JobResult(status="DRY_RUN", output_dir=output_dir)

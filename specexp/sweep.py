@@ -143,11 +143,11 @@ def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
     composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
     from specexp import launchers, report
     from specexp.engines import get_engine
-    from specexp.server import free_port
+    from specexp.runner import planned_launch
 
     for job in plan.to_run:
         engine = get_engine(job.cfg.engine.name)
-        report.print_dry_run(job.cfg, engine.launch_spec(job.cfg, job.cfg.engine.port or free_port()), engine)
+        report.print_dry_run(job.cfg, planned_launch(job.cfg, engine), engine)
     report.console.print(f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
                          f"{launcher.params.get('timeout_min')} min each")
     if launchers.is_slurm(launcher):
