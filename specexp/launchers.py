@@ -17,10 +17,15 @@ import shlex
 import signal
 import sys
 import warnings
+from enum import StrEnum
 from typing import Any, Optional, Sequence
 from urllib.parse import urlparse
 
-from omegaconf import DictConfig, OmegaConf
+import psutil
+from omegaconf import OmegaConf
+from submitit.slurm import slurm
+
+from specexp.schemas import RunConfig
 
 # A floor for the output rate of one stream when sizing a job's time limit: a job killed at
 # its limit loses its measurements, one that ends early costs nothing.
@@ -51,23 +56,26 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None)
 
 
-# On import, because submitit's job processes compose the job's config before specexp's
-# main runs there; they import this module through specexp.config.
-register_resolvers()
-# The presets keep the plugin's names on purpose (that is how users select them), and Hydra's
-# schema matching by name, which validates them against the plugin's schemas, warns about it.
-warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
+def quiet_preset_validation() -> None:
+    """The presets keep the plugin's names on purpose (that is how users select them), and
+    Hydra's schema matching by name, which validates them against the plugin's schemas,
+    warns about it."""
+    warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
 
 
-def runs_in_process(launcher: Any) -> bool:
-    """Hydra's basic launcher runs jobs one after another inside the sweep's process."""
-    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+class LauncherKind(StrEnum):
+    # Hydra's basic launcher: jobs one after another inside the sweep's process.
+    in_process = "in process"
+    # Jobs as parallel processes on this host (submitit_local, joblib).
+    local = "local processes"
+    # Jobs submitted to Slurm, on other nodes.
+    slurm = "slurm"
 
-    return isinstance(launcher, BasicLauncher)
 
-
-def is_slurm(launcher: Any) -> bool:
-    return type(launcher).__name__ == "SlurmLauncher"
+def launcher_kind(launcher: Any) -> LauncherKind:
+    """By class name: Hydra's basic launcher is not public API, so it is not imported."""
+    name = type(launcher).__name__
+    return {"BasicLauncher": LauncherKind.in_process, "SlurmLauncher": LauncherKind.slurm}.get(name, LauncherKind.local)
 
 
 def local_store(uri: str) -> bool:
@@ -75,29 +83,31 @@ def local_store(uri: str) -> bool:
     return urlparse(uri).scheme in ("", "file", "sqlite")
 
 
-def check(launcher: Any, jobs: Sequence[DictConfig], uri: str, batch_size: Optional[int] = None) -> list[str]:
+def check(launcher: Any, jobs: Sequence[RunConfig], uri: str, batch_size: Optional[int] = None) -> list[str]:
     """Why this launcher cannot run these jobs as configured; empty when it can."""
-    if runs_in_process(launcher):
+    kind = launcher_kind(launcher)
+    if kind == LauncherKind.in_process:
         return []
+    slurm_jobs = kind == LauncherKind.slurm
     name = type(launcher).__name__
     errors = []
     tracked = bool(jobs) and jobs[0].tracking.enabled  # checked in dry runs too: they say what would fail
     if tracked and local_store(uri):
         errors.append(
-            f"{name} runs jobs in parallel processes{' on other nodes' if is_slurm(launcher) else ''}, and the "
+            f"{name} runs jobs in parallel processes{' on other nodes' if slurm_jobs else ''}, and the "
             f"tracking store {uri} is a local file: concurrent writers to one SQLite file fail with 'database is "
-            f"locked'{', and other nodes cannot reach it' if is_slurm(launcher) else ''}. Start a tracking server "
+            f"locked'{', and other nodes cannot reach it' if slurm_jobs else ''}. Start a tracking server "
             f"and log to it: `mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow.db "
             f"--artifacts-destination mlflow-server/artifacts --host 127.0.0.1 --port 5000`, then add "
             f"tracking.uri=http://127.0.0.1:5000 (see docs/runbook.md)")
     params = getattr(launcher, "params", {})
-    side_by_side = not is_slurm(launcher) and min(batch_size or len(jobs), len(jobs)) > 1
+    side_by_side = not slurm_jobs and min(batch_size or len(jobs), len(jobs)) > 1
     for job in jobs:
         if side_by_side and job.engine.port:
             errors.append(f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
                           f"where their servers would clash: set engine.port=0 (each server leases a free port)")
         gpus = params.get("gpus_per_node")
-        if is_slurm(launcher) and gpus is not None and gpus < job.engine.gpus:
+        if slurm_jobs and gpus is not None and gpus < job.engine.gpus:
             errors.append(f"a job needs {job.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}")
         needed, limit = job_minutes(job), params.get("timeout_min")
         if limit is not None and limit < needed:
@@ -109,7 +119,7 @@ def check(launcher: Any, jobs: Sequence[DictConfig], uri: str, batch_size: Optio
 def job_overrides(launcher: Any, uri: str) -> list[str]:
     """What jobs outside the sweep's process must be told: the sweep's tracking store (the
     parent run is there) and that no server outlives its job."""
-    if runs_in_process(launcher):
+    if launcher_kind(launcher) == LauncherKind.in_process:
         return []
     quoted = uri.replace("\\", "\\\\").replace("'", "\\'")  # Hydra's quoted-string escapes
     return [f"tracking.uri='{quoted}'", "multirun.reuse_servers=false"]
@@ -119,9 +129,9 @@ def sbatch_preview(launcher: Any, jobs: int) -> str:
     """The sbatch script a Slurm launcher would submit for an array of ``jobs``, written by
     submitit's own script builder from the launcher's parameters (renamed as submitit's
     executor renames them). Submitit's executor itself refuses to start without ``srun``, so
-    a dry run on a machine without Slurm goes through these module-level helpers instead."""
-    from submitit.slurm import slurm
-
+    a dry run on a machine without Slurm goes through these module-level helpers instead -
+    private ones (``_make_sbatch_string``, ``_convert_mem``): submitit has no public way to
+    write the script without submitting it. tests/test_runbook.py pins the script they write."""
     renames = slurm.SlurmExecutor._equivalence_dict()
     params = {renames.get(k, k): v for k, v in launcher.params.items() if k not in ("submitit_folder", "max_num_timeout")}
     if params.get("mem") is not None:
@@ -138,8 +148,6 @@ def stop_local_jobs(grace_s: float = 30.0) -> None:
     submitit's controller, would SIGKILL a job one second after interrupting it). Servers run
     in sessions of their own and are stopped by their jobs. What is left after ``grace_s``
     is killed; a server dies with its job (see server.py)."""
-    import psutil
-
     session = os.getsid(0)
     ours = [p for p in psutil.Process().children(recursive=True) if _session(p) == session]
     jobs = [p for p in ours if not any(_session(c) == session for c in _children(p))]
@@ -159,8 +167,6 @@ def _session(process: Any) -> Optional[int]:
 
 
 def _children(process: Any) -> list:
-    import psutil
-
     try:
         return process.children()
     except psutil.Error:
@@ -168,8 +174,6 @@ def _children(process: Any) -> list:
 
 
 def _signal(process: Any, sig: int) -> None:
-    import psutil
-
     try:
         process.send_signal(sig)
     except psutil.Error:

@@ -13,12 +13,20 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from specexp.config import ConfigError
+from specexp.schemas import ConfigError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel says is free now (another job may be told the same: lease it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
 
 
 class Lease:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from typing import Sequence
 
-matplotlib.use("Agg")  # no display on servers and in CI
-import matplotlib.pyplot as plt  # noqa: E402
+# Figures made directly, not through pyplot: no global backend or figure state, no display.
+from matplotlib.figure import Figure
+
+from specexp.analysis import Arm
+from specexp.crossover import Crossover
+from specexp.stats import Comparison
 
 
-def comparison_plot(arms, comparisons, metric: str, path: Path) -> Path:
+def comparison_plot(arms: Sequence[Arm], comparisons: Sequence[Comparison], metric: str, path: Path) -> Path:
     """Left: each configuration's mean with its CI. Right: each speedup with its CI."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, max(3, 0.6 * len(arms) + 1.5)))
+    fig = Figure(figsize=(12, max(3, 0.6 * len(arms) + 1.5)))
+    left, right = fig.subplots(1, 2)
     labels = [a.label for a in arms]
     means = [a.summary.mean for a in arms]
     errors = [[a.summary.mean - a.summary.ci_low if a.summary.n > 1 else 0 for a in arms],
@@ -37,13 +42,14 @@ def comparison_plot(arms, comparisons, metric: str, path: Path) -> Path:
         right.set_axis_off()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
-def crossover_plot(families, crossovers, factor: str, path: Path) -> Path:
+def crossover_plot(families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str,
+                   path: Path) -> Path:
     """Throughput against concurrency for each arm (mean and CI), crossovers marked."""
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig = Figure(figsize=(9, 5.5))
+    ax = fig.subplots()
     for name, levels in families.items():
         xs = sorted(levels)
         means = [levels[x].summary.mean for x in xs]
@@ -67,5 +73,4 @@ def crossover_plot(families, crossovers, factor: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

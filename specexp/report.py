@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
-from omegaconf import DictConfig
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specexp.client import RunResult
-from specexp.engines.base import Engine, LaunchSpec
-from specexp.stats import Summary
-from specexp.tracking import redact_env
+from specexp.analysis import Arm, ClaimCheck
+from specexp.engines.base import LaunchSpec
+from specexp.job import Job
+from specexp.measurements import RunResult
+from specexp.redaction import redact_env
+from specexp.results import Tag
+from specexp.schemas import RunConfig
+from specexp.stats import Comparison, Summary
 
 # soft_wrap: long lines (commands, paths) stay whole instead of being wrapped mid-word.
 # Logs and pipes get a wide fixed width, so tables stay readable there too.
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
-def print_dry_run(cfg: DictConfig, launch: LaunchSpec, engine: Engine) -> None:
-    version, source = engine.version(cfg)
+def print_dry_run(job: Job, launch: LaunchSpec) -> None:
+    cfg, engine = job.config, job.engine
+    version, source = engine.version(job.server)
     console.print(f"[bold]# engine={engine.name} stack={cfg.stack.name} model={cfg.model.name} "
                   f"attention_backend={cfg.attention_backend.name} allreduce_backend={cfg.allreduce_backend.name} "
                   f"speculative={cfg.speculative.method} concurrency={cfg.concurrency.streams}[/]")
@@ -63,8 +67,8 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
-def print_summary(cfg: DictConfig, summary: Optional[Summary], metrics: dict[str, float], notes: list[str],
-                  runs: list[RunResult], tracker: Any) -> None:
+def print_summary(cfg: RunConfig, summary: Optional[Summary], metrics: dict[str, float], notes: list[str],
+                  runs: list[RunResult]) -> None:
     table = Table(title=f"{cfg.engine.name} / {cfg.model.name} / speculative={cfg.speculative.method} / "
                         f"concurrency={cfg.concurrency.streams}")
     if cfg.stats.launches > 1:
@@ -94,8 +98,6 @@ def print_summary(cfg: DictConfig, summary: Optional[Summary], metrics: dict[str
     if "acceptance_length_mean" in metrics:
         console.print(f"acceptance length {metrics['acceptance_length_mean']:.2f}, "
                       f"rate {metrics.get('acceptance_rate_mean', float('nan')):.1%}")
-    if tracker:
-        console.print(f"MLflow: run {tracker.run_id} (experiment {tracker.experiment_id}) in {tracker.uri}")
 
 
 # Comparisons and reproduction reports: rows are built once, then drawn for the terminal
@@ -114,7 +116,7 @@ def _p(value: Optional[float]) -> str:
     return "-" if value is None else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
 
 
-def comparison_rows(arms, comparisons) -> tuple[list[str], list[list[str]]]:
+def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> tuple[list[str], list[list[str]]]:
     headers = ["configuration", "n", "mean", "95% CI", "CV", "vs baseline", "ratio CI", "p Welch (Holm)",
                "p Mann-Whitney", "verdict", "MDE", "runs for threshold"]
     by_label = {c.candidate: c for c in comparisons}
@@ -157,27 +159,28 @@ def _comparison_notes(comparisons) -> list[str]:
     return [f"{c.candidate}: {note}" for c in comparisons for note in c.notes]
 
 
-def comparison_markdown(arms, comparisons, metric: str) -> str:
+def comparison_markdown(arms: Sequence[Arm], comparisons: Sequence[Comparison], metric: str) -> str:
     headers, rows = comparison_rows(arms, comparisons)
     text = f"# Comparison of {metric}\n\n" + _markdown_table(headers, rows)
     notes = _comparison_notes(comparisons)
     return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
 
 
-def print_comparison(arms, comparisons, skipped: list[str], metric: str) -> None:
+def print_comparison(arms: Sequence[Arm], comparisons: Sequence[Comparison], skipped: list[str], metric: str) -> None:
     headers, rows = comparison_rows(arms, comparisons)
     console.print(_rich_table(f"{metric}: ratio of means vs baseline, Welch t on logs; Holm over "
                               f"{len(comparisons)} comparison(s)", headers, rows, headers.index("verdict")))
     for note in _comparison_notes(comparisons):
         console.print(f"[yellow]note:[/] {note}")
     for arm in arms:
-        if arm.tags.get("warnings"):
-            console.print(f"[yellow]warning:[/] {arm.label}: {arm.tags['warnings']}")
+        if arm.run.tags.get(Tag.warnings):
+            console.print(f"[yellow]warning:[/] {arm.label}: {arm.run.tags[Tag.warnings]}")
     for line in skipped:
         console.print(f"[dim]skipped: {line}[/]")
 
 
-def reproduction_rows(reference, points, claims, same_hardware: bool):
+def reproduction_rows(reference: Any, points: dict[str, Optional[Arm]], claims: Sequence[ClaimCheck],
+                      same_hardware: bool):
     point_headers = ["point", "published tok/s", "measured tok/s", "95% CI", "run"]
     point_rows = []
     for point, arm in points.items():

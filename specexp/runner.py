@@ -8,6 +8,7 @@ MLflow at the end, with the server log and the exact command.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import platform
@@ -15,21 +16,27 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from specexp import config as config_module
 from specexp import capture, report
-from specexp.client import LoadClient, RequestRecord, RunResult, session
-from specexp.engines import get_engine
-from specexp.engines.base import Engine, LaunchSpec
-from specexp.leases import check_pool, gpu_ids, host_gpus, lease_gpus, lease_port
-from specexp.server import POOL, ServerError, ServerProcess, free_port
-from specexp.sweep import config_fingerprint, server_fingerprint
+from specexp.client import LoadClient, session
+from specexp.engines.base import Engagement, LaunchSpec, Setting
+from specexp.job import Job
+from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
+from specexp.measurements import RequestRecord, RunResult
+from specexp.redaction import redact_env
+from specexp.results import Metric, RunKind, Tag, effective_tags, factors_tag, launch_metric
+from specexp.schemas import ConfigError, RunConfig
+from specexp.server import POOL, ServerError, ServerProcess
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
-from specexp.tinymodels import TinyPairSpec, ensure_pair, pair_paths
-from specexp.tracking import OfflineTracker, Tracker, flatten, redact_env
+from specexp.tinymodels import ensure_pair
+from specexp.tracking import OfflineRun, RunLog, TrackingStore, flatten
+
+
+# Where a job's run is logged: the store, or a journal when the store cannot be reached.
+Tracking = Union[RunLog, OfflineRun]
 
 
 @dataclass
@@ -42,29 +49,6 @@ class JobResult:
     output_dir: Optional[Path] = None
 
 
-def resolve_model(cfg: DictConfig) -> Optional[TinyPairSpec]:
-    """Fill a generated model's paths (deterministic, so dry runs can print them)."""
-    if cfg.model.generate is None:
-        return None
-    spec = TinyPairSpec(**OmegaConf.to_container(cfg.model.generate))
-    paths = pair_paths(spec)
-    cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
-    return spec
-
-
-def prepare(cfg: DictConfig) -> tuple[Engine, Optional[TinyPairSpec]]:
-    """Resolve and validate; raises ConfigError before anything launches."""
-    engine = get_engine(cfg.engine.name)
-    spec = resolve_model(cfg)
-    if spec is not None:
-        try:
-            spec.validate()
-        except ValueError as exc:
-            raise config_module.ConfigError(f"model.generate: {exc}") from None
-    config_module.validate(cfg)
-    return engine, spec
-
-
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
@@ -74,10 +58,12 @@ def git_commit() -> str:
         return "unknown"
 
 
-def run_tags(cfg: DictConfig, engine: Engine) -> dict[str, str]:
+def run_tags(job: Job) -> dict[str, str]:
+    cfg, engine = job.config, job.engine
     return {
+        Tag.kind: RunKind.job,
         "engine": engine.name,
-        "engine_version": engine.version(cfg)[0] or "unknown",
+        "engine_version": engine.version(job.server)[0] or "unknown",
         "stack": cfg.stack.name,
         "model": cfg.model.name,
         "attention_backend": cfg.attention_backend.name,
@@ -91,7 +77,11 @@ def run_tags(cfg: DictConfig, engine: Engine) -> dict[str, str]:
         "platform": platform.platform(),
         **capture.hardware(),
         **{f"stack_version.{k}": str(v) for k, v in cfg.stack.versions.items()},
-        **({"reference_point": cfg.reference_point} if cfg.reference_point else {}),
+        **({Tag.reference_point: cfg.reference_point} if cfg.reference_point else {}),
+        Tag.config_fingerprint: job.config_fingerprint(),
+        Tag.server_fingerprint: job.server_fingerprint(),
+        **({Tag.server_launch: str(cfg.multirun.server_launch)} if cfg.multirun.server_launch is not None else {}),
+        **({Tag.factors: factors_tag(job.factors())} if cfg.multirun.factors else {}),
     }
 
 
@@ -99,7 +89,7 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     """Metrics of one measured run (logged with the run index as step)."""
     ok = [r for r in result.records if r.ok]
     metrics: dict[str, Any] = {
-        "tok_per_s": result.tok_per_s,
+        Metric.tok_per_s: result.tok_per_s,
         "request_tok_per_s": result.request_tok_per_s,
         "requests": len(result.records),
         "output_tokens": result.output_tokens,
@@ -113,7 +103,7 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
-def summary_metrics(measured: list[RunResult], cfg: DictConfig) -> tuple[Optional[Summary], dict[str, float], list[str]]:
+def summary_metrics(measured: list[RunResult], cfg: RunConfig) -> tuple[Optional[Summary], dict[str, float], list[str]]:
     """Summary metrics and warnings. With several launches, tok/s is summarised over the
     per-launch means (runs inside one launch share its launch-level variance)."""
     confidence = cfg.stats.confidence
@@ -121,7 +111,7 @@ def summary_metrics(measured: list[RunResult], cfg: DictConfig) -> tuple[Optiona
     run_values = [r.tok_per_s for r in measured]
     unit_values = [sum(v) / len(v) for v in by_launch.values()] if len(by_launch) > 1 else run_values
     tok = summarize(unit_values, confidence)
-    metrics: dict[str, float] = tok.as_dict("tok_per_s") if tok else {}
+    metrics: dict[str, float] = tok.as_dict(Metric.tok_per_s) if tok else {}
     metrics["launches"] = float(len(by_launch))
     metrics["measured_runs"] = float(len(measured))
     components = variance_components(list(by_launch.values()))
@@ -151,58 +141,53 @@ def runs_by_launch(runs: list[RunResult]) -> dict[int, list[float]]:
     return groups
 
 
-def planned_launch(cfg: DictConfig, engine: Engine) -> LaunchSpec:
-    """The server command as a dry run shows it (a free port when engine.port is 0); the
-    launch itself leases its port (see :func:`_new_server`)."""
-    return engine.launch_spec(cfg, cfg.engine.port or free_port(cfg.engine.host))
-
-
-def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
-    engine, tiny = prepare(cfg)
-    launch = planned_launch(cfg, engine)
+def run_job(job: Job, output_dir: Path) -> JobResult:
+    cfg, engine = job.config, job.engine
+    launch = job.planned_launch()
     if cfg.dry_run:
-        report.print_dry_run(cfg, launch, engine)
+        report.print_dry_run(job, launch)
         return JobResult(status="DRY_RUN", output_dir=output_dir)
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    if tiny is not None:
+    if cfg.model.generate is not None:
         with report.status(f"generating model {cfg.model.name} (cached after the first time)"):
-            ensure_pair(tiny)
-    missing = [p for p in engine.local_files(cfg) if not Path(p).is_file()]
+            ensure_pair(cfg.model.generate)
+    missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
     if missing:
-        raise config_module.ConfigError(f"model file not found: {', '.join(missing)}; check model.path / "
-                                        f"model.draft_path")
+        raise ConfigError(f"model file not found: {', '.join(missing)}; check model.path / model.draft_path")
     if not os.access(launch.argv[0], os.X_OK):
-        raise config_module.ConfigError(f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
-                                        "create the stack's environment, or set stack.python / stack.bin_dir")
+        raise ConfigError(f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
+                          "create the stack's environment, or set stack.python / stack.bin_dir")
     if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
-    files = _write_job_files(cfg, launch, output_dir)
+    files = _write_job_files(job, launch, output_dir)
 
-    tracker = _start_tracking(cfg, engine, output_dir)
+    tracker = _start_tracking(job, output_dir)
     result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
     log_path = output_dir / "server.log"
     server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
-    effective: dict[str, dict[str, str]] = {}
+    effective: dict[str, Setting] = {}
     try:
         if tracker:
-            _log_stack(cfg, engine, tracker, output_dir)
+            _log_stack(job, tracker, output_dir)
         for index in range(cfg.stats.launches):
-            result.runs += _one_launch(cfg, engine, index, log_path, files["records"], tracker, server_logs, effective)
+            result.runs += _one_launch(job, index, log_path, files["records"], tracker, server_logs, effective)
             _report_effective(effective, tracker, output_dir)
         measured = [r for r in result.runs if not r.warmup]
         result.summary, metrics, notes = summary_metrics(measured, cfg)
         if tracker:
             tracker.log_metrics(metrics)
             if notes:
-                tracker.set_tags({"warnings": " | ".join(notes)[:5000]})
+                tracker.set_tags({Tag.warnings: " | ".join(notes)[:5000]})
         result.status = "FINISHED"
-        report.print_summary(cfg, result.summary, metrics, notes, result.runs, tracker)
+        report.print_summary(cfg, result.summary, metrics, notes, result.runs)
+        if tracker:
+            report.console.print(f"MLflow: run {tracker.run_id} in {tracker.uri}")
     except ServerError as exc:
         result.error = str(exc)
         report.console.print(f"[red]server failed:[/] {exc}\n[dim]{exc.log_tail}[/]")
         if tracker:
-            tracker.set_tags({"failure": exc.reason[:500] or str(exc)[:500]})
+            tracker.set_tags({Tag.failure: exc.reason[:500] or str(exc)[:500]})
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
         result.status, result.error = "KILLED", "interrupted"
         report.console.print("[yellow]interrupted:[/] the server was stopped; records so far are kept")
@@ -211,7 +196,7 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
         result.error = f"{type(exc).__name__}: {exc}"
         report.console.print(f"[red]run failed:[/] {result.error}")
         if tracker:
-            tracker.set_tags({"failure": result.error[:500]})
+            tracker.set_tags({Tag.failure: result.error[:500]})
     finally:
         if tracker:
             tracker.log_artifacts([files["config"], files["command"], files["env"], files["records"], *server_logs])
@@ -219,20 +204,21 @@ def run_job(cfg: DictConfig, output_dir: Path) -> JobResult:
     return result
 
 
-def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, records_path: Path,
-                tracker: Optional[Tracker], server_logs: set[Path], effective: dict) -> list[RunResult]:
+def _one_launch(job: Job, index: int, log_path: Path, records_path: Path, tracker: Optional[Tracking],
+                server_logs: set[Path], effective: dict[str, Setting]) -> list[RunResult]:
     """Get a ready server (a sweep's shared one, or a new one), warm up, measure; raise if any
     request failed. A server of its own is always stopped; a shared one on failure only."""
+    cfg, engine = job.config, job.engine
     shared = cfg.multirun.server_launch is not None and cfg.multirun.reuse_servers and cfg.stats.launches == 1
     label = f"launch {index + 1}/{cfg.stats.launches}: " if cfg.stats.launches > 1 else ""
     server: Optional[ServerProcess] = None
     try:
         with report.status(f"{label}starting {engine.name} on {cfg.engine.host} (log: {log_path})"):
             if shared:
-                server, reused, ready_s = POOL.acquire(server_fingerprint(cfg), lambda: _new_server(cfg, engine, log_path),
+                server, reused, ready_s = POOL.acquire(job.server_fingerprint(), lambda: _new_server(job, log_path),
                                                        cfg.engine.ready_timeout_s)
             else:
-                server = _new_server(cfg, engine, log_path)
+                server = _new_server(job, log_path)
                 server.start()
                 reused, ready_s = False, server.wait_ready(cfg.engine.ready_timeout_s)
         server_logs.add(server.log_path)
@@ -244,12 +230,13 @@ def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, rec
             report.console.print(f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s")
         if tracker:
             gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES")
-            tracker.set_tags({"server_reused": str(reused).lower(), "server_url": server.base_url,
-                              **({"gpus": gpus} if gpus is not None else {})})
+            tracker.set_tags({Tag.server_reused: str(reused).lower(), Tag.server_url: server.base_url,
+                              **({Tag.gpus: gpus} if gpus is not None else {})})
             if not reused:
-                tracker.log_metrics({"server_ready_s": ready_s}, step=index)
-        runs = asyncio.run(_measure(cfg, engine, server, index, records_path, tracker))
-        effective.update(engine.effective(cfg, server.base_url, server.log_path.read_text(errors="replace"), runs))
+                tracker.log_metrics({Metric.server_ready_s: ready_s}, step=index)
+        runs = asyncio.run(_measure(job, server, index, records_path, tracker))
+        effective.update(engine.effective(job.server, server.base_url, server.log_path.read_text(errors="replace"),
+                                          runs))
         failed = [rec for r in runs for rec in r.records if not rec.ok]
         if failed:
             raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
@@ -261,17 +248,18 @@ def _one_launch(cfg: DictConfig, engine: Engine, index: int, log_path: Path, rec
         if server is not None and not shared:
             server.stop()
             if tracker and server.started_at:
-                tracker.set_tags({"server_started_at": f"{server.started_at:.3f}",
-                                  "server_stopped_at": f"{server.stopped_at:.3f}"})
+                tracker.set_tags({Tag.server_started_at: f"{server.started_at:.3f}",
+                                  Tag.server_stopped_at: f"{server.stopped_at:.3f}"})
     if tracker and cfg.stats.launches > 1:
         measured = [r.tok_per_s for r in runs if not r.warmup]
-        tracker.log_metrics({"launch_tok_per_s": sum(measured) / len(measured)}, step=index)
+        tracker.log_metrics({launch_metric(Metric.tok_per_s): sum(measured) / len(measured)}, step=index)
     return runs
 
 
-def _new_server(cfg: DictConfig, engine: Engine, log_path: Path) -> ServerProcess:
+def _new_server(job: Job, log_path: Path) -> ServerProcess:
     """A server with a port and GPUs of its own, leased so that jobs sharing this host
     (parallel launchers) never get the same ones. Nothing is started yet."""
+    cfg, engine = job.config, job.engine
     host, lease_dir = cfg.engine.host, Path(cfg.host.lease_dir)
     leases = []
     try:
@@ -279,7 +267,7 @@ def _new_server(cfg: DictConfig, engine: Engine, log_path: Path) -> ServerProces
         if not port:
             port, port_lease = lease_port(lease_dir, host, free_port)
             leases.append(port_lease)
-        launch = engine.launch_spec(cfg, port)
+        launch = engine.launch_spec(job.server, port)
         if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:  # a pinned stack keeps its devices
             gpus = lease_gpus(lease_dir, host_gpus(cfg.host.gpus), cfg.engine.gpus, cfg.host.gpu_wait_s,
                               on_wait=lambda: report.console.print(
@@ -293,9 +281,10 @@ def _new_server(cfg: DictConfig, engine: Engine, log_path: Path) -> ServerProces
     return ServerProcess(launch, host, port, engine.health_path, log_path, leases)
 
 
-async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, launch: int, records_path: Path,
-                   tracker: Optional[Tracker]) -> list[RunResult]:
-    client = LoadClient(engine, server.base_url, cfg)
+async def _measure(job: Job, server: ServerProcess, launch: int, records_path: Path,
+                   tracker: Optional[Tracking]) -> list[RunResult]:
+    cfg = job.config
+    client = LoadClient(job.engine, server.base_url, job.server, cfg.workload, cfg.concurrency)
     warmups, measured = cfg.stats.warmup_runs, cfg.stats.measured_runs
     results: list[RunResult] = []
     with open(records_path, "a", buffering=1) as sink, report.run_progress(warmups + measured) as progress:
@@ -319,71 +308,67 @@ async def _measure(cfg: DictConfig, engine: Engine, server: ServerProcess, launc
     return results
 
 
-def _log_stack(cfg: DictConfig, engine: Engine, tracker: Tracker, output_dir: Path) -> None:
-    info = capture.stack(cfg, engine)
+def _log_stack(job: Job, tracker: Tracking, output_dir: Path) -> None:
+    info = capture.stack(job.server, job.engine)
     (output_dir / "stack.json").write_text(json.dumps(info, indent=2, sort_keys=True))
     tracker.set_tags({f"stack.{k}": v[:5000] for k, v in info.items()})
     tracker.log_artifacts([output_dir / "stack.json"])
 
 
-def _report_effective(effective: dict, tracker: Optional[Tracker], output_dir: Path) -> None:
+def _report_effective(effective: dict[str, Setting], tracker: Optional[Tracking], output_dir: Path) -> None:
     """Say loudly when a requested setting did not engage; record every setting's status."""
-    (output_dir / "effective.json").write_text(json.dumps(effective, indent=2, sort_keys=True))
-    missed = [name for name, s in effective.items() if s["status"] == "not engaged"]
-    for name in missed:
-        s = effective[name]
-        report.console.print(f"[bold red]NOT ENGAGED:[/] {name}={s['requested']} was requested but the server ran "
-                             f"with {s['actual'] or 'something else'} ({s['evidence']})")
+    (output_dir / "effective.json").write_text(
+        json.dumps({k: s.to_json() for k, s in effective.items()}, indent=2, sort_keys=True))
+    for name, s in effective.items():
+        if s.status == Engagement.not_engaged:
+            report.console.print(f"[bold red]NOT ENGAGED:[/] {name}={s.requested} was requested but the server ran "
+                                 f"with {s.actual or 'something else'} ({s.evidence})")
     if tracker:
-        tags = {f"engaged.{k}": v["status"] for k, v in effective.items()}
-        tags.update({f"effective.{k}": v["actual"] for k, v in effective.items() if v["actual"]})
-        if missed:
-            tags["not_engaged"] = ",".join(missed)
-        tracker.set_tags(tags)
+        tracker.set_tags(effective_tags(effective))
         tracker.log_artifacts([output_dir / "effective.json"])
 
 
-def _write_job_files(cfg: DictConfig, launch: LaunchSpec, output_dir: Path) -> dict[str, Path]:
+def _write_job_files(job: Job, launch: LaunchSpec, output_dir: Path) -> dict[str, Path]:
     files = {
         "config": output_dir / "config.yaml",
         "command": output_dir / "command.txt",
         "env": output_dir / "environment.json",
         "records": output_dir / "requests.jsonl",
     }
-    files["config"].write_text(OmegaConf.to_yaml(OmegaConf.create(redacted_config(cfg))))
+    files["config"].write_text(OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config))))
     files["command"].write_text(LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n")
     files["env"].write_text(json.dumps({"set_by_specexp": redact_env(launch.env),
                                         "inherited": redact_env(dict(os.environ))}, indent=2, sort_keys=True))
     return files
 
 
-def redacted_config(cfg: DictConfig) -> dict:
-    """The resolved config with secret-looking environment values replaced."""
-    data = OmegaConf.to_container(cfg, resolve=True)
+def redacted_config(cfg: RunConfig) -> dict:
+    """The config as plain data, with secret-looking environment values replaced."""
+    data = json.loads(json.dumps(dataclasses.asdict(cfg)))  # enums become their values
     for group in ("stack", "engine"):
         data[group]["env"] = redact_env(data[group]["env"])
     return data
 
 
-def _start_tracking(cfg: DictConfig, engine: Engine, output_dir: Path) -> Optional[Tracker]:
+def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
+    cfg = job.config
     if not cfg.tracking.enabled:
         return None
+    name = cfg.tracking.run_name or cfg.multirun.job_label or (
+        f"{job.engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}")
+    tags = run_tags(job)
     try:
-        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+        store = TrackingStore(cfg.tracking.uri, cfg.tracking.experiment)
+        tracker: Tracking = store.start_run(name, tags, parent_run_id=cfg.multirun.parent_run_id)
+        uri = store.uri
     except Exception as exc:  # any failure to reach the store: keep measuring, upload later
         journal = output_dir / "mlflow_offline.json"
         uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
         report.console.print(f"[bold yellow]MLflow store unreachable[/] ({uri}: {str(exc).splitlines()[0][:200]}). "
                              f"Measurements stay in {output_dir}; upload them later with:\n"
                              f"  python -m specexp.upload {output_dir} [--tracking-uri URI]")
-        tracker = OfflineTracker(journal, uri, cfg.tracking.experiment, str(exc)[:500])
-    name = cfg.tracking.run_name or cfg.multirun.job_label or (
-        f"{engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}")
-    tags = {**run_tags(cfg, engine), "config_fingerprint": config_fingerprint(cfg),
-            "server_fingerprint": server_fingerprint(cfg)}
-    if cfg.multirun.server_launch is not None:
-        tags["server_launch"] = str(cfg.multirun.server_launch)
-    tracker.start(name, tags, parent_run_id=cfg.multirun.parent_run_id)
+        tracker = OfflineRun(journal, uri, cfg.tracking.experiment, str(exc)[:500], name, tags,
+                             cfg.multirun.parent_run_id)
     tracker.log_params(flatten(redacted_config(cfg)))
-    report.console.print(f"MLflow run {tracker.run_id} in {tracker.uri}")
+    report.console.print(f"MLflow run {tracker.run_id} in {uri}")
     return tracker

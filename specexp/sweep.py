@@ -1,54 +1,67 @@
 """Multirun orchestration: plan the jobs, share servers, resume, and report on the sweep.
 
-Hydra's basic sweeper expands the overrides; specexp's sweeper (hydra_plugins/) then hands
-the job list to :func:`plan`, which composes every job first - so a bad composition fails
-before any server starts - and orders jobs so that jobs with an identical server
-configuration run back to back and share one launch. One parent MLflow run holds the
-sweep; each job is its child. Rerunning an interrupted sweep skips jobs whose
+specexp's sweeper (hydra_plugins/) expands the overrides (:func:`expand_overrides`) and
+hands the job list to :func:`run_sweep`, which composes every job first - so a bad
+composition fails before any server starts - and orders jobs so that jobs with an identical
+server configuration run back to back and share one launch. One parent MLflow run holds the
+sweep; each job is its child, and the sweep report (verdicts against the baseline, the
+crossover) is logged on the parent. Rerunning an interrupted sweep skips jobs whose
 configuration already has a finished run in the experiment.
 """
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import json
 import random
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from hydra.core.config_loader import ConfigLoader
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, open_dict
 
-from specexp.config import ConfigError
-
-def _digest(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def config_fingerprint(cfg: DictConfig) -> str:
-    """Identity of what a job measures: everything but tracking and dry-run settings."""
-    data = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("tracking", "dry_run", "multirun", "hydra"):
-        data.pop(key, None)
-    return _digest(data)
+from specexp import crossover, launchers, publish, report
+from specexp.analysis import Selector, SelectionError, baseline_pairs, compare_arms, make_arms
+from specexp.job import Job, prepare
+from specexp.launchers import LauncherKind, launcher_kind
+from specexp.results import Metric, RunKind, Tag
+from specexp.schemas import ConfigError, JobOrder
+from specexp.server import POOL
+from specexp.tracking import RunLog, TrackingStore, uri_in_force
 
 
-def server_fingerprint(cfg: DictConfig) -> str:
-    """Identity of the server a job needs: its command (port aside) and environment."""
-    from specexp.engines import get_engine
+def expand_overrides(overrides: Sequence[str], config_loader: Optional[ConfigLoader] = None) -> list[list[str]]:
+    """Every job of a sweep: the cartesian product of the sweep overrides' values."""
+    choices = []
+    for override in OverridesParser.create(config_loader=config_loader).parse_overrides(list(overrides)):
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([f"{key}={override.get_value_element_as_str()}"])
+    return [list(job) for job in itertools.product(*choices)]
 
-    launch = get_engine(cfg.engine.name).launch_spec(cfg, 0)
-    return _digest({"argv": launch.argv, "env": launch.env, "launches": cfg.stats.launches})
+
+def _factor(override: str) -> str:
+    """An override as FACTOR=VALUE: the key without Hydra's add/delete prefixes."""
+    return override.lstrip("+~")
 
 
 @dataclass
 class PlannedJob:
     overrides: list[str]
-    cfg: DictConfig
+    job: Job
     fingerprint: str
     server: str
+    factors: list[str]  # the overrides that set this job apart from the others, as FACTOR=VALUE
     server_launch: int = 0
     finished_run_id: Optional[str] = None  # set when a finished run already exists (resume)
-    label: str = ""  # the overrides that set this job apart from the others
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.factors) or " ".join(self.overrides) or "defaults"
 
 
 @dataclass
@@ -65,109 +78,100 @@ class Plan:
         return len({j.server_launch for j in self.to_run})
 
 
-def compose_jobs(config_loader: Any, sweep_config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> Plan:
-    """Compose and validate every job; collect errors instead of stopping at the first."""
-    from specexp.runner import prepare
+def _quoted(value: str) -> str:
+    """A string as a quoted Hydra override value."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
+
+def factor_overrides(factors: Sequence[str]) -> str:
+    return "multirun.factors=[" + ",".join(_quoted(f) for f in factors) + "]"
+
+
+def compose_jobs(config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> Plan:
+    """Compose and check every job; collect errors instead of stopping at the first."""
+    shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     jobs, errors = [], []
     for overrides in job_overrides:
-        cfg = config_loader.load_sweep_config(sweep_config, list(overrides))
+        factors = [_factor(o) for o in overrides if o not in shared]
+        cfg = config_loader.load_sweep_config(sweep_config, [*overrides, factor_overrides(factors)])
         with open_dict(cfg):
             del cfg["hydra"]
         try:
-            prepare(cfg)
+            job = prepare(cfg)
         except ConfigError as exc:
             errors.append(f"{' '.join(overrides)}: {exc}")
             continue
-        jobs.append(PlannedJob(list(overrides), cfg, config_fingerprint(cfg), server_fingerprint(cfg)))
-    shared = set.intersection(*(set(j.overrides) for j in jobs)) if len(jobs) > 1 else set()
-    for job in jobs:
-        job.label = " ".join(o for o in job.overrides if o not in shared) or " ".join(job.overrides) or "defaults"
+        jobs.append(PlannedJob(list(overrides), job, job.config_fingerprint(), job.server_fingerprint(), factors))
     return Plan(jobs, errors)
 
 
-def order_jobs(plan: Plan, randomize: bool, seed: int) -> None:
-    """Group jobs by server (first appearance order) inside each replicate block; optionally
+def order_jobs(plan: Plan, order: JobOrder, seed: int) -> None:
+    """Group jobs by server (first appearance order) inside each replicate block; randomized,
     shuffle the order of server configurations within each block, for bias control."""
     blocks: dict[int, list[PlannedJob]] = {}
-    for job in plan.jobs:
-        blocks.setdefault(int(job.cfg.replicate), []).append(job)
+    for planned in plan.jobs:
+        blocks.setdefault(planned.job.config.replicate, []).append(planned)
     ordered, launch = [], 0
     rng = random.Random(seed)
     for replicate in sorted(blocks):
         groups: dict[str, list[PlannedJob]] = {}
-        for job in blocks[replicate]:
-            groups.setdefault(job.server, []).append(job)
+        for planned in blocks[replicate]:
+            groups.setdefault(planned.server, []).append(planned)
         keys = list(groups)
-        if randomize:
+        if order == JobOrder.randomized:
             rng.shuffle(keys)
         for key in keys:
-            for job in groups[key]:
-                job.server_launch = launch
+            for planned in groups[key]:
+                planned.server_launch = launch
             launch += 1
             ordered += groups[key]
     plan.jobs = ordered
 
 
-def mark_finished(plan: Plan, tracker: Any) -> None:
+def mark_finished(plan: Plan, store: TrackingStore) -> None:
     """Resume: attach the newest finished run of each job's configuration, if there is one."""
-    for job in plan.jobs:
-        runs = tracker.client.search_runs(
-            [tracker.experiment_id],
-            f"tags.config_fingerprint = '{job.fingerprint}' and attributes.status = 'FINISHED'",
-            max_results=1, order_by=["attributes.start_time DESC"])
-        if runs:
-            job.finished_run_id = runs[0].info.run_id
+    for planned in plan.jobs:
+        planned.finished_run_id = store.finished_run(planned.fingerprint)
 
 
 def describe(plan: Plan) -> list[str]:
     lines = [f"sweep: {len(plan.jobs)} jobs, {len(plan.to_run)} to run, "
              f"{plan.server_launches} server launch(es) needed"]
-    for job in plan.jobs:
-        state = f"done in run {job.finished_run_id[:8]}, skipped" if job.finished_run_id else f"server {job.server_launch}"
-        lines.append(f"  {job.label}: {state}")
+    for planned in plan.jobs:
+        state = (f"done in run {planned.finished_run_id[:8]}, skipped" if planned.finished_run_id
+                 else f"server {planned.server_launch}")
+        lines.append(f"  {planned.label}: {state}")
     return lines
 
 
-def overrides_for(job: PlannedJob, parent_run_id: Optional[str]) -> list[str]:
-    """The job's overrides plus what the sweep tells it: its label, parent run and server launch."""
-    label = job.label.replace("'", "")
-    extra = [f"multirun.server_launch={job.server_launch}", f"multirun.job_label='{label}'"]
+def overrides_for(planned: PlannedJob, parent_run_id: Optional[str]) -> list[str]:
+    """The job's overrides plus what the sweep tells it: its factors, label, parent run and server launch."""
+    extra = [f"multirun.server_launch={planned.server_launch}", f"multirun.job_label={_quoted(planned.label)}",
+             factor_overrides(planned.factors)]
     if parent_run_id:
         extra.append(f"multirun.parent_run_id={parent_run_id}")
-    return job.overrides + extra
+    return planned.overrides + extra
 
 
 def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
     """Dry run of a sweep for a launcher that runs jobs elsewhere: every job's server command,
     composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
-    from specexp import launchers, report
-    from specexp.engines import get_engine
-    from specexp.runner import planned_launch
-
-    for job in plan.to_run:
-        engine = get_engine(job.cfg.engine.name)
-        report.print_dry_run(job.cfg, planned_launch(job.cfg, engine), engine)
+    for planned in plan.to_run:
+        report.print_dry_run(planned.job, planned.job.planned_launch())
     report.console.print(f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
                          f"{launcher.params.get('timeout_min')} min each")
-    if launchers.is_slurm(launcher):
+    if launcher_kind(launcher) == LauncherKind.slurm:
         print(launchers.sbatch_preview(launcher, len(plan.to_run)), flush=True)
 
 
-def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[list[str]], launcher: Any,
+def run_sweep(config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: list[list[str]], launcher: Any,
               max_batch_size: Optional[int] = None) -> Any:
     """Plan, check the launcher, launch the jobs (all at once, or ``max_batch_size`` at a
     time; launchers may run a batch in parallel), report."""
-    import sys
-
-    from specexp import launchers, report
-    from specexp.server import POOL
-    from specexp.tracking import Tracker, uri_in_force
-
     plan = compose_jobs(config_loader, sweep_config, job_overrides)
-    first = plan.jobs[0].cfg if plan.jobs else None
+    first = plan.jobs[0].job.config if plan.jobs else None
     uri = uri_in_force(first.tracking.uri)[0] if first else ""
-    errors = plan.errors + launchers.check(launcher, [job.cfg for job in plan.jobs], uri, max_batch_size)
+    errors = plan.errors + launchers.check(launcher, [j.job.config for j in plan.jobs], uri, max_batch_size)
     if errors:
         for error in errors:
             report.console.print(f"[red]config error:[/] {error}")
@@ -176,43 +180,91 @@ def run_sweep(config_loader: Any, sweep_config: DictConfig, job_overrides: list[
         report.console.print(f"[red]{what}; nothing was launched[/]")
         sys.exit(2)
     settings = first.multirun
-    order_jobs(plan, settings.order == "randomized", settings.seed)
-    if first.dry_run and not launchers.runs_in_process(launcher):
+    order_jobs(plan, settings.order, settings.seed)
+    kind = launcher_kind(launcher)
+    if first.dry_run and kind != LauncherKind.in_process:
         dry_run_elsewhere(plan, launcher)
         return []
     tracked = first.tracking.enabled and not first.dry_run
-    tracker = Tracker(first.tracking.uri, first.tracking.experiment) if tracked else None
-    if tracker and settings.resume:
-        mark_finished(plan, tracker)
+    store = TrackingStore(first.tracking.uri, first.tracking.experiment) if tracked else None
+    if store and settings.resume:
+        mark_finished(plan, store)
     for line in describe(plan):
         report.console.print(line)
     parent = None
-    if tracker:
-        parent = tracker.start(f"sweep ({len(plan.jobs)} jobs)", {
-            "specexp.kind": "sweep", "jobs": str(len(plan.jobs)), "jobs_to_run": str(len(plan.to_run)),
-            "planned_server_launches": str(plan.server_launches)})
-        tracker.log_params({"overrides": " ".join(sys.argv[1:])})
+    if store:
+        parent = store.start_run(f"sweep ({len(plan.jobs)} jobs)", {
+            Tag.kind: RunKind.sweep, Tag.jobs: str(len(plan.jobs)), Tag.jobs_to_run: str(len(plan.to_run)),
+            Tag.planned_server_launches: str(plan.server_launches)})
+        parent.log_params({"overrides": " ".join(sys.argv[1:])})
     status, returns = "FAILED", []
     try:
-        extra = launchers.job_overrides(launcher, tracker.uri if tracker else uri)
+        extra = launchers.job_overrides(launcher, store.uri if store else uri)
         batch = max_batch_size or len(plan.to_run) or 1
         for start in range(0, len(plan.to_run), batch):
             jobs = plan.to_run[start:start + batch]
-            returns += launcher.launch([overrides_for(job, parent) + extra for job in jobs], initial_job_idx=start)
+            returns += launcher.launch([overrides_for(j, parent.run_id if parent else None) + extra for j in jobs],
+                                       initial_job_idx=start)
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
-        if not launchers.runs_in_process(launcher) and not launchers.is_slurm(launcher):
+        if kind == LauncherKind.local:
             launchers.stop_local_jobs()
         raise
     finally:
         POOL.close()
-        if tracker:
-            from specexp.compare import sweep_report
-
-            if not launchers.is_slurm(launcher):  # Slurm jobs outlive the sweep's process
+        if store and parent:
+            if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
                 # A job process that was killed could not end its run; its server is gone with it.
-                tracker.end_children(parent, "FAILED" if status == "FINISHED" else status)
-            sweep_report(tracker, parent, plan, returns, settings.baseline)
-            tracker.end(status)
+                store.end_children(parent.run_id, "FAILED" if status == "FINISHED" else status)
+            sweep_report(store, parent, plan, settings.baseline)
+            parent.end(status)
     return [returns]
+
+
+def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Optional[str]) -> None:
+    """The sweep's report on its parent run: every job's run (resumed ones too), compared
+    with the baseline when one is configured. Written also when jobs failed."""
+    settings = plan.jobs[0].job.config
+    stats = settings.stats
+    children = store.job_runs(parent=parent.run_id)
+    resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]
+    runs = children + (store.job_runs(run_ids=resumed) if resumed else [])
+    failed = [r for r in children if r.status != "FINISHED"]
+    launched = sum(1 for r in children if r.tags.get(Tag.server_reused) == "false")
+    parent.set_tags({Tag.failed_jobs: str(len(failed)), Tag.server_launches: str(launched)})
+    arms, skipped = make_arms(runs, label_tags=[], confidence=stats.confidence, metric=Metric.tok_per_s)
+    comparisons, notes = [], []
+    selector = Selector(baseline) if baseline else None
+    if selector and arms:
+        try:
+            comparisons = compare_arms(baseline_pairs(arms, selector), confidence=stats.confidence,
+                                       threshold=stats.threshold, power=stats.power, factor=selector.factor)
+        except SelectionError as exc:
+            notes.append(str(exc))
+    report.console.print(f"[bold]sweep report[/] (parent run {parent.run_id}): {len(children)} job runs, "
+                         f"{len(failed)} failed, {launched} server launch(es)")
+    if arms:
+        report.print_comparison(arms, comparisons, skipped, Metric.tok_per_s)
+    for note in notes:
+        report.console.print(f"[yellow]note:[/] {note}")
+    crossovers = []
+    factor = settings.multirun.crossover_factor
+    if selector and factor and arms:
+        jobs = {j.fingerprint: j.job for j in plan.jobs}
+        families = crossover.families(arms, factor)
+        crossovers = crossover.analyse(arms, selector, factor, stats.confidence)
+        for result in crossovers:
+            candidate = next(iter(families[result.candidate].values()))
+            job = jobs[candidate.run.tags[Tag.config_fingerprint]]
+            result.recommendation = crossover.recommend(result, job.config.speculative)
+            report.console.print(f"[bold]crossover:[/] {result.statement}")
+            report.console.print(f"recommended switch-off: {json.dumps(result.recommendation)}")
+        if crossovers:
+            publish.log_crossover(parent, families, crossovers, factor)
+    document = {"parent_run_id": parent.run_id, "failed_jobs": len(failed), "server_launches": launched,
+                "crossovers": [c.to_json() for c in crossovers],
+                "baseline": baseline, "arms": [a.to_json() for a in arms],
+                "comparisons": [c.to_json() for c in comparisons], "skipped": skipped, "notes": notes}
+    markdown = report.comparison_markdown(arms, comparisons, Metric.tok_per_s) if arms else "No finished runs.\n"
+    publish.log_report(parent, document, markdown, arms, comparisons, Metric.tok_per_s, folder="sweep_report")

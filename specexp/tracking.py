@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-# An unreachable tracking server should be noticed in seconds, not after minutes of retries.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
 
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+from specexp.results import JobRun, Metric as ResultMetric, RunKind, Tag, launch_metric
 
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-REDACTED = "***"
 # MLflow rejects longer param values.
 _MAX_PARAM = 6000
 
@@ -51,11 +46,6 @@ def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
     return uri, artifacts
 
 
-def redact_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment with values of secret-looking names replaced, for logging."""
-    return {k: (REDACTED if _SECRET_NAME.search(k) else v) for k, v in env.items()}
-
-
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict):
         items: dict[str, Any] = {}
@@ -65,10 +55,19 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): tree}
 
 
-class Tracker:
-    """A thin, explicit wrapper over MlflowClient for one job's run."""
+def _client_defaults() -> None:
+    """Unless the user says otherwise: no telemetry, and an unreachable tracking server is
+    noticed in seconds, not after minutes of retries."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+
+class TrackingStore:
+    """One experiment of an MLflow store: starts runs, hands out their logs, reads runs back."""
 
     def __init__(self, uri: Optional[str], experiment: str, create: bool = True):
+        _client_defaults()
         self.uri, artifact_root = tracking_uri(uri)
         self.client = MlflowClient(tracking_uri=self.uri)
         existing = self.client.get_experiment_by_name(experiment)
@@ -78,15 +77,61 @@ class Tracker:
             raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
         else:
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_root)
-        self.run_id: Optional[str] = None
 
-    def start(self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
+    def start_run(self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> RunLog:
         all_tags = dict(tags)
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
-        self.run_id = run.info.run_id
-        return self.run_id
+        return RunLog(self, run.info.run_id)
+
+    def run(self, run_id: str) -> RunLog:
+        return RunLog(self, run_id)
+
+    def _search(self, filter_string: str, max_results: int = 5000, **kwargs: Any) -> list:
+        return self.client.search_runs([self.experiment_id], filter_string, max_results=max_results, **kwargs)
+
+    def children(self, parent_run_id: str) -> list:
+        return self._search(f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
+
+    def finished_run(self, config_fingerprint: str) -> Optional[str]:
+        """The newest finished run of a configuration (for resuming a sweep)."""
+        runs = self._search(f"tags.{Tag.config_fingerprint} = '{config_fingerprint}' and attributes.status = "
+                            "'FINISHED'", max_results=1, order_by=["attributes.start_time DESC"])
+        return runs[0].info.run_id if runs else None
+
+    def end_children(self, parent_run_id: str, status: str) -> None:
+        """End the child runs of ``parent_run_id`` that are still open."""
+        for run in self._search(f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"):
+            self.client.set_terminated(run.info.run_id, status=status)
+
+    def job_runs(self, *, run_ids: Iterable[str] = (), parent: Optional[str] = None, filter_string: str = "",
+                 metric: str = ResultMetric.tok_per_s) -> list[JobRun]:
+        """Job runs (sweep parents and comparisons left out), by id or by search."""
+        if run_ids:
+            runs = [self.client.get_run(run_id) for run_id in run_ids]
+        else:
+            clauses = [f"tags.`mlflow.parentRunId` = '{parent}'"] if parent else []
+            if filter_string:
+                clauses.append(filter_string)
+            runs = self._search(" and ".join(clauses))
+        return [self._job_run(run, metric) for run in runs
+                if run.data.tags.get(Tag.kind, RunKind.job) == RunKind.job]
+
+    def _job_run(self, run: Any, metric: str) -> JobRun:
+        def history(name: str) -> list[float]:
+            return [m.value for m in sorted(self.client.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
+
+        return JobRun.from_store(run.info.run_id, run.info.run_name, run.info.status, run.data.tags, run.data.params,
+                                 history(metric), history(launch_metric(metric)))
+
+
+class RunLog:
+    """Writes to one run of a store."""
+
+    def __init__(self, store: TrackingStore, run_id: str):
+        self.store, self.run_id = store, run_id
+        self.client, self.uri = store.client, store.uri
 
     def log_params(self, params: dict[str, Any]) -> None:
         batch = [Param(k, str(v)[:_MAX_PARAM]) for k, v in sorted(params.items())]
@@ -94,8 +139,6 @@ class Tracker:
             self.client.log_batch(self.run_id, params=batch[i:i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        import time
-
         now = int(time.time() * 1000)
         batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and v == v]
         for i in range(0, len(batch), 1000):
@@ -110,31 +153,29 @@ class Tracker:
                 self.client.log_artifact(self.run_id, str(path), artifact_path)
 
     def end(self, status: str = "FINISHED") -> None:
-        if self.run_id:
-            self.client.set_terminated(self.run_id, status=status)
-
-    def end_children(self, parent_run_id: str, status: str) -> None:
-        """End the child runs of ``parent_run_id`` that are still open."""
-        for run in self.client.search_runs([self.experiment_id], f"tags.mlflow.parentRunId = '{parent_run_id}' "
-                                           f"and attributes.status = 'RUNNING'"):
-            self.client.set_terminated(run.info.run_id, status=status)
+        self.client.set_terminated(self.run_id, status=status)
 
 
-class OfflineTracker:
-    """Stands in for :class:`Tracker` when the store cannot be reached: every call is written
-    to a journal beside the measurements, and ``python -m specexp.upload DIR`` replays it."""
+class OfflineRun:
+    """Stands in for :class:`RunLog` when the store cannot be reached: the run's start and
+    every call are written to a journal beside the measurements, and
+    ``python -m specexp.upload DIR`` replays it."""
 
-    def __init__(self, journal: Path, uri: str, experiment: str, reason: str):
-        self.path, self.uri, self.experiment_id, self.run_id = journal, uri, None, "offline"
-        self.journal: dict[str, Any] = {"tracking_uri": uri, "experiment": experiment, "reason": reason, "calls": []}
+    run_id = "offline"
+
+    def __init__(self, journal: Path, uri: str, experiment: str, reason: str, run_name: str, tags: dict[str, str],
+                 parent_run_id: Optional[str]):
+        self.path, self.uri = journal, uri
+        self.journal: dict[str, Any] = {"tracking_uri": uri, "experiment": experiment, "reason": reason,
+                                        "start": [run_name, tags, parent_run_id], "calls": []}
+        self._write()
+
+    def _write(self) -> None:
+        self.path.write_text(json.dumps(self.journal, indent=1, default=str))
 
     def _record(self, name: str, *args: Any) -> None:
         self.journal["calls"].append([name, list(args)])
-        self.path.write_text(json.dumps(self.journal, indent=1, default=str))
-
-    def start(self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> str:
-        self._record("start", run_name, tags, parent_run_id)
-        return self.run_id
+        self._write()
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._record("log_params", {k: str(v) for k, v in params.items()})
@@ -155,9 +196,9 @@ class OfflineTracker:
 def replay(journal_path: Path, uri: Optional[str] = None) -> str:
     """Upload an offline journal to MLflow (its own URI, or ``uri``); returns the new run id."""
     journal = json.loads(journal_path.read_text())
-    tracker = Tracker(uri or journal["tracking_uri"], journal["experiment"])
+    run = TrackingStore(uri or journal["tracking_uri"], journal["experiment"]).start_run(*journal["start"])
     for name, args in journal["calls"]:
         if name == "log_artifacts":
             args = [[Path(p) for p in args[0]], args[1]]
-        getattr(tracker, name)(*args)
-    return tracker.run_id
+        getattr(run, name)(*args)
+    return run.run_id

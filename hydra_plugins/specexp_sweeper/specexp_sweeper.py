@@ -1,17 +1,17 @@
-"""Hydra sweeper plugin: the basic sweeper's expansion, then specexp's planning (sweep.py).
+"""Hydra sweeper plugin: expands the sweep, then hands it to specexp's planning (sweep.py).
 
 Hydra only instantiates sweepers that live in the ``hydra_plugins`` package (and loads this
-module outside sys.modules, so no ``from __future__ import annotations`` here); the logic is
-in :mod:`specexp.sweep`, this class only connects it to Hydra.
+module outside sys.modules, so no ``from __future__ import annotations`` here). It is built
+on Hydra's public ``Sweeper`` interface; the logic is in :mod:`specexp.sweep`.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
-from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 
@@ -25,16 +25,24 @@ class SpecexpSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="specexp", node=SpecexpSweeperConf, provider="specexp")
 
 
-class SpecexpSweeper(BasicSweeper):
-    def sweep(self, arguments: List[str]) -> Any:
-        from specexp.sweep import run_sweep
+class SpecexpSweeper(Sweeper):
+    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None):
+        self.max_batch_size = max_batch_size
+        self.params = params or {}
 
-        params = self._parse_config()
-        params.extend(arguments)
-        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        batches = self.split_arguments(parser.parse_overrides(params), None)
-        jobs = [list(job) for batch in batches for job in batch]
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        # Imported here: Hydra imports every plugin module whenever it starts, and the sweep
+        # brings MLflow (about a second) that a single run does not need this early.
+        from specexp.sweep import expand_overrides, run_sweep
+
+        overrides = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        loader = self.hydra_context.config_loader
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        return run_sweep(self.hydra_context.config_loader, self.config, jobs, self.launcher, self.max_batch_size)
+        return run_sweep(loader, self.config, expand_overrides(overrides, loader), self.launcher, self.max_batch_size)

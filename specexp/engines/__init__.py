@@ -1,18 +1,32 @@
-"""Engine plugins. Adding an engine: one module here, one entry below, one ``conf/engine`` YAML."""
+"""Engine plugins. Adding an engine is one module here (an :class:`Engine` subclass with its
+:class:`EngineConfig` subclass) and one ``conf/engine/<name>.yaml``: modules of this package
+are discovered on first use, not listed anywhere."""
 
 from __future__ import annotations
 
-from specexp.config import ConfigError
-from specexp.engines.base import Engine
-from specexp.engines.llamacpp import LlamaCppEngine
-from specexp.engines.sglang import SGLangEngine
-from specexp.engines.vllm import VLLMEngine
+import importlib
+import pkgutil
+from functools import cache
 
-ENGINES: dict[str, Engine] = {engine.name: engine for engine in (LlamaCppEngine(), SGLangEngine(), VLLMEngine())}
+from specexp.engines.base import Engine
+from specexp.schemas import ConfigError
+
+
+@cache
+def engines() -> dict[str, Engine]:
+    """Every engine defined in a module of this package, by name."""
+    found: dict[str, Engine] = {}
+    for module_info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{module_info.name}")
+        for value in vars(module).values():
+            if (isinstance(value, type) and issubclass(value, Engine) and value is not Engine
+                    and value.__module__ == module.__name__):
+                found[value.name] = value()
+    return dict(sorted(found.items()))
 
 
 def get_engine(name: str) -> Engine:
     try:
-        return ENGINES[name]
+        return engines()[name]
     except KeyError:
-        raise ConfigError(f"engine={name} is unknown; valid choices: {', '.join(ENGINES)}") from None
+        raise ConfigError(f"engine={name} is unknown; valid choices: {', '.join(engines())}") from None

@@ -1,9 +1,12 @@
-"""The small interface every inference engine implements.
+"""The interface every inference engine implements, and what engines share.
 
-An engine turns a composed config into an argv list and environment, says how to tell that
-the server is ready, how to ask it for one streamed completion, how to read that stream,
-and where its speculative-decoding counters are. Everything else (process lifecycle, load
-generation, statistics, tracking) is engine-agnostic.
+An engine owns everything specexp knows about it: the settings it accepts and their flag
+spellings, how to tell that the server is ready, how to ask it for one streamed completion
+and read that stream, where its speculative-decoding counters are, what it actually ran
+with (engaged or not), the preflight checks it needs, the packages a stack capture reads,
+and its own switch-off setting for dynamic speculation. It is told only the
+:class:`~specexp.schemas.ServerSettings` (and the workload for requests), never the whole
+run config. Process lifecycle, load generation, statistics and tracking are engine-agnostic.
 """
 
 from __future__ import annotations
@@ -11,33 +14,19 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from functools import lru_cache
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
-from omegaconf import MISSING
+from specexp.measurements import RunResult
+from specexp.schemas import (AllreduceBackend, AttentionBackend, ConfigError, EngineConfig, ServerSettings,
+                             SpeculativeConfig, SpeculativeMethod, WorkloadConfig)
 
-from specexp.config import ConfigError
-
-
-@dataclass
-class EngineConfig:
-    """Fields every engine has; engine modules subclass this with their own settings."""
-
-    name: str = MISSING
-    host: str = "127.0.0.1"
-    # 0 picks a free port at launch.
-    port: int = 0
-    tensor_parallel_size: int = 1
-    # GPUs one server occupies, leased per job from host.gpus (0: a CPU server).
-    gpus: int = 0
-    # Seconds to wait for readiness; model load time dominates.
-    ready_timeout_s: float = 120.0
-    # Flags appended verbatim, for options specexp does not model.
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+__all__ = ["EngineConfig", "Engine", "LaunchSpec", "StreamChunk", "Setting", "Engagement", "Check", "CheckStatus"]
 
 
 @dataclass
@@ -64,115 +53,165 @@ class StreamChunk:
     final: dict[str, Any] = field(default_factory=dict)
 
 
+class Engagement(StrEnum):
+    engaged = "engaged"
+    not_engaged = "not engaged"
+    unknown = "unknown"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One requested setting as the live server ran it, with the evidence."""
+
+    requested: str
+    actual: str
+    status: Engagement
+    evidence: str
+
+    def to_json(self) -> dict[str, str]:
+        return {k: str(v) for k, v in asdict(self).items()}
+
+
+class CheckStatus(StrEnum):
+    passed = "pass"
+    failed = "fail"
+    skipped = "skip"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: passed, failed with a fix hint, or skipped with its reason."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+
+
 class Engine:
     """Base class; subclasses set the class attributes and implement the methods."""
 
     name: ClassVar[str]
-    config_class: ClassVar[type]
+    config_class: ClassVar[type[EngineConfig]]
     health_path: ClassVar[str] = "/health"
     metrics_path: ClassVar[Optional[str]] = "/metrics"
     # Prometheus counters: {our name: metric name}; deltas over a measured run are logged.
     speculative_counters: ClassVar[dict[str, str]] = {}
     # Single-process engines cannot honour tensor parallelism or an allreduce backend.
     multi_gpu: ClassVar[bool] = True
-    attention_backends: ClassVar[tuple[str, ...]] = ("auto",)
-    allreduce_backends: ClassVar[tuple[str, ...]] = ("auto",)
-    speculative_methods: ClassVar[tuple[str, ...]] = ("none",)
+    # The server is a module of the stack's Python interpreter (else a native binary).
+    runs_in_stack_python: ClassVar[bool] = True
+    attention_backends: ClassVar[tuple[AttentionBackend, ...]] = (AttentionBackend.auto,)
+    allreduce_backends: ClassVar[tuple[AllreduceBackend, ...]] = (AllreduceBackend.auto,)
+    speculative_methods: ClassVar[tuple[SpeculativeMethod, ...]] = (SpeculativeMethod.none,)
+    # Distributions a stack capture reads, besides torch and triton: {distribution: tag key}.
+    stack_packages: ClassVar[dict[str, str]] = {}
 
-    def validate(self, cfg: Any) -> None:
+    def validate(self, server: ServerSettings) -> None:
         """Reject what this engine cannot honour, naming the option and the valid choices."""
         choices = {
-            "attention_backend": (cfg.attention_backend.name, self.attention_backends),
-            "allreduce_backend": (cfg.allreduce_backend.name, self.allreduce_backends),
-            "speculative": (cfg.speculative.method, self.speculative_methods),
+            "attention_backend": (server.attention_backend.name, self.attention_backends),
+            "allreduce_backend": (server.allreduce_backend.name, self.allreduce_backends),
+            "speculative": (server.speculative.method, self.speculative_methods),
         }
         for option, (value, allowed) in choices.items():
             if value not in allowed:
                 extra = " (it runs in one process, with no collective communication)" if (
                     option == "allreduce_backend" and not self.multi_gpu) else ""
-                raise ConfigError(
-                    f"{option}={value} is not supported by engine={self.name}{extra}; "
-                    f"valid choices: {', '.join(allowed)}"
-                )
-        if cfg.allreduce_backend.torch_symm_mem and "torch_symm_mem" not in self.allreduce_backends:
+                raise ConfigError(f"{option}={value} is not supported by engine={self.name}{extra}; "
+                                  f"valid choices: {', '.join(allowed)}")
+        if server.allreduce_backend.torch_symm_mem and AllreduceBackend.torch_symm_mem not in self.allreduce_backends:
             raise ConfigError(f"allreduce_backend.torch_symm_mem=true is not supported by engine={self.name}")
-        if not self.multi_gpu and cfg.engine.tensor_parallel_size != 1:
-            raise ConfigError(
-                f"engine.tensor_parallel_size={cfg.engine.tensor_parallel_size} is not supported by "
-                f"engine={self.name}, which serves from one process; use 1"
-            )
+        tp = server.engine.tensor_parallel_size
+        if not self.multi_gpu and tp != 1:
+            raise ConfigError(f"engine.tensor_parallel_size={tp} is not supported by engine={self.name}, which "
+                              "serves from one process; use 1")
+        if self.multi_gpu and server.engine.gpus < tp:
+            raise ConfigError(f"engine.gpus={server.engine.gpus} cannot hold tensor parallel {tp}; set engine.gpus "
+                              "to at least engine.tensor_parallel_size")
 
-    def launch_spec(self, cfg: Any, port: int) -> LaunchSpec:
+    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         raise NotImplementedError
 
-    def version(self, cfg: Any) -> tuple[Optional[str], str]:
+    def version(self, server: ServerSettings) -> tuple[Optional[str], str]:
         """(version, where it came from): the stack's declaration, else what the stack holds."""
-        declared = cfg.stack.versions.get(self.name)
+        declared = server.stack.versions.get(self.name)
         if declared:
-            return str(declared), f"declared by stack {cfg.stack.name}"
-        found = self.detect_version(cfg)
+            return str(declared), f"declared by stack {server.stack.name}"
+        found = self.detect_version(server)
         return (found, "detected in the stack") if found else (None, "not found in the stack")
 
-    def detect_version(self, cfg: Any) -> Optional[str]:
+    def detect_version(self, server: ServerSettings) -> Optional[str]:
         """The engine version the stack's interpreter can import (Python engines)."""
-        return python_package_version(self.stack_python(cfg), self.name, tuple(sorted(self.stack_env(cfg).items())))
+        return python_package_version(stack_python(server), self.name, tuple(sorted(stack_env(server).items())))
 
-    def local_files(self, cfg: Any) -> list[str]:
+    def local_files(self, server: ServerSettings) -> list[str]:
         """Files that must exist before launch (weights served from local disk)."""
         return []
 
-    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
+    def effective(self, server: ServerSettings, base_url: str, log_text: str,
+                  runs: Sequence[RunResult]) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
-        whether it engaged ("engaged", "not engaged", "unknown"), with the evidence."""
-        return {name: setting(requested, "", UNKNOWN, f"engine={self.name} reports nothing on this")
-                for name, requested in requested_settings(cfg).items()}
+        whether it engaged, with the evidence."""
+        return {name: Setting(requested, "", Engagement.unknown, f"engine={self.name} reports nothing on this")
+                for name, requested in server.requested().items()}
 
-    def flag_check_command(self, cfg: Any, launches: list[LaunchSpec]) -> Optional[list[str]]:
+    def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> Optional[list[str]]:
         """A command that runs the engine's own argument parser on each launch without serving
         and prints a JSON list with one error message (or null) per launch; None when the
         engine has no parse-only mode."""
         return None
 
-    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
+    def doctor_checks(self, server: ServerSettings) -> list[Check]:
+        """Preflight checks only this engine needs (the doctor runs the common ones)."""
+        return []
+
+    def switch_off(self, threshold: int, speculative: SpeculativeConfig, max_batch: int) -> dict[str, Any]:
+        """The setting that stops drafting from ``threshold`` concurrent requests on, in this
+        engine's own terms (dynamic speculation)."""
+        return {"note": f"engine={self.name} has no per-batch-size switch: serve without speculation from "
+                        f"{threshold} concurrent streams"}
+
+    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
+                           prompt: str) -> tuple[str, dict[str, Any]]:
         """Path and JSON body of one streamed completion of ``prompt`` with the workload's settings."""
         raise NotImplementedError
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
         raise NotImplementedError
 
-    # Helpers shared by engines.
-    @staticmethod
-    def stack_env(cfg: Any) -> dict[str, str]:
-        env = {str(k): str(v) for k, v in cfg.stack.env.items()}
-        env.update({str(k): str(v) for k, v in cfg.engine.env.items()})
-        return env
 
-    @staticmethod
-    def stack_python(cfg: Any) -> str:
-        return cfg.stack.python or sys.executable
+def stack_env(server: ServerSettings) -> dict[str, str]:
+    """Variables the server gets from specexp: the stack's, then the engine's."""
+    env = {str(k): str(v) for k, v in server.stack.env.items()}
+    env.update({str(k): str(v) for k, v in server.engine.env.items()})
+    return env
 
 
-ENGAGED, NOT_ENGAGED, UNKNOWN = "engaged", "not engaged", "unknown"
+def stack_python(server: ServerSettings) -> str:
+    return server.stack.python or sys.executable
 
 
-def setting(requested: str, actual: str, status: str, evidence: str) -> dict[str, str]:
-    return {"requested": requested, "actual": actual, "status": status, "evidence": evidence}
+def run_in_stack(server: ServerSettings, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``code`` run by the stack's interpreter with the stack's variables."""
+    return subprocess.run([stack_python(server), "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **stack_env(server)})
 
 
-def requested_settings(cfg: Any) -> dict[str, str]:
-    return {"attention_backend": cfg.attention_backend.name, "allreduce_backend": cfg.allreduce_backend.name,
-            "speculative": cfg.speculative.method}
+def last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
 
 
-def speculation_from_counters(cfg: Any, runs: list) -> dict[str, str]:
+def speculation_from_counters(server: ServerSettings, runs: Sequence[RunResult]) -> Setting:
     """Speculation engaged when the server's draft counters moved during the measured runs."""
+    method = server.speculative.method
     measured = [r for r in runs if not r.warmup]
     if not measured or not any(r.counter_deltas for r in measured):
-        return setting(cfg.speculative.method, "", UNKNOWN, "no speculative counters in /metrics")
+        return Setting(method, "", Engagement.unknown, "no speculative counters in /metrics")
     drafts = sum(r.counter_deltas.get("drafts", 0.0) for r in measured)
     drafting = drafts > 0
-    wanted = cfg.speculative.method != "none"
-    return setting(cfg.speculative.method, f"{drafts:.0f} drafts", ENGAGED if drafting == wanted else NOT_ENGAGED,
+    wanted = method != SpeculativeMethod.none
+    return Setting(method, f"{drafts:.0f} drafts", Engagement.engaged if drafting == wanted else Engagement.not_engaged,
                    f"draft counter delta over the measured runs: {drafts:.0f}")
 
 
@@ -207,6 +246,4 @@ def which(binary: str, directory: Optional[str]) -> str:
     """Full path of ``binary`` in ``directory`` (if given) or on PATH; the name itself otherwise."""
     if directory:
         return os.path.join(directory, binary)
-    from shutil import which as shutil_which
-
-    return shutil_which(binary) or binary
+    return shutil.which(binary) or binary

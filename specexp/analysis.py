@@ -1,0 +1,211 @@
+"""Arms, pairing, drift and reproduction: the analysis behind compare and the sweep report.
+
+Pure: it takes :class:`~specexp.results.JobRun` records and gives comparisons; no MLflow.
+An arm is one configuration's independent values (per launch with several server launches,
+else per measured run). Arms carry their factors as a mapping; pairing, crossover families
+and baselines are found through it, never by parsing labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from specexp.engines.base import Engagement
+from specexp.results import JobRun, Tag, Unit
+from specexp.stats import Comparison, Summary, compare, decide, summarize
+
+REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = "reproduced", "contradicted", "not measured", "inconclusive"
+NOT_ATTRIBUTABLE = "not attributable"
+
+
+class SelectionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Selector:
+    """FACTOR=VALUE (e.g. speculative=none), or a run id (prefix) or label."""
+
+    text: str
+
+    @property
+    def factor(self) -> Optional[str]:
+        return self.text.split("=", 1)[0] if "=" in self.text else None
+
+    @property
+    def value(self) -> Optional[str]:
+        return self.text.split("=", 1)[1] if "=" in self.text else None
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One configuration's independent values, from one job run."""
+
+    run: JobRun
+    label: str
+    factors: Mapping[str, str]
+    summary: Summary
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        return self.run.values
+
+    @property
+    def unit(self) -> Unit:
+        return self.run.unit
+
+    def others(self, factor: str) -> tuple[tuple[str, str], ...]:
+        """The arm's factors without ``factor``: what a partner arm must share."""
+        return tuple(sorted((k, v) for k, v in self.factors.items() if k != factor))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "label": self.label, "factors": dict(self.factors), "values": list(self.values),
+                "unit": str(self.unit), "mean": self.summary.mean, "std": self.summary.std, "cv": self.summary.cv,
+                "ci_low": self.summary.ci_low, "ci_high": self.summary.ci_high, "n": self.summary.n}
+
+
+def make_arms(runs: Sequence[JobRun], *, label_tags: Sequence[str], confidence: float,
+              metric: str) -> tuple[list[Arm], list[str]]:
+    """Finished runs as arms, plus a note for each run that was left out and why. Factors are
+    the sweep's (recorded with each run) or, with ``label_tags``, those tags' values."""
+    arms, skipped = [], []
+    for run in runs:
+        if run.status != "FINISHED":
+            skipped.append(f"{run.name} ({run.run_id[:8]}): {run.status}, not compared")
+            continue
+        summary = summarize(run.values, confidence)
+        if summary is None:
+            skipped.append(f"{run.name} ({run.run_id[:8]}): no {metric} values")
+            continue
+        factors = {t: run.tags.get(t, "?") for t in label_tags} if label_tags else dict(run.factors)
+        label = " ".join(f"{k}={v}" for k, v in factors.items()) if label_tags else run.name
+        arms.append(Arm(run, label, factors, summary))
+    seen: dict[str, int] = {}
+    for arm in arms:
+        seen[arm.label] = seen.get(arm.label, 0) + 1
+    return [Arm(a.run, f"{a.label} [{a.run_id[:8]}]", a.factors, a.summary) if seen[a.label] > 1 else a
+            for a in arms], skipped
+
+
+def pick_baseline(arms: Sequence[Arm], selector: Selector) -> Arm:
+    """A run id (or its prefix), a label, or FACTOR=VALUE (a factor or tag) matching exactly one arm."""
+    if selector.factor:
+        matches = [a for a in arms if a.factors.get(selector.factor, a.run.tags.get(selector.factor)) == selector.value]
+    else:
+        matches = [a for a in arms if a.run_id.startswith(selector.text) or a.label == selector.text]
+    if len(matches) != 1:
+        found = ", ".join(f"{a.label} ({a.run_id[:8]})" for a in matches) or "none"
+        raise SelectionError(f"--baseline {selector.text!r} must match exactly one finished run; matched: {found}. "
+                             "Use a run id to choose.")
+    return matches[0]
+
+
+def baseline_pairs(arms: Sequence[Arm], selector: Selector) -> list[tuple[Arm, Arm]]:
+    """(baseline, candidate) pairs. When the selector is FACTOR=VALUE and the arms vary that
+    factor, each arm is compared with the baseline that shares all its other factors - e.g.
+    speculative=draft at concurrency 8 against speculative=none at concurrency 8. Otherwise
+    one baseline run is compared with every other arm."""
+    factor = selector.factor
+    if factor is None or not any(factor in a.factors for a in arms):
+        baseline = pick_baseline(arms, selector)
+        return [(baseline, a) for a in arms if a is not baseline]
+    groups: dict[tuple, list[Arm]] = {}
+    for arm in arms:
+        groups.setdefault(arm.others(factor), []).append(arm)
+    pairs = []
+    for group in groups.values():
+        bases = [a for a in group if a.factors.get(factor) == selector.value]
+        if len(bases) > 1:
+            raise SelectionError(f"baseline {selector.text!r} matches several runs with the same settings: "
+                                 f"{', '.join(a.run_id[:8] for a in bases)}; choose one by run id")
+        pairs += [(bases[0], a) for a in group if bases and a is not bases[0]]
+    if not pairs:
+        raise SelectionError(f"baseline {selector.text!r} matched no run")
+    return pairs
+
+
+def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
+    """Differences in captured stack and effective configuration other than the declared factor."""
+    skip = {f"effective.{factor}", f"stack.{factor}"} if factor else set()
+    ours, theirs = base.run.captured(), arm.run.captured()
+    keys = sorted(k for k in set(ours) | set(theirs) if k not in skip)
+    return [f"{k}: {ours.get(k, '-')} vs {theirs.get(k, '-')}" for k in keys if ours.get(k) != theirs.get(k)]
+
+
+def compare_arms(pairs: Sequence[tuple[Arm, Arm]], *, confidence: float, threshold: float, power: float,
+                 factor: Optional[str] = None) -> list[Comparison]:
+    """Compare each pair (Holm over the family); list drift, and refuse to attribute a
+    difference to the declared factor when it did not engage in one of the arms."""
+    kept = [(base, arm) for base, arm in pairs if len(arm.values) > 1 and len(base.values) > 1]
+    comparisons = [compare(base.values, arm.values, confidence=confidence, threshold=threshold, power=power,
+                           baseline_name=base.label, candidate_name=arm.label) for base, arm in kept]
+    decide(comparisons)
+    for (base, arm), comparison in zip(kept, comparisons):
+        comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
+        missed = [a.label for a in (base, arm) if factor and a.run.engagement(factor) == Engagement.not_engaged]
+        if missed:
+            comparison.verdict = NOT_ATTRIBUTABLE
+            comparison.notes.append(f"{factor} did not engage in {', '.join(missed)}: the difference is not "
+                                    f"attributed to {factor}")
+    return comparisons
+
+
+# Reproduction of published results ---------------------------------------------------------
+
+def hardware_matches(reference: Any, arms: Sequence[Arm]) -> tuple[bool, str]:
+    wanted = reference.hardware
+    measured = sorted({a.run.tags.get(Tag.hardware, "unknown") for a in arms})
+    same = bool(arms) and all(wanted.gpu in a.run.tags.get(Tag.gpu_name, "") and
+                              a.run.tags.get(Tag.gpu_count) == str(wanted.gpu_count) for a in arms)
+    return same, ", ".join(measured)
+
+
+@dataclass
+class ClaimCheck:
+    id: str
+    text: str
+    published_ratio: float
+    comparison: Optional[Comparison]
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "text": self.text, "published_ratio": self.published_ratio, "status": self.status,
+                "comparison": self.comparison.to_json() if self.comparison else None}
+
+
+def reproduce(reference: Any, arms: Sequence[Arm], *, confidence: float, threshold: float,
+              power: float) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
+    """Map runs to published points (by their reference_point tag) and check every claim as a
+    ratio with its CI: reproduced (CI holds the published ratio and excludes 1 on its side),
+    contradicted (CI excludes the published ratio), inconclusive, or not measured."""
+    by_point: dict[str, Optional[Arm]] = {}
+    for point in reference.points:
+        matching = [a for a in arms if point in a.run.tags.get(Tag.reference_point, "").split(",")]
+        by_point[point] = matching[-1] if matching else None
+    checks, comparisons = [], []
+    for claim in reference.claims:
+        ratio = reference.points[claim.candidate].tok_per_s / reference.points[claim.baseline].tok_per_s
+        base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
+        comparison = None
+        if base and cand and base is not cand and len(base.values) > 1 and len(cand.values) > 1:
+            comparison = compare(base.values, cand.values, confidence=confidence, threshold=threshold, power=power,
+                                 baseline_name=claim.baseline, candidate_name=claim.candidate)
+            comparisons.append(comparison)
+        checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
+    decide(comparisons)
+    for check in checks:
+        c = check.comparison
+        if c is None:
+            continue
+        if not c.ci_low <= check.published_ratio <= c.ci_high:
+            check.status = CONTRADICTED
+        elif (check.published_ratio > 1 and c.ci_low > 1) or (check.published_ratio < 1 and c.ci_high < 1):
+            check.status = REPRODUCED
+        else:
+            check.status = INCONCLUSIVE
+    return by_point, checks

@@ -1,0 +1,96 @@
+"""What a job is: one run config, typed and checked, with its engine and its identities.
+
+A :class:`Job` is made once from the composed config (:func:`prepare`): the config is
+converted into its schemas, a generated model's paths are filled in, the checks that span
+groups run, and the engine checks what it can honour - all before anything launches. The
+sweep plans with jobs, the runner runs them, the doctor checks them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from specexp.engines import get_engine
+from specexp.engines.base import Engine, LaunchSpec
+from specexp.schemas import ConfigError, RunConfig, ServerSettings, SpeculativeMethod, to_run_config
+from specexp.leases import free_port
+from specexp.tinymodels import pair_paths
+
+# Settings that say where and how a job is tracked or planned, not what it measures.
+_NOT_MEASURED = ("tracking", "dry_run", "multirun")
+
+
+@dataclass(frozen=True)
+class Job:
+    config: RunConfig
+    engine: Engine
+
+    @property
+    def server(self) -> ServerSettings:
+        return self.config.server_settings()
+
+    def config_fingerprint(self) -> str:
+        """Identity of what a job measures: everything but tracking and planning settings."""
+        data = dataclasses.asdict(self.config)
+        for key in _NOT_MEASURED:
+            data.pop(key)
+        return _digest(data)
+
+    def server_fingerprint(self) -> str:
+        """Identity of the server a job needs: its command (port aside) and environment."""
+        launch = self.engine.launch_spec(self.server, 0)
+        return _digest({"argv": launch.argv, "env": launch.env, "launches": self.config.stats.launches})
+
+    def planned_launch(self) -> LaunchSpec:
+        """The server command as a dry run shows it (a free port when engine.port is 0); the
+        launch itself leases its port."""
+        return self.engine.launch_spec(self.server, self.config.engine.port or free_port(self.config.engine.host))
+
+    def factors(self) -> dict[str, str]:
+        """The job's swept settings, FACTOR -> VALUE (empty outside a sweep)."""
+        return dict(factor.split("=", 1) for factor in self.config.multirun.factors)
+
+
+def prepare(cfg: DictConfig) -> Job:
+    """The composed config as a checked job; raises :class:`ConfigError` before anything launches."""
+    if cfg.model.get("generate") is not None:
+        # Filled in before conversion, so that interpolations such as the draft's
+        # ${model.draft_path} see them; deterministic, so that dry runs can print them.
+        spec = OmegaConf.to_object(cfg.model.generate)
+        try:
+            spec.validate()
+        except ValueError as exc:
+            raise ConfigError(f"model.generate: {exc}") from None
+        paths = pair_paths(spec)
+        cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
+    run = to_run_config(cfg)
+    engine = get_engine(run.engine.name)
+    validate(run)
+    engine.validate(run.server_settings())
+    return Job(run, engine)
+
+
+def validate(run: RunConfig) -> None:
+    """Checks that span config groups (each group's own ranges are its schema's)."""
+    spec = run.speculative
+    if spec.method in (SpeculativeMethod.eagle3, SpeculativeMethod.draft) and not spec.draft_model:
+        source = "eagle3_draft_path" if spec.method == SpeculativeMethod.eagle3 else "draft_path"
+        raise ConfigError(
+            f"speculative={spec.method} needs a draft model, and model={run.model.name} has no {source}. "
+            f"Set speculative.draft_model=PATH, or choose speculative=none|ngram"
+            + ("|draft" if spec.method == SpeculativeMethod.eagle3 and run.model.draft_path else ""))
+    tp = run.engine.tensor_parallel_size
+    if tp not in run.model.tensor_parallel_sizes:
+        raise ConfigError(
+            f"engine.tensor_parallel_size={tp} does not fit model={run.model.name}, which needs one of "
+            f"{list(run.model.tensor_parallel_sizes)}; set engine.tensor_parallel_size accordingly")
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]

@@ -1,0 +1,89 @@
+"""What the load client measures, as plain data: one record per request, one result per run.
+
+Written by the client, read by engines (what engaged), the runner and the statistics; the
+per-request records are also the lines of ``requests.jsonl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class RequestRecord:
+    """One streamed completion as measured by the client."""
+
+    run: int
+    stream: int
+    warmup: bool
+    start_unix: float
+    launch: int = 0
+    index: int = 0  # request number within its stream
+    ok: bool = False
+    error: Optional[str] = None
+    ttft_s: Optional[float] = None
+    e2e_s: Optional[float] = None
+    output_tokens: Optional[int] = None
+    prompt_tokens: Optional[int] = None
+    events: int = 0
+    # Per-token inter-token latencies (seconds), from event gaps and tokens per event.
+    itl_s: list[float] = field(default_factory=list)
+    # Speculative figures the server reported for this request.
+    speculative: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tok_per_s(self) -> Optional[float]:
+        if self.ok and self.output_tokens and self.e2e_s:
+            return self.output_tokens / self.e2e_s
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "tok_per_s": self.tok_per_s}
+
+
+@dataclass
+class RunResult:
+    """One measured (or warm-up) run: ``streams`` concurrent requests."""
+
+    run: int
+    warmup: bool
+    wall_s: float
+    records: list[RequestRecord]
+    launch: int = 0
+    # Deltas of the engine's cumulative speculative counters over the run.
+    counter_deltas: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.records)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens or 0 for r in self.records)
+
+    @property
+    def tok_per_s(self) -> float:
+        """Aggregate output tokens per second (single stream: that request's tok/s)."""
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def request_tok_per_s(self) -> Optional[float]:
+        """Mean tok/s a single request saw (what one user experiences at this load)."""
+        values = [r.tok_per_s for r in self.records if r.tok_per_s]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def acceptance_length(self) -> Optional[float]:
+        """Mean tokens per target verification: 1 + accepted / drafts, from counter deltas."""
+        drafts = self.counter_deltas.get("drafts")
+        if drafts:
+            return 1.0 + self.counter_deltas.get("accepted_tokens", 0.0) / drafts
+        return None
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        proposed = self.counter_deltas.get("draft_tokens")
+        if proposed:
+            return self.counter_deltas.get("accepted_tokens", 0.0) / proposed
+        return None

@@ -1,0 +1,129 @@
+"""The results contract: what a tracked run holds, named once, written by the runner and the
+sweep, read back by compare, the sweep report, crossover and the tests.
+
+A job's run carries its configuration as tags (the factors it was swept over as one JSON
+mapping), one :attr:`Metric.tok_per_s` value per measured run (step = run index) and, with
+several server launches, one :attr:`Metric.launch_tok_per_s` per launch. Reading a run back
+gives a :class:`JobRun`, immutable and checked; nothing downstream parses names or labels.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+from specexp.engines.base import Engagement, Setting
+
+
+class RunKind(StrEnum):
+    job = "job"
+    sweep = "sweep"
+    comparison = "comparison"
+
+
+class Tag(StrEnum):
+    kind = "specexp.kind"
+    factors = "specexp.factors"  # JSON {factor: value} of the settings the sweep varied
+    config_fingerprint = "config_fingerprint"
+    server_fingerprint = "server_fingerprint"
+    server_launch = "server_launch"  # index of the sweep's server launch the job ran on
+    server_reused = "server_reused"
+    server_url = "server_url"
+    server_started_at = "server_started_at"
+    server_stopped_at = "server_stopped_at"
+    gpus = "gpus"
+    warnings = "warnings"
+    failure = "failure"
+    not_engaged = "not_engaged"
+    reference_point = "reference_point"
+    hardware = "hardware"
+    gpu_name = "gpu_name"
+    gpu_count = "gpu_count"
+    # On a sweep's parent run.
+    jobs = "jobs"
+    jobs_to_run = "jobs_to_run"
+    planned_server_launches = "planned_server_launches"
+    failed_jobs = "failed_jobs"
+    server_launches = "server_launches"
+    crossover = "crossover"
+    crossover_threshold = "crossover_threshold"
+
+
+class Metric(StrEnum):
+    tok_per_s = "tok_per_s"  # aggregate output tok/s of one measured run
+    launch_tok_per_s = "launch_tok_per_s"  # mean of one launch's measured runs
+    server_ready_s = "server_ready_s"
+
+
+class Unit(StrEnum):
+    """What one independent value of an arm is."""
+
+    launch = "launch"  # the mean of one server launch's measured runs
+    run = "run"  # one measured run (a single launch)
+
+
+# Prefixes of per-setting tags: what was captured of the stack, what each requested setting
+# ran as, and whether it engaged.
+STACK, EFFECTIVE, ENGAGED = "stack.", "effective.", "engaged."
+CAPTURED = (STACK, EFFECTIVE)
+def launch_metric(metric: str) -> str:
+    """The per-launch series of a per-run metric."""
+    return f"launch_{metric}"
+
+
+def effective_tags(effective: Mapping[str, Setting]) -> dict[str, str]:
+    """Each requested setting's engagement (and, when known, what actually ran)."""
+    tags = {f"{ENGAGED}{name}": str(s.status) for name, s in effective.items()}
+    tags.update({f"{EFFECTIVE}{name}": s.actual for name, s in effective.items() if s.actual})
+    missed = [name for name, s in effective.items() if s.status == Engagement.not_engaged]
+    if missed:
+        tags[Tag.not_engaged] = ",".join(missed)
+    return tags
+
+
+def factors_tag(factors: Mapping[str, str]) -> str:
+    return json.dumps(dict(factors), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One finished or failed job as the store holds it."""
+
+    run_id: str
+    name: str
+    status: str
+    kind: RunKind
+    factors: Mapping[str, str]
+    tags: Mapping[str, str]
+    params: Mapping[str, str] = field(default_factory=dict)
+    # Independent values of the metric read back, and what each one is.
+    values: tuple[float, ...] = ()
+    unit: Unit = Unit.run
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "factors", MappingProxyType(dict(self.factors)))
+        object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        if any(not isinstance(v, float) for v in self.values):
+            raise TypeError(f"run {self.run_id}: values must be floats")
+
+    @classmethod
+    def from_store(cls, run_id: str, name: Optional[str], status: str, tags: Mapping[str, str],
+                   params: Mapping[str, str], run_values: list[float], launch_values: list[float]) -> JobRun:
+        """From what MLflow returns: per-launch values when there were several launches (runs
+        inside one launch share its launch-level variance), else the per-run values."""
+        values, unit = (launch_values, Unit.launch) if len(launch_values) > 1 else (run_values, Unit.run)
+        factors = json.loads(tags.get(Tag.factors, "{}"))
+        kind = RunKind(tags.get(Tag.kind, RunKind.job))
+        return cls(run_id, name or run_id[:8], status, kind, factors, tags, params, tuple(map(float, values)), unit)
+
+    def engagement(self, setting: str) -> Optional[Engagement]:
+        value = self.tags.get(f"{ENGAGED}{setting}")
+        return Engagement(value) if value else None
+
+    def captured(self) -> dict[str, str]:
+        """What was captured of the stack and the effective settings."""
+        return {k: v for k, v in self.tags.items() if k.startswith(CAPTURED)}

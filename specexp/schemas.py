@@ -1,0 +1,321 @@
+"""Typed schemas of every config group: the bottom layer, pure data.
+
+The YAML files in ``conf/`` are data; these dataclasses give them types, so a misspelt key,
+an unknown choice or a string where a number belongs fails at composition, and a value out
+of range fails when the composed config is converted into them (:func:`to_run_config`,
+once per job). Each range check lives in the schema that owns the field; checks that span
+groups are the job's (``specexp.job``), and what an engine cannot honour is the engine's.
+Engines subclass :class:`EngineConfig` with their own settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Optional
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from specexp.tinymodels import TinyPairSpec
+
+
+class ConfigError(ValueError):
+    """A composition that cannot run as asked; the message names the option and the fix."""
+
+
+class SpeculativeMethod(StrEnum):
+    none = "none"
+    eagle3 = "eagle3"
+    ngram = "ngram"
+    draft = "draft"
+
+
+class AttentionBackend(StrEnum):
+    """Every attention backend a config group names; each engine supports a subset."""
+
+    auto = "auto"  # passes no flag: the engine's own default stays in force
+    triton = "triton"
+    flashinfer = "flashinfer"
+    fa3 = "fa3"
+    fa4 = "fa4"
+    trtllm_mha = "trtllm_mha"
+    flashmla = "flashmla"
+    torch_native = "torch_native"
+    flash_attn = "flash_attn"
+    no_flash_attn = "no_flash_attn"
+
+
+class AllreduceBackend(StrEnum):
+    auto = "auto"
+    nccl = "nccl"
+    custom = "custom"
+    flashinfer_fusion = "flashinfer_fusion"
+    torch_symm_mem = "torch_symm_mem"
+
+
+class JobOrder(StrEnum):
+    # Jobs sharing a server run back to back, server configurations in the sweep's order...
+    grouped = "grouped"
+    # ...or in a seeded random order within each replicate block (bias control).
+    randomized = "randomized"
+
+
+def _at_least(owner: str, minimum: float, **values: Any) -> None:
+    for name, value in values.items():
+        if value < minimum:
+            raise ConfigError(f"{owner}.{name} must be >= {minimum:g}, got {value}")
+
+
+def _fraction(owner: str, **values: float) -> None:
+    for name, value in values.items():
+        if not 0 < value < 1:
+            raise ConfigError(f"{owner}.{name} must be between 0 and 1, got {value}")
+
+
+@dataclass
+class StackConfig:
+    """The environment that launches the server: interpreter, binaries, variables, versions."""
+
+    name: str = MISSING
+    description: str = ""
+    # Interpreter for Python-based engines; null means the one running specexp.
+    python: Optional[str] = None
+    # Directory holding native engine binaries (llama-server); null means discover.
+    bin_dir: Optional[str] = None
+    env: dict[str, str] = field(default_factory=dict)
+    # Versions the stack holds, e.g. {sglang: 0.5.9, cuda: 13.0.1}. The engine's version
+    # decides flag spellings; when absent it is read from the stack's interpreter.
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    # Hub id, local directory or GGUF file. Null when the model is generated.
+    path: Optional[str] = None
+    # A separate small draft model (speculative=draft) and an EAGLE-3 head (speculative=eagle3).
+    draft_path: Optional[str] = None
+    eagle3_draft_path: Optional[str] = None
+    # Tensor-parallel sizes the model can be served with (memory and head-count limits).
+    tensor_parallel_sizes: list[int] = field(default_factory=lambda: [1])
+    trust_remote_code: bool = False
+    # Set for models generated locally; path and draft_path then come from the cache.
+    generate: Optional[TinyPairSpec] = None
+
+
+@dataclass
+class EngineConfig:
+    """Fields every engine has; each engine module subclasses this with its own settings."""
+
+    name: str = MISSING
+    host: str = "127.0.0.1"
+    # 0 picks a free port at launch.
+    port: int = 0
+    tensor_parallel_size: int = 1
+    # GPUs one server occupies, leased per job from host.gpus (0: a CPU server).
+    gpus: int = 0
+    # Seconds to wait for readiness; model load time dominates.
+    ready_timeout_s: float = 120.0
+    # Flags appended verbatim, for options specexp does not model.
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _at_least("engine", 0, gpus=self.gpus, port=self.port)
+        _at_least("engine", 1, tensor_parallel_size=self.tensor_parallel_size)
+        if self.port > 65535 or self.ready_timeout_s <= 0:
+            raise ConfigError(f"engine.port must be 0..65535 and engine.ready_timeout_s > 0, got {self.port} "
+                              f"and {self.ready_timeout_s}")
+
+
+@dataclass
+class AttentionBackendConfig:
+    name: AttentionBackend = AttentionBackend.auto
+
+
+@dataclass
+class AllreduceBackendConfig:
+    # "auto" passes no flag; the others ask for one collective implementation.
+    name: AllreduceBackend = AllreduceBackend.auto
+    # The reference story ran FlashInfer's fusion together with torch symmetric memory.
+    torch_symm_mem: bool = False
+
+
+@dataclass
+class SpeculativeConfig:
+    method: SpeculativeMethod = SpeculativeMethod.none
+    # Draft weights; eagle3 and draft default to the model's own via interpolation.
+    draft_model: Optional[str] = None
+    num_steps: int = 3
+    eagle_topk: int = 1
+    num_draft_tokens: int = 4
+    ngram_size: int = 4
+
+    def __post_init__(self) -> None:
+        _at_least("speculative", 1, num_steps=self.num_steps, num_draft_tokens=self.num_draft_tokens,
+                  eagle_topk=self.eagle_topk, ngram_size=self.ngram_size)
+
+
+@dataclass
+class WorkloadConfig:
+    name: str = MISSING
+    prompt: str = MISSING
+    max_tokens: int = 2048
+    ignore_eos: bool = True
+    # Greedy decoding: with sampling, a draft that matches the target can still be rejected.
+    temperature: float = 0.0
+    seed: int = 0
+    # Give every request its own seeded prefix, so that concurrent streams do not share a
+    # prompt (and its cache); the same seed gives the same prompts in every run.
+    vary_prompt: bool = False
+    # A request that sends nothing for this long is ended and reported as stalled.
+    stall_timeout_s: float = 120.0
+
+    def __post_init__(self) -> None:
+        _at_least("workload", 1, max_tokens=self.max_tokens)
+        _at_least("workload", 0, temperature=self.temperature)
+        if self.stall_timeout_s <= 0:
+            raise ConfigError(f"workload.stall_timeout_s must be > 0, got {self.stall_timeout_s}")
+
+
+@dataclass
+class ConcurrencyConfig:
+    name: str = MISSING
+    # Streams kept in flight during one measured run; 1 is the single-stream benchmark.
+    streams: int = 1
+    # Requests each stream sends per measured run, back to back...
+    requests_per_stream: int = 1
+    # ...or, when set, as many as it can start within this many seconds.
+    duration_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        _at_least("concurrency", 1, streams=self.streams, requests_per_stream=self.requests_per_stream)
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ConfigError(f"concurrency.duration_s must be > 0 (or null), got {self.duration_s}")
+
+
+@dataclass
+class StatsConfig:
+    # Server launches per configuration; each gets its warm-ups and measured runs. With
+    # more than one, tests use per-launch means (launch-level variance is often the largest).
+    launches: int = 1
+    warmup_runs: int = 2
+    measured_runs: int = 5
+    confidence: float = 0.95
+    # Smallest relative difference worth reporting; equivalence is tested within it.
+    threshold: float = 0.01
+    power: float = 0.8
+    # A coefficient of variation above this marks the summary as noisy.
+    cv_warn: float = 0.05
+
+    def __post_init__(self) -> None:
+        _at_least("stats", 1, measured_runs=self.measured_runs, launches=self.launches)
+        _at_least("stats", 0, warmup_runs=self.warmup_runs)
+        _fraction("stats", confidence=self.confidence, threshold=self.threshold, power=self.power)
+
+
+@dataclass
+class TrackingConfig:
+    # Null: $MLFLOW_TRACKING_URI if set, else SQLite under ./mlruns with artifacts beside it.
+    uri: Optional[str] = None
+    experiment: str = "specexp"
+    run_name: Optional[str] = None
+    enabled: bool = True
+
+
+@dataclass
+class HostConfig:
+    """What this machine lends to the servers of jobs running on it at the same time."""
+
+    # GPU ids to lease to servers; null: $CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists.
+    gpus: Optional[list[str]] = None
+    # Lock files of GPU and port leases; must be local to the host (node-local /tmp on Slurm).
+    lease_dir: str = "/tmp/specexp-leases"
+    # How long a job waits for GPUs that other jobs on the host hold.
+    gpu_wait_s: float = 86400.0
+
+
+@dataclass
+class MultirunConfig:
+    """How `python -m specexp -m ...` runs its jobs and reports on them."""
+
+    # Selector of the sweep report's baseline: FACTOR=VALUE (e.g. speculative=none); null: no verdicts.
+    baseline: Optional[str] = None
+    order: JobOrder = JobOrder.grouped
+    seed: int = 0
+    reuse_servers: bool = True
+    # Skip jobs whose configuration already has a finished run in the experiment.
+    resume: bool = True
+    # With a baseline: the swept setting along which to find where the candidate stops paying.
+    crossover_factor: Optional[str] = "concurrency.streams"
+    # Set by the sweeper for each job.
+    parent_run_id: Optional[str] = None
+    server_launch: Optional[int] = None
+    job_label: Optional[str] = None
+    # The job's swept settings as FACTOR=VALUE overrides (what sets it apart in the sweep).
+    factors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RunConfig:
+    engine: EngineConfig = MISSING
+    stack: StackConfig = MISSING
+    model: ModelConfig = MISSING
+    attention_backend: AttentionBackendConfig = MISSING
+    allreduce_backend: AllreduceBackendConfig = MISSING
+    speculative: SpeculativeConfig = MISSING
+    workload: WorkloadConfig = MISSING
+    concurrency: ConcurrencyConfig = MISSING
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    dry_run: bool = False
+    # Which published point(s) of a reference this run stands in for (comma-separated ids).
+    reference_point: Optional[str] = None
+    # Repeats an identical configuration as a separate job (A/A checks, replicate blocks).
+    replicate: int = 0
+    multirun: MultirunConfig = field(default_factory=MultirunConfig)
+    host: HostConfig = field(default_factory=HostConfig)
+
+    def server_settings(self) -> ServerSettings:
+        return ServerSettings(self.engine, self.stack, self.model, self.attention_backend, self.allreduce_backend,
+                              self.speculative, self.concurrency.streams)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What an engine is told: everything that shapes the server, and nothing else."""
+
+    engine: Any  # the engine's own EngineConfig subclass
+    stack: StackConfig
+    model: ModelConfig
+    attention_backend: AttentionBackendConfig
+    allreduce_backend: AllreduceBackendConfig
+    speculative: SpeculativeConfig
+    # Concurrent streams the server must serve at once (engines that size slots by it).
+    streams: int
+
+    def requested(self) -> dict[str, str]:
+        """The settings whose engagement is checked on the live server."""
+        return {"attention_backend": self.attention_backend.name, "allreduce_backend": self.allreduce_backend.name,
+                "speculative": self.speculative.method}
+
+
+# Config groups with a schema each; Hydra's ConfigStore gets them as GROUP/GROUP_schema.
+GROUP_SCHEMAS: dict[str, type] = {
+    "stack": StackConfig, "model": ModelConfig, "attention_backend": AttentionBackendConfig,
+    "allreduce_backend": AllreduceBackendConfig, "speculative": SpeculativeConfig, "workload": WorkloadConfig,
+    "concurrency": ConcurrencyConfig, "stats": StatsConfig, "tracking": TrackingConfig,
+}
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The composed config as its schemas, converted once at the edge; a value out of range
+    or a missing mandatory one is a :class:`ConfigError`."""
+    try:
+        run = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"the composed config is not a run config (got {type(run).__name__})")
+    return run
