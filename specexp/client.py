@@ -19,7 +19,6 @@ from specexp.engines.base import Engine, parse_prometheus
 from specexp.measurements import RequestRecord, RunResult
 from specexp.schemas import ConcurrencyConfig, ServerSettings, WorkloadConfig
 
-
 # Seeded prompt prefixes draw from these words (any words would do; these are readable).
 _WORDS = ("system latency token draft verify batch cache kernel memory stream tensor parallel "
           "request server model decode prefill accept reject queue engine throughput").split()
@@ -27,6 +26,56 @@ _WORDS = ("system latency token draft verify batch cache kernel memory stream te
 
 class StallError(RuntimeError):
     pass
+
+
+class StreamTimer:
+    """Reads one completion's server-sent events into its record: tokens as the server counts
+    them, time to the first token, and inter-token latencies. Pure: the caller supplies each
+    line with the time it arrived."""
+
+    def __init__(self, engine: Engine, record: RequestRecord, start: float):
+        self.engine, self.record, self.start = engine, record, start
+        self.last_event_at, self.last_count = start, 0
+
+    def line(self, raw: bytes, now: float) -> bool:
+        """Take one line of the stream; True when the stream says it is done."""
+        raw = raw.strip()
+        if not raw.startswith(b"data:"):
+            return False
+        payload = raw[5:].strip()
+        if payload == b"[DONE]":
+            return True
+        record = self.record
+        chunk = self.engine.parse_event(json.loads(payload))
+        record.events += 1
+        produced = chunk.tokens_in_chunk
+        if produced is None and chunk.tokens_so_far is not None:
+            produced = chunk.tokens_so_far - self.last_count
+            self.last_count = chunk.tokens_so_far
+        if produced and record.ttft_s is None:
+            record.ttft_s = now - self.start
+        elif produced:
+            record.itl_s.extend([(now - self.last_event_at) / produced] * produced)
+        elif produced is None and not chunk.done:
+            # The engine gives no per-event counts: time events instead.
+            if record.ttft_s is None:
+                record.ttft_s = now - self.start
+            else:
+                record.itl_s.append(now - self.last_event_at)
+        if produced or produced is None:
+            self.last_event_at = now
+        if chunk.done:
+            record.output_tokens = chunk.final.get("completion_tokens")
+            record.prompt_tokens = chunk.final.get("prompt_tokens")
+            record.speculative = {k: v for k, v in chunk.final.items() if k.startswith("spec_")}
+        return False
+
+    def finish(self, now: float) -> None:
+        """The stream has ended: the request is complete if the server gave its token count."""
+        self.record.e2e_s = now - self.start
+        if self.record.output_tokens is None:
+            raise RuntimeError("stream ended without the server's final token count")
+        self.record.ok = True
 
 
 class LoadClient:
@@ -41,7 +90,7 @@ class LoadClient:
     async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
         stall = self.workload.stall_timeout_s
         start = time.perf_counter()
-        last_event_at, last_count = start, 0
+        timer = StreamTimer(self.engine, record, start)
         try:
             path, body = self.engine.completion_request(self.server, self.workload, self.prompt(record))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
@@ -58,39 +107,9 @@ class LoadClient:
                         break
                     except asyncio.TimeoutError:
                         raise StallError(f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended") from None
-                    line = line.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
+                    if timer.line(line, time.perf_counter()):
                         break
-                    now = time.perf_counter()
-                    chunk = self.engine.parse_event(json.loads(payload))
-                    record.events += 1
-                    produced = chunk.tokens_in_chunk
-                    if produced is None and chunk.tokens_so_far is not None:
-                        produced = chunk.tokens_so_far - last_count
-                        last_count = chunk.tokens_so_far
-                    if produced and record.ttft_s is None:
-                        record.ttft_s = now - start
-                    elif produced:
-                        record.itl_s.extend([(now - last_event_at) / produced] * produced)
-                    elif produced is None and not chunk.done:
-                        # The engine gives no per-event counts: time events instead.
-                        if record.ttft_s is None:
-                            record.ttft_s = now - start
-                        else:
-                            record.itl_s.append(now - last_event_at)
-                    if produced or produced is None:
-                        last_event_at = now
-                    if chunk.done:
-                        record.output_tokens = chunk.final.get("completion_tokens")
-                        record.prompt_tokens = chunk.final.get("prompt_tokens")
-                        record.speculative = {k: v for k, v in chunk.final.items() if k.startswith("spec_")}
-                record.e2e_s = time.perf_counter() - start
-                if record.output_tokens is None:
-                    raise RuntimeError("stream ended without the server's final token count")
-                record.ok = True
+                timer.finish(time.perf_counter())
         except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError) as exc:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
@@ -110,7 +129,7 @@ class LoadClient:
             timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
             async with session.get(self.base_url + self.engine.metrics_path, timeout=timeout) as response:
                 values = parse_prometheus(await response.text())
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return {}
         return {ours: values[theirs] for ours, theirs in self.engine.speculative_counters.items() if theirs in values}
 

@@ -23,8 +23,15 @@ from typing import Any, Optional
 from omegaconf import OmegaConf
 
 from specexp import publish, report
-from specexp.analysis import (SelectionError, Selector, baseline_pairs, compare_arms, hardware_matches, make_arms,
-                              reproduce)
+from specexp.analysis import (
+    SelectionError,
+    Selector,
+    baseline_pairs,
+    compare_arms,
+    hardware_matches,
+    make_arms,
+    reproduce,
+)
 from specexp.results import RunKind, Tag
 from specexp.tracking import TrackingStore
 

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec
-from specexp.schemas import ConfigError, RunConfig, ServerSettings, SpeculativeMethod, to_run_config
 from specexp.leases import free_port
+from specexp.schemas import ConfigError, RunConfig, ServerSettings, SpeculativeMethod, to_run_config
 from specexp.tinymodels import pair_paths
 
 # Settings that say where and how a job is tracked or planned, not what it measures.

@@ -37,7 +37,7 @@ class Lease:
         self._fds, self._paths = list(fds), list(paths)
 
     @classmethod
-    def joined(cls, leases: Sequence["Lease"]) -> "Lease":
+    def joined(cls, leases: Sequence[Lease]) -> Lease:
         return cls([n for lease in leases for n in lease.names], [fd for lease in leases for fd in lease._fds],
                    [p for lease in leases for p in lease._paths])
 

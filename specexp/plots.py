@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-
 from typing import Sequence
 
 # Figures made directly, not through pyplot: no global backend or figure state, no display.

@@ -34,7 +34,6 @@ from specexp.stats import Summary, percentiles, summarize, variance_components, 
 from specexp.tinymodels import ensure_pair
 from specexp.tracking import OfflineRun, RunLog, TrackingStore, flatten
 
-
 # Where a job's run is logged: the store, or a journal when the store cannot be reached.
 Tracking = Union[RunLog, OfflineRun]
 

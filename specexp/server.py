@@ -184,7 +184,7 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             pass
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         self.start()
         return self
 

@@ -23,7 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, open_dict
 
 from specexp import crossover, launchers, publish, report
-from specexp.analysis import Selector, SelectionError, baseline_pairs, compare_arms, make_arms
+from specexp.analysis import SelectionError, Selector, baseline_pairs, compare_arms, make_arms
 from specexp.job import Job, prepare
 from specexp.launchers import LauncherKind, launcher_kind
 from specexp.results import Metric, RunKind, Tag
@@ -33,15 +33,16 @@ from specexp.tracking import RunLog, TrackingStore, uri_in_force
 
 
 def expand_overrides(overrides: Sequence[str], config_loader: Optional[ConfigLoader] = None) -> list[list[str]]:
-    """Every job of a sweep: the cartesian product of the sweep overrides' values."""
-    choices = []
+    """Every job of a sweep: the cartesian product of the sweep overrides' values. A key given
+    twice keeps its first place and its last value (a sweep's params, then the command line)."""
+    by_key: dict[str, list[str]] = {}
     for override in OverridesParser.create(config_loader=config_loader).parse_overrides(list(overrides)):
         key = override.get_key_element()
         if override.is_sweep_override():
-            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
-            choices.append([f"{key}={override.get_value_element_as_str()}"])
-    return [list(job) for job in itertools.product(*choices)]
+            by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*by_key.values())]
 
 
 def _factor(override: str) -> str:

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
 import numpy as np
 
 # Bumped whenever the file layout written below changes, so cached files are regenerated.
@@ -167,8 +168,6 @@ def _write_gguf(
     layers: list[dict[str, np.ndarray]],
     name: str,
 ) -> None:
-    import gguf  # imported here: only generation needs it
-
     logging.getLogger("gguf").setLevel(logging.WARNING)  # its per-file INFO lines are noise here
 
     writer = gguf.GGUFWriter(str(path), "llama")

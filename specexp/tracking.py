@@ -16,7 +16,8 @@ from typing import Any, Iterable, Optional
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from specexp.results import JobRun, Metric as ResultMetric, RunKind, Tag, launch_metric
+from specexp.results import JobRun, RunKind, Tag, launch_metric
+from specexp.results import Metric as ResultMetric
 
 # MLflow rejects longer param values.
 _MAX_PARAM = 6000

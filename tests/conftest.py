@@ -1,4 +1,10 @@
-"""Shared helpers: compose configs like the CLI does, run the CLI, find stray servers."""
+"""Shared helpers and the test tiers.
+
+Tiers, by directory (markers are set here, registered in pyproject.toml):
+  tests/unit        fast, no processes: recorded streams, pure logic (`pytest -m unit`)
+  tests/statistics  seeded Monte Carlo checks of the statistics, no processes
+  tests/process     real processes: llama.cpp, MLflow, Slurm, SGLang's parser, the CLI
+"""
 
 from __future__ import annotations
 
@@ -17,17 +23,57 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from specexp.__main__ import CONFIG_DIR  # noqa: F401 (re-exported for tests)
+from specexp import hydra_app
+from specexp.engines.base import LaunchSpec
+from specexp.job import Job, prepare
+from specexp.leases import free_port
+from specexp.tinymodels import ensure_pair
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints|mlflow ui|mlflow server"
+TIERS = ("unit", "statistics", "process")
+CONFIG_DIR = hydra_app.CONFIG_DIR
+# The small generated pair and short prompt every quick real run starts from...
+QUICK = ("model=tiny-pair-small", "workload=short")
+# ...and the smallest real run: a few tokens, no warm-up, two measured runs.
+TINY = (*QUICK, "workload.max_tokens=32", "stats.warmup_runs=0", "stats.measured_runs=2")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        tier = Path(item.fspath).parent.name
+        if tier in TIERS:
+            item.add_marker(tier)
 
 
 def compose_run(*overrides: str):
     """The config `python -m specexp OVERRIDES` would run with."""
     if not GlobalHydra.instance().is_initialized():
-        initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3")  # once per session: it is slow
+        hydra_app.register()
+        initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3")  # once per session: it is slow
     return compose(config_name="config", overrides=list(overrides))
+
+
+def compose_job(*overrides: str) -> Job:
+    """The checked job `python -m specexp OVERRIDES` would run."""
+    return prepare(compose_run(*overrides))
+
+
+def llamacpp_launch(*overrides: str) -> tuple[LaunchSpec, int]:
+    """llama-server's command for the small pair on a free port."""
+    job = compose_job(*QUICK, *overrides)
+    if job.config.model.generate is not None:
+        ensure_pair(job.config.model.generate)
+    port = free_port()
+    return job.engine.launch_spec(job.server, port), port
+
+
+def runs_in(uri: str, experiment: str = "specexp") -> list:
+    """Every run of an experiment, as MLflow's search returns them."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
 def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600,
@@ -49,8 +95,6 @@ def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeo
 def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
     """`mlflow ARGS` (ui or server) on a free loopback port, in its own process group;
     yields its URL once /health answers, stops the whole group after."""
-    from specexp.server import free_port
-
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port)],
                                cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import psutil
 
-from specexp.server import free_port
+from specexp.leases import free_port
 
 PARTITION = "debug"
 

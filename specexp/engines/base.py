@@ -19,12 +19,20 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from functools import lru_cache
+from functools import cache
 from typing import Any, ClassVar, Optional, Sequence
 
 from specexp.measurements import RunResult
-from specexp.schemas import (AllreduceBackend, AttentionBackend, ConfigError, EngineConfig, ServerSettings,
-                             SpeculativeConfig, SpeculativeMethod, WorkloadConfig)
+from specexp.schemas import (
+    AllreduceBackend,
+    AttentionBackend,
+    ConfigError,
+    EngineConfig,
+    ServerSettings,
+    SpeculativeConfig,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
 
 __all__ = ["EngineConfig", "Engine", "LaunchSpec", "StreamChunk", "Setting", "Engagement", "Check", "CheckStatus"]
 
@@ -215,7 +223,7 @@ def speculation_from_counters(server: ServerSettings, runs: Sequence[RunResult])
                    f"draft counter delta over the measured runs: {drafts:.0f}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def python_package_version(python: str, package: str, env_items: tuple[tuple[str, str], ...]) -> Optional[str]:
     """Version of ``package`` as ``python`` sees it with the stack's variables, or None."""
     code = f"import importlib.metadata as m; print(m.version({package!r}))"

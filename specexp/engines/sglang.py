@@ -15,11 +15,30 @@ from typing import Any, Optional, Sequence
 
 from packaging.version import Version
 
-from specexp.engines.base import (Check, CheckStatus, Engagement, Engine, LaunchSpec, Setting, StreamChunk, last_line,
-                                  run_in_stack, stack_env, stack_python)
+from specexp.engines.base import (
+    Check,
+    CheckStatus,
+    Engagement,
+    Engine,
+    LaunchSpec,
+    Setting,
+    StreamChunk,
+    last_line,
+    run_in_stack,
+    stack_env,
+    stack_python,
+)
 from specexp.measurements import RunResult
-from specexp.schemas import (AllreduceBackend, AllreduceBackendConfig, AttentionBackend, EngineConfig, ServerSettings,
-                             SpeculativeConfig, SpeculativeMethod, WorkloadConfig)
+from specexp.schemas import (
+    AllreduceBackend,
+    AllreduceBackendConfig,
+    AttentionBackend,
+    EngineConfig,
+    ServerSettings,
+    SpeculativeConfig,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
 
 # Newest release whose flags specexp composes; a stack without a known version gets these.
 NEWEST_KNOWN = "0.5.23"

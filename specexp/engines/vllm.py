@@ -6,10 +6,25 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-from specexp.engines.base import Engine, LaunchSpec, Setting, StreamChunk, speculation_from_counters, stack_env, stack_python
+from specexp.engines.base import (
+    Engine,
+    LaunchSpec,
+    Setting,
+    StreamChunk,
+    speculation_from_counters,
+    stack_env,
+    stack_python,
+)
 from specexp.measurements import RunResult
-from specexp.schemas import (AllreduceBackend, AttentionBackend, EngineConfig, ServerSettings, SpeculativeConfig,
-                             SpeculativeMethod, WorkloadConfig)
+from specexp.schemas import (
+    AllreduceBackend,
+    AttentionBackend,
+    EngineConfig,
+    ServerSettings,
+    SpeculativeConfig,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
 
 
 @dataclass

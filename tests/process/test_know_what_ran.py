@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import json
 
-import mlflow
 from mlflow.tracking import MlflowClient
 
-from specexp.client import RunResult
-from specexp.engines import get_engine
-from tests.conftest import REPO, compose_run, run_cli
+from tests.conftest import QUICK as BASE
+from tests.conftest import REPO, run_cli, runs_in
 
-QUICK = ["model=tiny-pair-small", "workload=short", "workload.max_tokens=64", "stats.warmup_runs=0",
-         "stats.measured_runs=3"]
+QUICK = [*BASE, "workload.max_tokens=64", "stats.warmup_runs=0", "stats.measured_runs=3"]
 # Asked for flash attention, then overridden by a raw flag: llama.cpp takes the last one.
 FA_SILENTLY_OFF = ["attention_backend=flash_attn", "engine.extra_args=[--flash-attn,off]"]
-
-
-def runs_in(uri, experiment):
-    mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
 def test_run_records_stack_and_what_engaged(tmp_path, tracking_env):
@@ -44,16 +36,6 @@ def test_a_setting_that_did_not_engage_is_loud(tmp_path, tracking_env):
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
     assert run.data.tags["engaged.attention_backend"] == "not engaged"
     assert run.data.tags["not_engaged"] == "attention_backend"
-
-
-def test_speculation_engagement_comes_from_the_counters():
-    engine = get_engine("llamacpp")
-    cfg = compose_run("speculative=draft")
-    idle = RunResult(run=0, warmup=False, wall_s=1.0, records=[], counter_deltas={"drafts": 0.0})
-    busy = RunResult(run=0, warmup=False, wall_s=1.0, records=[], counter_deltas={"drafts": 12.0})
-    assert engine.effective(cfg, "", "", [idle])["speculative"]["status"] == "not engaged"
-    assert engine.effective(cfg, "", "", [busy])["speculative"]["status"] == "engaged"
-    assert engine.effective(cfg, "", "", [])["speculative"]["status"] == "unknown"
 
 
 def test_comparison_lists_drift_and_refuses_a_factor_that_did_not_engage(tmp_path, tracking_env):

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import mlflow
 import pytest
 from hydra.errors import HydraException
 from hypothesis import HealthCheck, given, settings
@@ -18,17 +17,11 @@ from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
-from specexp.config import ConfigError
-from specexp.runner import prepare
-from tests.conftest import CONFIG_DIR, compose_run, run_cli, server_pids
+from specexp.job import prepare
+from specexp.schemas import ConfigError
+from tests.conftest import CONFIG_DIR, TINY, compose_run, run_cli, runs_in, server_pids
 
-QUICK = ["model=tiny-pair-small", "workload=short", "workload.max_tokens=32", "stats.warmup_runs=0",
-         "stats.measured_runs=2"]
-
-
-def runs_in(uri):
-    mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=["specexp"], output_format="list")
+QUICK = TINY
 
 
 def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path, tracking_env):

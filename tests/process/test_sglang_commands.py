@@ -8,53 +8,13 @@ release whose spelling it was composed for.
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
 from collections import defaultdict
 
-import pytest
+from tests.sglang_parser import ENGINE, STACKS, check_with_real_parser, composed
 
-from specexp.engines import get_engine
-from specexp.runner import prepare
-from tests.conftest import REPO, compose_run
-
-ENGINE = get_engine("sglang")
-STACKS = {"cu128": "0.5.9", "cu130": "0.5.9", "local": "0.5.23"}
-ATTENTION = [b for b in ENGINE.attention_backends]
-ALLREDUCE = [b for b in ENGINE.allreduce_backends]
+ATTENTION = list(ENGINE.attention_backends)
+ALLREDUCE = list(ENGINE.allreduce_backends)
 SPECULATIVE = ["none", "eagle3", "ngram", "draft"]
-
-
-def parser_dir(version: str):
-    path = REPO / ".engines" / f"sglang-{version}"
-    if not (path / "sglang").is_dir():
-        message = f"SGLang {version} parser not installed: run scripts/install.sh"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
-def composed(stack: str, attention: str, allreduce: str, speculative: str):
-    overrides = ["engine=sglang", "model=kimi-k2.5", f"stack={stack}", f"attention_backend={attention}",
-                 f"allreduce_backend={allreduce}", f"speculative={speculative}",
-                 "model.draft_path=org/small-draft", "engine.mem_fraction_static=0.85", "engine.random_seed=1"]
-    if stack == "local":  # pin the spelling instead of probing this machine's interpreter
-        overrides.append(f"+stack.versions.sglang={STACKS[stack]}")
-    cfg = compose_run(*overrides)
-    prepare(cfg)
-    return cfg, ENGINE.launch_spec(cfg, 30000)
-
-
-def check_with_real_parser(version: str, cfg, launches) -> list:
-    command = ENGINE.flag_check_command(cfg, launches)
-    command[0] = sys.executable  # the stacks' interpreters live on GPU nodes; this one has the parser
-    env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def combinations():

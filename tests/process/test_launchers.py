@@ -14,9 +14,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.leases import gpu_ids, lease_gpus
-from tests.conftest import mlflow_process, run_cli, server_pids
+from tests.conftest import TINY, mlflow_process, run_cli, server_pids
+from tests.conftest import runs_in as runs_of
 from tests.slurm_cluster import PARTITION, one_node_cluster
-from tests.test_sweeps import TINY, runs_of
 
 
 def flat(text: str) -> str:

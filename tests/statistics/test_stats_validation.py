@@ -8,8 +8,20 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specexp.stats import (EQUIVALENT, FASTER, INCONCLUSIVE, SLOWER, compare, decide, holm,
-                           minimum_detectable_effect, runs_needed, summarize, variance_components, warnings_for)
+from specexp.stats import (
+    EQUIVALENT,
+    FASTER,
+    INCONCLUSIVE,
+    SLOWER,
+    compare,
+    decide,
+    holm,
+    minimum_detectable_effect,
+    runs_needed,
+    summarize,
+    variance_components,
+    warnings_for,
+)
 from tests import noise
 
 ALPHA = 0.05

@@ -7,9 +7,10 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli
 
-QUICK = ["model=tiny-pair-small", "workload=short", "stats.warmup_runs=1"]
+QUICK = [*BASE, "stats.warmup_runs=1"]
 
 
 @pytest.fixture(scope="module")

@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
+import urllib.request
 
 from specexp.client import LoadClient, session
-from specexp.engines import get_engine
+from specexp.job import Job
+from specexp.leases import free_port
 from specexp.server import ServerProcess
-from tests.test_server_lifecycle import llamacpp_launch
-from tests.conftest import compose_run
-from specexp.runner import prepare
+from tests.conftest import QUICK, REPO, compose_job, llamacpp_launch
+
+
+def client_for(job: Job, url: str) -> LoadClient:
+    cfg = job.config
+    return LoadClient(job.engine, url, job.server, cfg.workload, cfg.concurrency)
 
 
 def measure(tmp_path, *overrides):
-    cfg = compose_run("model=tiny-pair-small", "workload=short", *overrides)
-    prepare(cfg)
-    launch, port = llamacpp_launch(tmp_path, *overrides)
+    job = compose_job(*QUICK, *overrides)
+    cfg = job.config
+    launch, port = llamacpp_launch(*overrides)
     records = []
     with ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log") as server:
         server.wait_ready(60)
-        client = LoadClient(get_engine("llamacpp"), server.base_url, cfg)
+        client = client_for(job, server.base_url)
 
         async def go():
             async with session() as http:
@@ -61,14 +69,6 @@ def test_concurrent_streams_each_get_their_tokens(tmp_path):
 
 
 def fake_server(*args):
-    import subprocess
-    import sys
-    import time
-    import urllib.request
-
-    from specexp.server import free_port
-    from tests.conftest import REPO
-
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "tests.fake_server", "--port", str(port), *args], cwd=REPO)
     for _ in range(100):
@@ -81,8 +81,7 @@ def fake_server(*args):
 
 
 def run_against(url, *overrides):
-    cfg = compose_run(*overrides)
-    client = LoadClient(get_engine("llamacpp"), url, cfg)
+    client = client_for(compose_job(*overrides), url)
 
     async def go():
         async with session() as http:

@@ -5,18 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli
+from tests.conftest import runs_in as finished_runs
 
-QUICK = ["model=tiny-pair-small", "workload=short", "stats.warmup_runs=1", "stats.measured_runs=3"]
-
-
-def finished_runs(uri: str):
-    mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=["specexp"], output_format="list")
+QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 
 
 @pytest.fixture(scope="module")

@@ -9,19 +9,11 @@ import subprocess
 import sys
 import time
 
-import mlflow
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, server_pids
-from tests.test_sglang_commands import check_with_real_parser, composed
-
-TINY = ["model=tiny-pair-small", "workload=short", "workload.max_tokens=32", "stats.warmup_runs=0",
-        "stats.measured_runs=2"]
-
-
-def runs_of(uri, experiment="specexp"):
-    mlflow.set_tracking_uri(uri)
-    return mlflow.search_runs(experiment_names=[experiment], output_format="list")
+from tests.conftest import TINY, run_cli, server_pids
+from tests.conftest import runs_in as runs_of
+from tests.sglang_parser import check_with_real_parser, composed
 
 
 def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking_env):
@@ -92,6 +84,7 @@ def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(tmp
     cfg, _ = composed("cu130", "flashinfer", "auto", "none")
     launches = []
     import shlex
+
     from specexp.engines.base import LaunchSpec
     for line in lines:
         argv = shlex.split(line)

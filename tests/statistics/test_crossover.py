@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from specexp.crossover import find_crossover, recommend
+from specexp.schemas import SpeculativeConfig
 from tests import noise
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64]
@@ -35,7 +36,7 @@ def test_no_crossover_in_range_is_stated():
     assert result.estimate is None
     assert result.no_crossing_share > 0.95
     assert "no crossover in concurrency 1..64" in result.statement
-    assert recommend(result, 3, 4)["threshold"] is None
+    assert recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))["threshold"] is None
 
 
 def test_never_paying_is_stated():
@@ -47,7 +48,7 @@ def test_never_paying_is_stated():
 def test_recommendation_is_each_engines_own_setting():
     cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(4))
     result = find_crossover("speculative=eagle3", "speculative=none", LEVELS, cand, base)
-    advice = recommend(result, num_steps=3, num_draft_tokens=4)
+    advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))
     threshold = advice["threshold"]
     assert threshold == math.ceil(result.estimate)
     assert advice["sglang"]["adaptive.json"] == {"1": {"candidate_steps": [3]}, str(threshold): {"candidate_steps": [0]}}

@@ -8,21 +8,10 @@ import time
 
 import pytest
 
-from specexp.engines import get_engine
 from specexp.engines.base import LaunchSpec
-from specexp.runner import prepare
-from specexp.server import ServerError, ServerProcess, free_port, live_group_members
-from specexp.tinymodels import TinyPairSpec, ensure_pair
-from tests.conftest import compose_run
-
-
-def llamacpp_launch(tmp_path, *overrides):
-    cfg = compose_run("model=tiny-pair-small", *overrides)
-    prepare(cfg)
-    if cfg.model.generate is not None:
-        ensure_pair(TinyPairSpec(**cfg.model.generate))
-    port = free_port()
-    return get_engine("llamacpp").launch_spec(cfg, port), port
+from specexp.leases import free_port
+from specexp.server import ServerError, ServerProcess, live_group_members
+from tests.conftest import llamacpp_launch
 
 
 def group_alive(pgid: int) -> bool:
@@ -30,7 +19,7 @@ def group_alive(pgid: int) -> bool:
 
 
 def test_llamacpp_starts_serves_health_and_stops(tmp_path):
-    launch, port = llamacpp_launch(tmp_path)
+    launch, port = llamacpp_launch()
     server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
     with server:
         ready = server.wait_ready(timeout_s=60)
@@ -47,7 +36,7 @@ def test_llamacpp_starts_serves_health_and_stops(tmp_path):
 def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"this is not a gguf file")
-    launch, port = llamacpp_launch(tmp_path, "model.generate=null", f"model.path={broken}")
+    launch, port = llamacpp_launch("model.generate=null", f"model.path={broken}")
     server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
     started = time.monotonic()
     with server, pytest.raises(ServerError) as error:

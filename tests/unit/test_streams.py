@@ -1,0 +1,68 @@
+"""Each engine's stream parsing, on recorded streams: a real llama.cpp stream (recorded from
+llama-server with the generated pair and a draft), and SGLang's and vLLM's streams as their
+servers write them (composed from their code; SGLang cannot serve here). Events are replayed
+10 ms apart, so every timing is known exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specexp.client import StreamTimer
+from specexp.engines import get_engine
+from specexp.measurements import RequestRecord
+
+STREAMS = Path(__file__).parent / "streams"
+GAP_S = 0.010
+
+
+def replay(engine: str, name: str) -> RequestRecord:
+    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
+    timer = StreamTimer(get_engine(engine), record, start=0.0)
+    events = 0
+    for line in (STREAMS / name).read_bytes().splitlines():
+        if line.startswith(b"data:"):
+            events += 1
+        if timer.line(line, events * GAP_S):
+            break
+    timer.finish(events * GAP_S)
+    return record
+
+
+def test_llamacpp_counts_tokens_per_event_and_reads_the_drafts():
+    record = replay("llamacpp", "llamacpp_draft.sse")
+    assert record.ok and record.output_tokens == 12 and record.prompt_tokens == 12
+    assert record.events == 12  # 11 token events (one carries 2 tokens) and the final one
+    assert record.ttft_s == pytest.approx(GAP_S)
+    # One latency per token after the first; the two-token event splits its gap in two.
+    assert len(record.itl_s) == 11
+    assert sorted(record.itl_s)[:2] == pytest.approx([GAP_S / 2, GAP_S / 2])
+    assert record.speculative == {"spec_draft_tokens": 9, "spec_accepted_tokens": 9}
+
+
+def test_sglang_counts_cumulative_tokens_and_reads_meta_info():
+    record = replay("sglang", "sglang_eagle3.sse")
+    assert record.ok and record.output_tokens == 10 and record.prompt_tokens == 6
+    assert record.ttft_s == pytest.approx(GAP_S)
+    assert record.itl_s == pytest.approx([GAP_S / 3] * 9)  # three tokens per verify step
+    assert record.speculative == {"spec_verify_steps": 3, "spec_accept_length": pytest.approx(10 / 3),
+                                  "spec_accepted_tokens": 6, "spec_draft_tokens": 9}
+
+
+def test_vllm_times_events_and_takes_the_count_from_usage():
+    record = replay("vllm", "vllm_completions.sse")
+    assert record.ok and record.output_tokens == 10 and record.prompt_tokens == 6
+    assert record.events == 5 and record.ttft_s == pytest.approx(GAP_S)
+    # No per-event token counts: one latency per event, not per token.
+    assert record.itl_s == pytest.approx([GAP_S] * 3)
+
+
+def test_a_stream_without_the_final_count_is_not_a_finished_request():
+    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
+    timer = StreamTimer(get_engine("llamacpp"), record, start=0.0)
+    first = (STREAMS / "llamacpp_draft.sse").read_bytes().splitlines()[0]
+    timer.line(first, GAP_S)
+    with pytest.raises(RuntimeError, match="without the server's final token count"):
+        timer.finish(2 * GAP_S)
+    assert not record.ok
