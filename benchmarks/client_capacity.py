@@ -25,10 +25,10 @@ sys.path.insert(0, str(REPO))
 
 from hydra import compose, initialize_config_dir  # noqa: E402
 
-from specexp.__main__ import CONFIG_DIR  # noqa: E402
+from specexp import hydra_app  # noqa: E402
 from specexp.client import LoadClient, session  # noqa: E402
-from specexp.engines import get_engine  # noqa: E402
-from specexp.server import free_port  # noqa: E402
+from specexp.job import prepare  # noqa: E402
+from specexp.leases import free_port  # noqa: E402
 
 
 def start_fake(itl_ms: float, tokens_per_event: int = 1) -> tuple[subprocess.Popen, str]:
@@ -46,11 +46,12 @@ def start_fake(itl_ms: float, tokens_per_event: int = 1) -> tuple[subprocess.Pop
 
 
 def measure(url: str, streams: int, max_tokens: int, requests_per_stream: int):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
+    hydra_app.register()
+    with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
+        job = prepare(compose(config_name="config", overrides=[
             f"concurrency.streams={streams}", f"concurrency.requests_per_stream={requests_per_stream}",
-            f"workload.max_tokens={max_tokens}"])
-    client = LoadClient(get_engine("llamacpp"), url, cfg)
+            f"workload.max_tokens={max_tokens}"]))
+    client = LoadClient(job.engine, url, job.server, job.config.workload, job.config.concurrency)
 
     async def go():
         async with session() as http:

@@ -1,17 +1,26 @@
 """The one wiring point between Hydra and specexp's typed layers: the config directory, the
-schemas in Hydra's ConfigStore (each engine's own among them), and the launcher presets'
-resolvers. Called by the command-line entry points before Hydra composes anything; jobs
-that Hydra launches in other processes get the same state with Hydra's singletons."""
+schemas in Hydra's ConfigStore (each engine's own among them), the launcher presets'
+resolvers, and the task Hydra runs for each job. :func:`register` is called by the
+command-line entry points before Hydra composes anything; jobs that Hydra launches in other
+processes get the same state with Hydra's singletons."""
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
 
 from specexp import launchers
 from specexp.engines import engines
-from specexp.schemas import GROUP_SCHEMAS, RunConfig
+from specexp.job import prepare
+from specexp.report import console
+from specexp.runner import run_job
+from specexp.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -27,3 +36,19 @@ def register() -> None:
         store.store(group="engine", name=f"{engine.name}_schema", node=engine.config_class)
     launchers.register_resolvers()
     launchers.quiet_preset_validation()
+
+
+def run_one(cfg: DictConfig) -> str:
+    """Hydra's task: one job from its composed config. A module-level function of an
+    importable module, so that launchers pickle it by reference for jobs in other processes."""
+    # A launcher's job process may inherit SIGINT ignored (a sweep started with `&` from a
+    # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = run_job(prepare(cfg), Path(HydraConfig.get().runtime.output_dir))
+    except ConfigError as exc:
+        console.print(f"[red]config error:[/] {exc}")
+        sys.exit(2)
+    if result.status == "FAILED" and HydraConfig.get().mode == RunMode.RUN:
+        sys.exit(1)
+    return result.status

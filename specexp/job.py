@@ -20,7 +20,7 @@ from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec
 from specexp.leases import free_port
 from specexp.schemas import ConfigError, RunConfig, ServerSettings, SpeculativeMethod, to_run_config
-from specexp.tinymodels import pair_paths
+from specexp.tinymodels import TinyPairSpec, pair_paths
 
 # Settings that say where and how a job is tracked or planned, not what it measures.
 _NOT_MEASURED = ("tracking", "dry_run", "multirun")
@@ -62,10 +62,13 @@ def prepare(cfg: DictConfig) -> Job:
     if cfg.model.get("generate") is not None:
         # Filled in before conversion, so that interpolations such as the draft's
         # ${model.draft_path} see them; deterministic, so that dry runs can print them.
-        spec = OmegaConf.to_object(cfg.model.generate)
+        settings = OmegaConf.to_container(cfg.model.generate, resolve=True)
         try:
+            if not isinstance(settings, dict):
+                raise ValueError(f"expected a generated pair's settings, got {settings!r}")
+            spec = TinyPairSpec(**{str(k): v for k, v in settings.items()})
             spec.validate()
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise ConfigError(f"model.generate: {exc}") from None
         paths = pair_paths(spec)
         cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)

@@ -131,9 +131,9 @@ def sbatch_preview(launcher: Any, jobs: int) -> str:
     executor renames them). Submitit's executor itself refuses to start without ``srun``, so
     a dry run on a machine without Slurm goes through these module-level helpers instead -
     private ones (``_make_sbatch_string``, ``_convert_mem``): submitit has no public way to
-    write the script without submitting it. tests/test_runbook.py pins the script they write."""
+    write the script without submitting it. tests/process/test_runbook.py pins the script they write."""
     renames = slurm.SlurmExecutor._equivalence_dict()
-    params = {renames.get(k, k): v for k, v in launcher.params.items() if k not in ("submitit_folder", "max_num_timeout")}
+    params: dict[str, Any] = {str(renames.get(k, k)): v for k, v in launcher.params.items() if k not in ("submitit_folder", "max_num_timeout")}
     if params.get("mem") is not None:
         params["mem"] = slurm._convert_mem(params["mem"])
     folder = launcher.params["submitit_folder"]

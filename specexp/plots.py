@@ -59,7 +59,7 @@ def crossover_plot(families: dict[str, dict[int, Arm]], crossovers: Sequence[Cro
         if c.estimate is None:
             continue
         ax.axvline(c.estimate, color="black", linestyle="--", linewidth=1)
-        if c.ci_low is not None:
+        if c.ci_low is not None and c.ci_high is not None:
             ax.axvspan(c.ci_low, c.ci_high, color="grey", alpha=0.15)
         ax.annotate(f"crossover {c.estimate:.1f}", (c.estimate, ax.get_ylim()[1]), rotation=90, va="top",
                     ha="right", fontsize="small")

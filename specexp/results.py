@@ -1,4 +1,4 @@
-"""The results contract: what a tracked run holds, named once, written by the runner and the
+"""The results contract: what a tracked run holds (tags, metrics, params, artifacts), named once, written by the runner and the
 sweep, read back by compare, the sweep report, crossover and the tests.
 
 A job's run carries its configuration as tags (the factors it was swept over as one JSON
@@ -56,6 +56,19 @@ class Metric(StrEnum):
     tok_per_s = "tok_per_s"  # aggregate output tok/s of one measured run
     launch_tok_per_s = "launch_tok_per_s"  # mean of one launch's measured runs
     server_ready_s = "server_ready_s"
+
+
+class Artifact(StrEnum):
+    """Files of a job's output directory, logged to its run under the same names."""
+
+    config = "config.yaml"  # the resolved config, secrets redacted
+    command = "command.txt"  # the server command as launched, one shell line
+    environment = "environment.json"  # variables specexp set, and those inherited (redacted)
+    requests = "requests.jsonl"  # one line per request, written as it arrives
+    server_log = "server.log"
+    stack = "stack.json"  # what the stack's interpreter holds
+    effective = "effective.json"  # each requested setting as it ran, with the evidence
+    offline_journal = "mlflow_offline.json"  # the run's tracking calls while the store was unreachable
 
 
 class Unit(StrEnum):

@@ -27,7 +27,7 @@ from specexp.job import Job
 from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
 from specexp.measurements import RequestRecord, RunResult
 from specexp.redaction import redact_env
-from specexp.results import Metric, RunKind, Tag, effective_tags, factors_tag, launch_metric
+from specexp.results import Artifact, Metric, RunKind, Tag, effective_tags, factors_tag, launch_metric
 from specexp.schemas import ConfigError, RunConfig
 from specexp.server import POOL, ServerError, ServerProcess
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
@@ -163,14 +163,14 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
 
     tracker = _start_tracking(job, output_dir)
     result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
-    log_path = output_dir / "server.log"
+    log_path = output_dir / Artifact.server_log
     server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
     effective: dict[str, Setting] = {}
     try:
         if tracker:
             _log_stack(job, tracker, output_dir)
         for index in range(cfg.stats.launches):
-            result.runs += _one_launch(job, index, log_path, files["records"], tracker, server_logs, effective)
+            result.runs += _one_launch(job, index, log_path, files[Artifact.requests], tracker, server_logs, effective)
             _report_effective(effective, tracker, output_dir)
         measured = [r for r in result.runs if not r.warmup]
         result.summary, metrics, notes = summary_metrics(measured, cfg)
@@ -198,7 +198,7 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
             tracker.set_tags({Tag.failure: result.error[:500]})
     finally:
         if tracker:
-            tracker.log_artifacts([files["config"], files["command"], files["env"], files["records"], *server_logs])
+            tracker.log_artifacts([*files.values(), *server_logs])
             tracker.end(result.status)
     return result
 
@@ -224,7 +224,7 @@ def _one_launch(job: Job, index: int, log_path: Path, records_path: Path, tracke
         if reused:
             report.console.print(f"reusing the sweep's server {server.base_url} (log: {server.log_path})")
         else:
-            (log_path.parent / "command.txt").write_text(
+            (log_path.parent / Artifact.command).write_text(
                 LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n")
             report.console.print(f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s")
         if tracker:
@@ -309,14 +309,14 @@ async def _measure(job: Job, server: ServerProcess, launch: int, records_path: P
 
 def _log_stack(job: Job, tracker: Tracking, output_dir: Path) -> None:
     info = capture.stack(job.server, job.engine)
-    (output_dir / "stack.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+    (output_dir / Artifact.stack).write_text(json.dumps(info, indent=2, sort_keys=True))
     tracker.set_tags({f"stack.{k}": v[:5000] for k, v in info.items()})
-    tracker.log_artifacts([output_dir / "stack.json"])
+    tracker.log_artifacts([output_dir / Artifact.stack])
 
 
 def _report_effective(effective: dict[str, Setting], tracker: Optional[Tracking], output_dir: Path) -> None:
     """Say loudly when a requested setting did not engage; record every setting's status."""
-    (output_dir / "effective.json").write_text(
+    (output_dir / Artifact.effective).write_text(
         json.dumps({k: s.to_json() for k, s in effective.items()}, indent=2, sort_keys=True))
     for name, s in effective.items():
         if s.status == Engagement.not_engaged:
@@ -324,19 +324,14 @@ def _report_effective(effective: dict[str, Setting], tracker: Optional[Tracking]
                                  f"with {s.actual or 'something else'} ({s.evidence})")
     if tracker:
         tracker.set_tags(effective_tags(effective))
-        tracker.log_artifacts([output_dir / "effective.json"])
+        tracker.log_artifacts([output_dir / Artifact.effective])
 
 
-def _write_job_files(job: Job, launch: LaunchSpec, output_dir: Path) -> dict[str, Path]:
-    files = {
-        "config": output_dir / "config.yaml",
-        "command": output_dir / "command.txt",
-        "env": output_dir / "environment.json",
-        "records": output_dir / "requests.jsonl",
-    }
-    files["config"].write_text(OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config))))
-    files["command"].write_text(LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n")
-    files["env"].write_text(json.dumps({"set_by_specexp": redact_env(launch.env),
+def _write_job_files(job: Job, launch: LaunchSpec, output_dir: Path) -> dict[Artifact, Path]:
+    files = {a: output_dir / a for a in (Artifact.config, Artifact.command, Artifact.environment, Artifact.requests)}
+    files[Artifact.config].write_text(OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config))))
+    files[Artifact.command].write_text(LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n")
+    files[Artifact.environment].write_text(json.dumps({"set_by_specexp": redact_env(launch.env),
                                         "inherited": redact_env(dict(os.environ))}, indent=2, sort_keys=True))
     return files
 
@@ -361,7 +356,7 @@ def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
         tracker: Tracking = store.start_run(name, tags, parent_run_id=cfg.multirun.parent_run_id)
         uri = store.uri
     except Exception as exc:  # any failure to reach the store: keep measuring, upload later
-        journal = output_dir / "mlflow_offline.json"
+        journal = output_dir / Artifact.offline_journal
         uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
         report.console.print(f"[bold yellow]MLflow store unreachable[/] ({uri}: {str(exc).splitlines()[0][:200]}). "
                              f"Measurements stay in {output_dir}; upload them later with:\n"

@@ -180,6 +180,9 @@ def run_sweep(config_loader: ConfigLoader, sweep_config: DictConfig, job_overrid
                 else "hydra/launcher cannot run this sweep as configured")
         report.console.print(f"[red]{what}; nothing was launched[/]")
         sys.exit(2)
+    if first is None:
+        report.console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
+        return []
     settings = first.multirun
     order_jobs(plan, settings.order, settings.seed)
     kind = launcher_kind(launcher)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from specexp.report import console
+from specexp.results import Artifact
 from specexp.tracking import replay
 
 
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("directories", nargs="+", type=Path, help="job output directories (searched recursively)")
     parser.add_argument("--tracking-uri", help="default: the URI the run was meant for")
     args = parser.parse_args(argv)
-    journals = [j for d in args.directories for j in sorted(d.rglob("mlflow_offline.json"))]
+    journals = [j for d in args.directories for j in sorted(d.rglob(str(Artifact.offline_journal)))]
     if not journals:
         console.print(f"[red]no mlflow_offline.json under {', '.join(map(str, args.directories))}[/]")
         return 2

@@ -40,6 +40,7 @@ class SpecexpSweeper(Sweeper):
         # brings MLflow (about a second) that a single run does not need this early.
         from specexp.sweep import expand_overrides, run_sweep
 
+        assert self.hydra_context is not None and self.config is not None, "Hydra calls setup() first"
         overrides = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
         loader = self.hydra_context.config_loader
         sweep_dir = Path(self.config.hydra.sweep.dir)
