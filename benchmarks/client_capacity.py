@@ -33,8 +33,20 @@ from specexp.leases import free_port  # noqa: E402
 
 def start_fake(itl_ms: float, tokens_per_event: int = 1) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "tests.fake_server", "--port", str(port), "--itl-ms", str(itl_ms),
-                                "--tokens-per-event", str(tokens_per_event)], cwd=REPO)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.fake_server",
+            "--port",
+            str(port),
+            "--itl-ms",
+            str(itl_ms),
+            "--tokens-per-event",
+            str(tokens_per_event),
+        ],
+        cwd=REPO,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -48,9 +60,16 @@ def start_fake(itl_ms: float, tokens_per_event: int = 1) -> tuple[subprocess.Pop
 def measure(url: str, streams: int, max_tokens: int, requests_per_stream: int):
     hydra_app.register()
     with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
-        job = prepare(compose(config_name="config", overrides=[
-            f"concurrency.streams={streams}", f"concurrency.requests_per_stream={requests_per_stream}",
-            f"workload.max_tokens={max_tokens}"]))
+        job = prepare(
+            compose(
+                config_name="config",
+                overrides=[
+                    f"concurrency.streams={streams}",
+                    f"concurrency.requests_per_stream={requests_per_stream}",
+                    f"workload.max_tokens={max_tokens}",
+                ],
+            )
+        )
     client = LoadClient(job.engine, url, job.server, job.config.workload, job.config.concurrency)
 
     async def go():
@@ -67,15 +86,19 @@ def main() -> None:
     tokens = 200 if args.quick else 1000
 
     print("Sustained throughput against an instantly streaming server (one token per event):")
-    print(f"{'streams':>8} {'requests':>9} {'tokens':>8} {'wall s':>7} {'tok/s':>9} {'events/s':>9}")
+    print(
+        f"{'streams':>8} {'requests':>9} {'tokens':>8} {'wall s':>7} {'tok/s':>9} {'events/s':>9}"
+    )
     process, url = start_fake(0.0)
     try:
         for streams in (1, 16, 64, 256):
             result = measure(url, streams, tokens, requests_per_stream=1 if streams > 16 else 4)
             assert result.ok, [r.error for r in result.records if not r.ok][:3]
             events = sum(r.events for r in result.records)
-            print(f"{streams:>8} {len(result.records):>9} {result.output_tokens:>8} {result.wall_s:>7.2f} "
-                  f"{result.tok_per_s:>9.0f} {events / result.wall_s:>9.0f}")
+            print(
+                f"{streams:>8} {len(result.records):>9} {result.output_tokens:>8} {result.wall_s:>7.2f} "
+                f"{result.tok_per_s:>9.0f} {events / result.wall_s:>9.0f}"
+            )
     finally:
         process.terminate()
         process.wait()
@@ -88,7 +111,9 @@ def main() -> None:
             result = measure(url, 64, 100 if args.quick else 200, requests_per_stream=1)
             itl = [x * 1000 for r in result.records for x in r.itl_s]
             median, mean = statistics.median(itl), statistics.fmean(itl)
-            print(f"{itl_ms:>11.1f} {64:>8} {median:>16.2f} {mean:>8.2f} {(mean - itl_ms) / itl_ms:>7.1%}")
+            print(
+                f"{itl_ms:>11.1f} {64:>8} {median:>16.2f} {mean:>8.2f} {(mean - itl_ms) / itl_ms:>7.1%}"
+            )
         finally:
             process.terminate()
             process.wait()

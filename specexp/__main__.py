@@ -18,4 +18,6 @@ def _interrupt_on_sigterm(signum, frame):
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     hydra_app.register()
-    hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(hydra_app.run_one)()
+    hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
+        hydra_app.run_one
+    )()

@@ -15,7 +15,12 @@ from specexp.engines.base import Engagement
 from specexp.results import JobRun, Tag, Unit
 from specexp.stats import Comparison, Summary, compare, decide, summarize
 
-REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = "reproduced", "contradicted", "not measured", "inconclusive"
+REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = (
+    "reproduced",
+    "contradicted",
+    "not measured",
+    "inconclusive",
+)
 NOT_ATTRIBUTABLE = "not attributable"
 
 
@@ -64,13 +69,24 @@ class Arm:
         return tuple(sorted((k, v) for k, v in self.factors.items() if k != factor))
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "label": self.label, "factors": dict(self.factors), "values": list(self.values),
-                "unit": str(self.unit), "mean": self.summary.mean, "std": self.summary.std, "cv": self.summary.cv,
-                "ci_low": self.summary.ci_low, "ci_high": self.summary.ci_high, "n": self.summary.n}
+        return {
+            "run_id": self.run_id,
+            "label": self.label,
+            "factors": dict(self.factors),
+            "values": list(self.values),
+            "unit": str(self.unit),
+            "mean": self.summary.mean,
+            "std": self.summary.std,
+            "cv": self.summary.cv,
+            "ci_low": self.summary.ci_low,
+            "ci_high": self.summary.ci_high,
+            "n": self.summary.n,
+        }
 
 
-def make_arms(runs: Sequence[JobRun], *, label_tags: Sequence[str], confidence: float,
-              metric: str) -> tuple[list[Arm], list[str]]:
+def make_arms(
+    runs: Sequence[JobRun], *, label_tags: Sequence[str], confidence: float, metric: str
+) -> tuple[list[Arm], list[str]]:
     """Finished runs as arms, plus a note for each run that was left out and why. Factors are
     the sweep's (recorded with each run) or, with ``label_tags``, those tags' values."""
     arms, skipped = [], []
@@ -88,20 +104,30 @@ def make_arms(runs: Sequence[JobRun], *, label_tags: Sequence[str], confidence: 
     seen: dict[str, int] = {}
     for arm in arms:
         seen[arm.label] = seen.get(arm.label, 0) + 1
-    return [Arm(a.run, f"{a.label} [{a.run_id[:8]}]", a.factors, a.summary) if seen[a.label] > 1 else a
-            for a in arms], skipped
+    return [
+        Arm(a.run, f"{a.label} [{a.run_id[:8]}]", a.factors, a.summary) if seen[a.label] > 1 else a
+        for a in arms
+    ], skipped
 
 
 def pick_baseline(arms: Sequence[Arm], selector: Selector) -> Arm:
     """A run id (or its prefix), a label, or FACTOR=VALUE (a factor or tag) matching exactly one arm."""
     if selector.factor:
-        matches = [a for a in arms if a.factors.get(selector.factor, a.run.tags.get(selector.factor)) == selector.value]
+        matches = [
+            a
+            for a in arms
+            if a.factors.get(selector.factor, a.run.tags.get(selector.factor)) == selector.value
+        ]
     else:
-        matches = [a for a in arms if a.run_id.startswith(selector.text) or a.label == selector.text]
+        matches = [
+            a for a in arms if a.run_id.startswith(selector.text) or a.label == selector.text
+        ]
     if len(matches) != 1:
         found = ", ".join(f"{a.label} ({a.run_id[:8]})" for a in matches) or "none"
-        raise SelectionError(f"--baseline {selector.text!r} must match exactly one finished run; matched: {found}. "
-                             "Use a run id to choose.")
+        raise SelectionError(
+            f"--baseline {selector.text!r} must match exactly one finished run; matched: {found}. "
+            "Use a run id to choose."
+        )
     return matches[0]
 
 
@@ -121,8 +147,10 @@ def baseline_pairs(arms: Sequence[Arm], selector: Selector) -> list[tuple[Arm, A
     for group in groups.values():
         bases = [a for a in group if a.factors.get(factor) == selector.value]
         if len(bases) > 1:
-            raise SelectionError(f"baseline {selector.text!r} matches several runs with the same settings: "
-                                 f"{', '.join(a.run_id[:8] for a in bases)}; choose one by run id")
+            raise SelectionError(
+                f"baseline {selector.text!r} matches several runs with the same settings: "
+                f"{', '.join(a.run_id[:8] for a in bases)}; choose one by run id"
+            )
         pairs += [(bases[0], a) for a in group if bases and a is not bases[0]]
     if not pairs:
         raise SelectionError(f"baseline {selector.text!r} matched no run")
@@ -134,34 +162,64 @@ def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
     skip = {f"effective.{factor}", f"stack.{factor}"} if factor else set()
     ours, theirs = base.run.captured(), arm.run.captured()
     keys = sorted(k for k in set(ours) | set(theirs) if k not in skip)
-    return [f"{k}: {ours.get(k, '-')} vs {theirs.get(k, '-')}" for k in keys if ours.get(k) != theirs.get(k)]
+    return [
+        f"{k}: {ours.get(k, '-')} vs {theirs.get(k, '-')}"
+        for k in keys
+        if ours.get(k) != theirs.get(k)
+    ]
 
 
-def compare_arms(pairs: Sequence[tuple[Arm, Arm]], *, confidence: float, threshold: float, power: float,
-                 factor: Optional[str] = None) -> list[Comparison]:
+def compare_arms(
+    pairs: Sequence[tuple[Arm, Arm]],
+    *,
+    confidence: float,
+    threshold: float,
+    power: float,
+    factor: Optional[str] = None,
+) -> list[Comparison]:
     """Compare each pair (Holm over the family); list drift, and refuse to attribute a
     difference to the declared factor when it did not engage in one of the arms."""
     kept = [(base, arm) for base, arm in pairs if len(arm.values) > 1 and len(base.values) > 1]
-    comparisons = [compare(base.values, arm.values, confidence=confidence, threshold=threshold, power=power,
-                           baseline_name=base.label, candidate_name=arm.label) for base, arm in kept]
+    comparisons = [
+        compare(
+            base.values,
+            arm.values,
+            confidence=confidence,
+            threshold=threshold,
+            power=power,
+            baseline_name=base.label,
+            candidate_name=arm.label,
+        )
+        for base, arm in kept
+    ]
     decide(comparisons)
-    for (base, arm), comparison in zip(kept, comparisons):
+    for (base, arm), comparison in zip(kept, comparisons, strict=True):
         comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
-        missed = [a.label for a in (base, arm) if factor and a.run.engagement(factor) == Engagement.not_engaged]
+        missed = [
+            a.label
+            for a in (base, arm)
+            if factor and a.run.engagement(factor) == Engagement.not_engaged
+        ]
         if missed:
             comparison.verdict = NOT_ATTRIBUTABLE
-            comparison.notes.append(f"{factor} did not engage in {', '.join(missed)}: the difference is not "
-                                    f"attributed to {factor}")
+            comparison.notes.append(
+                f"{factor} did not engage in {', '.join(missed)}: the difference is not "
+                f"attributed to {factor}"
+            )
     return comparisons
 
 
 # Reproduction of published results ---------------------------------------------------------
 
+
 def hardware_matches(reference: Any, arms: Sequence[Arm]) -> tuple[bool, str]:
     wanted = reference.hardware
     measured = sorted({a.run.tags.get(Tag.hardware, "unknown") for a in arms})
-    same = bool(arms) and all(wanted.gpu in a.run.tags.get(Tag.gpu_name, "") and
-                              a.run.tags.get(Tag.gpu_count) == str(wanted.gpu_count) for a in arms)
+    same = bool(arms) and all(
+        wanted.gpu in a.run.tags.get(Tag.gpu_name, "")
+        and a.run.tags.get(Tag.gpu_count) == str(wanted.gpu_count)
+        for a in arms
+    )
     return same, ", ".join(measured)
 
 
@@ -174,12 +232,18 @@ class ClaimCheck:
     status: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "text": self.text, "published_ratio": self.published_ratio, "status": self.status,
-                "comparison": self.comparison.to_json() if self.comparison else None}
+        return {
+            "id": self.id,
+            "text": self.text,
+            "published_ratio": self.published_ratio,
+            "status": self.status,
+            "comparison": self.comparison.to_json() if self.comparison else None,
+        }
 
 
-def reproduce(reference: Any, arms: Sequence[Arm], *, confidence: float, threshold: float,
-              power: float) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
+def reproduce(
+    reference: Any, arms: Sequence[Arm], *, confidence: float, threshold: float, power: float
+) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
     """Map runs to published points (by their reference_point tag) and check every claim as a
     ratio with its CI: reproduced (CI holds the published ratio and excludes 1 on its side),
     contradicted (CI excludes the published ratio), inconclusive, or not measured."""
@@ -189,12 +253,21 @@ def reproduce(reference: Any, arms: Sequence[Arm], *, confidence: float, thresho
         by_point[point] = matching[-1] if matching else None
     checks, comparisons = [], []
     for claim in reference.claims:
-        ratio = reference.points[claim.candidate].tok_per_s / reference.points[claim.baseline].tok_per_s
+        ratio = (
+            reference.points[claim.candidate].tok_per_s / reference.points[claim.baseline].tok_per_s
+        )
         base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
         comparison = None
         if base and cand and base is not cand and len(base.values) > 1 and len(cand.values) > 1:
-            comparison = compare(base.values, cand.values, confidence=confidence, threshold=threshold, power=power,
-                                 baseline_name=claim.baseline, candidate_name=claim.candidate)
+            comparison = compare(
+                base.values,
+                cand.values,
+                confidence=confidence,
+                threshold=threshold,
+                power=power,
+                baseline_name=claim.baseline,
+                candidate_name=claim.candidate,
+            )
             comparisons.append(comparison)
         checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
     decide(comparisons)
@@ -204,7 +277,9 @@ def reproduce(reference: Any, arms: Sequence[Arm], *, confidence: float, thresho
             continue
         if not c.ci_low <= check.published_ratio <= c.ci_high:
             check.status = CONTRADICTED
-        elif (check.published_ratio > 1 and c.ci_low > 1) or (check.published_ratio < 1 and c.ci_high < 1):
+        elif (check.published_ratio > 1 and c.ci_low > 1) or (
+            check.published_ratio < 1 and c.ci_high < 1
+        ):
             check.status = REPRODUCED
         else:
             check.status = INCONCLUSIVE

@@ -19,19 +19,34 @@ _COMMON_PACKAGES = {"torch": "torch", "triton": "triton"}
 @lru_cache(maxsize=1)
 def hardware() -> dict[str, str]:
     """GPU model and count (via nvidia-smi when present), CPU model and core count."""
-    tags = {"cpu_model": _cpu_model(), "cpu_count": str(os.cpu_count() or 0), "gpu_count": "0", "gpu_name": ""}
+    tags = {
+        "cpu_model": _cpu_model(),
+        "cpu_count": str(os.cpu_count() or 0),
+        "gpu_count": "0",
+        "gpu_name": "",
+    }
     if shutil.which("nvidia-smi"):
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=30)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             rows = [line.split(",") for line in out.stdout.strip().splitlines() if line.strip()]
             if out.returncode == 0 and rows:
-                tags.update(gpu_count=str(len(rows)), gpu_name=rows[0][0].strip(),
-                            gpu_compute_capability=rows[0][-1].strip())
+                tags.update(
+                    gpu_count=str(len(rows)),
+                    gpu_name=rows[0][0].strip(),
+                    gpu_compute_capability=rows[0][-1].strip(),
+                )
         except (OSError, subprocess.TimeoutExpired):
             pass
-    tags["hardware"] = (f"{tags['gpu_count']}x {tags['gpu_name']}" if tags["gpu_count"] != "0"
-                        else f"CPU: {tags['cpu_model']} ({tags['cpu_count']} cores)")
+    tags["hardware"] = (
+        f"{tags['gpu_count']}x {tags['gpu_name']}"
+        if tags["gpu_count"] != "0"
+        else f"CPU: {tags['cpu_model']} ({tags['cpu_count']} cores)"
+    )
     return tags
 
 
@@ -79,7 +94,9 @@ def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
     python = stack_python(server)
     packages = json.dumps({**_COMMON_PACKAGES, **engine.stack_packages})
     try:
-        out = subprocess.run([python, "-c", _PROBE, packages], capture_output=True, text=True, timeout=120, env=env)
+        out = subprocess.run(
+            [python, "-c", _PROBE, packages], capture_output=True, text=True, timeout=120, env=env
+        )
         if out.returncode == 0:
             info.update(json.loads(out.stdout.strip().splitlines()[-1]))
         else:
@@ -90,13 +107,21 @@ def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
     info["engine_version"] = version or "unknown"
     info["engine_version_source"] = source
     cuda_home = env.get("CUDA_HOME")
-    nvcc = os.path.join(cuda_home, "bin", "nvcc") if cuda_home else shutil.which("nvcc", path=env.get("PATH"))
+    nvcc = (
+        os.path.join(cuda_home, "bin", "nvcc")
+        if cuda_home
+        else shutil.which("nvcc", path=env.get("PATH"))
+    )
     if nvcc and os.path.exists(nvcc):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30)
         info["cuda_toolkit"] = (out.stdout.strip().splitlines() or [""])[-1]
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if out.returncode == 0 and out.stdout.strip():
             info["driver"] = out.stdout.strip().splitlines()[0]
     info.update(hardware())

@@ -20,8 +20,10 @@ from specexp.measurements import RequestRecord, RunResult
 from specexp.schemas import ConcurrencyConfig, ServerSettings, WorkloadConfig
 
 # Seeded prompt prefixes draw from these words (any words would do; these are readable).
-_WORDS = ("system latency token draft verify batch cache kernel memory stream tensor parallel "
-          "request server model decode prefill accept reject queue engine throughput").split()
+_WORDS = (
+    "system latency token draft verify batch cache kernel memory stream tensor parallel "
+    "request server model decode prefill accept reject queue engine throughput"
+).split()
 
 
 class StallError(RuntimeError):
@@ -81,8 +83,14 @@ class StreamTimer:
 class LoadClient:
     """Sends one run's requests to a ready server and times every streamed event."""
 
-    def __init__(self, engine: Engine, base_url: str, server: ServerSettings, workload: WorkloadConfig,
-                 concurrency: ConcurrencyConfig):
+    def __init__(
+        self,
+        engine: Engine,
+        base_url: str,
+        server: ServerSettings,
+        workload: WorkloadConfig,
+        concurrency: ConcurrencyConfig,
+    ):
         self.engine = engine
         self.base_url = base_url
         self.server, self.workload, self.concurrency = server, workload, concurrency
@@ -92,7 +100,9 @@ class LoadClient:
         start = time.perf_counter()
         timer = StreamTimer(self.engine, record, start)
         try:
-            path, body = self.engine.completion_request(self.server, self.workload, self.prompt(record))
+            path, body = self.engine.completion_request(
+                self.server, self.workload, self.prompt(record)
+            )
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
             timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
             async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
@@ -105,12 +115,14 @@ class LoadClient:
                         line = await anext(lines)
                     except StopAsyncIteration:
                         break
-                    except asyncio.TimeoutError:
-                        raise StallError(f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended") from None
+                    except TimeoutError:
+                        raise StallError(
+                            f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended"
+                        ) from None
                     if timer.line(line, time.perf_counter()):
                         break
                 timer.finish(time.perf_counter())
-        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as exc:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
 
@@ -119,7 +131,9 @@ class LoadClient:
         workload = self.workload
         if not workload.vary_prompt:
             return workload.prompt
-        rng = random.Random(f"{workload.seed}/{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}")
+        rng = random.Random(
+            f"{workload.seed}/{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}"
+        )
         return " ".join(rng.choices(_WORDS, k=12)) + ". " + workload.prompt
 
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
@@ -127,14 +141,26 @@ class LoadClient:
             return {}
         try:
             timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
-            async with session.get(self.base_url + self.engine.metrics_path, timeout=timeout) as response:
+            async with session.get(
+                self.base_url + self.engine.metrics_path, timeout=timeout
+            ) as response:
                 values = parse_prometheus(await response.text())
         except (TimeoutError, aiohttp.ClientError):
             return {}
-        return {ours: values[theirs] for ours, theirs in self.engine.speculative_counters.items() if theirs in values}
+        return {
+            ours: values[theirs]
+            for ours, theirs in self.engine.speculative_counters.items()
+            if theirs in values
+        }
 
-    async def run(self, run: int, warmup: bool, session: aiohttp.ClientSession,
-                  on_record: Callable[[RequestRecord], None], launch: int = 0) -> RunResult:
+    async def run(
+        self,
+        run: int,
+        warmup: bool,
+        session: aiohttp.ClientSession,
+        on_record: Callable[[RequestRecord], None],
+        launch: int = 0,
+    ) -> RunResult:
         level = self.concurrency
         before = await self._counters(session)
         records: list[RequestRecord] = []
@@ -145,8 +171,14 @@ class LoadClient:
             for k in range(10**9 if deadline else level.requests_per_stream):
                 if deadline and time.perf_counter() >= deadline:
                     break
-                record = RequestRecord(run=run, stream=index, warmup=warmup, start_unix=time.time(),
-                                       launch=launch, index=k)
+                record = RequestRecord(
+                    run=run,
+                    stream=index,
+                    warmup=warmup,
+                    start_unix=time.time(),
+                    launch=launch,
+                    index=k,
+                )
                 records.append(record)
                 await self._stream_one(session, record)
                 on_record(record)
@@ -157,10 +189,19 @@ class LoadClient:
         wall = time.perf_counter() - started
         after = await self._counters(session)
         deltas = {k: after[k] - before.get(k, 0.0) for k in after}
-        return RunResult(run=run, warmup=warmup, wall_s=wall, records=records, counter_deltas=deltas, launch=launch)
+        return RunResult(
+            run=run,
+            warmup=warmup,
+            wall_s=wall,
+            records=records,
+            counter_deltas=deltas,
+            launch=launch,
+        )
 
 
 def session(timeout_s: Optional[float] = None) -> aiohttp.ClientSession:
     """A session without total timeout (a 2048-token request is long); stalls are per read."""
     connector = aiohttp.TCPConnector(limit=0)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s))
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)
+    )

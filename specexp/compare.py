@@ -47,20 +47,36 @@ def load_reference(name: str) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specexp.compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns")
+    parser = argparse.ArgumentParser(
+        prog="python -m specexp.compare", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns"
+    )
     parser.add_argument("--experiment", default="specexp")
     parser.add_argument("--parent", help="compare the child runs of this sweep's parent run")
-    parser.add_argument("--filter", default="", help="MLflow filter string, e.g. \"tags.model = 'tiny-pair'\"")
+    parser.add_argument(
+        "--filter", default="", help="MLflow filter string, e.g. \"tags.model = 'tiny-pair'\""
+    )
     parser.add_argument("--run-ids", nargs="*", default=[])
-    parser.add_argument("--baseline", help="run id (prefix), label, or TAG=VALUE (e.g. speculative=none)")
-    parser.add_argument("--label", default="", help="tags naming each arm, comma-separated (default: run name)")
-    parser.add_argument("--metric", default="tok_per_s", help="higher-is-better metric logged per measured run")
+    parser.add_argument(
+        "--baseline", help="run id (prefix), label, or TAG=VALUE (e.g. speculative=none)"
+    )
+    parser.add_argument(
+        "--label", default="", help="tags naming each arm, comma-separated (default: run name)"
+    )
+    parser.add_argument(
+        "--metric", default="tok_per_s", help="higher-is-better metric logged per measured run"
+    )
     parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument("--threshold", type=float, default=0.01, help="smallest relative effect worth reporting")
+    parser.add_argument(
+        "--threshold", type=float, default=0.01, help="smallest relative effect worth reporting"
+    )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--reference", help="also check published claims, e.g. cuda13_story")
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+    parser.add_argument(
+        "--json", action="store_true", help="print machine-readable JSON instead of tables"
+    )
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
     return parser
 
@@ -71,14 +87,21 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         store = TrackingStore(args.tracking_uri, args.experiment, create=False)
         labels = [t for t in args.label.split(",") if t]
-        runs = store.job_runs(run_ids=args.run_ids, parent=args.parent, filter_string=args.filter, metric=args.metric)
-        arms, skipped = make_arms(runs, label_tags=labels, confidence=args.confidence, metric=args.metric)
+        runs = store.job_runs(
+            run_ids=args.run_ids, parent=args.parent, filter_string=args.filter, metric=args.metric
+        )
+        arms, skipped = make_arms(
+            runs, label_tags=labels, confidence=args.confidence, metric=args.metric
+        )
         if not arms:
             raise SelectionError("no finished runs matched the selection")
         settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
         selector = Selector(args.baseline) if args.baseline else None
-        comparisons = (compare_arms(baseline_pairs(arms, selector), **settings, factor=selector.factor)
-                       if selector else [])
+        comparisons = (
+            compare_arms(baseline_pairs(arms, selector), **settings, factor=selector.factor)
+            if selector
+            else []
+        )
         reference = load_reference(args.reference) if args.reference else None
         points, claims = reproduce(reference, arms, **settings) if reference else ({}, [])
     except (SelectionError, ValueError) as exc:
@@ -86,19 +109,27 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
 
     document = {
-        "metric": args.metric, "confidence": args.confidence, "threshold": args.threshold,
+        "metric": args.metric,
+        "confidence": args.confidence,
+        "threshold": args.threshold,
         "baseline": args.baseline,
-        "arms": [a.to_json() for a in arms], "comparisons": [c.to_json() for c in comparisons], "skipped": skipped,
+        "arms": [a.to_json() for a in arms],
+        "comparisons": [c.to_json() for c in comparisons],
+        "skipped": skipped,
     }
     markdown = report.comparison_markdown(arms, comparisons, args.metric)
     if reference is not None:
         same_hw, measured_hw = hardware_matches(reference, arms)
         document["reproduction"] = {
-            "reference": reference.name, "hardware_matches": same_hw, "measured_hardware": measured_hw,
+            "reference": reference.name,
+            "hardware_matches": same_hw,
+            "measured_hardware": measured_hw,
             "points": {p: (a.to_json() if a else None) for p, a in points.items()},
             "claims": [c.to_json() for c in claims],
         }
-        markdown += "\n" + report.reproduction_markdown(reference, points, claims, same_hw, measured_hw)
+        markdown += "\n" + report.reproduction_markdown(
+            reference, points, claims, same_hw, measured_hw
+        )
     if args.json:
         print(json.dumps(document, indent=2, default=float))
     else:
@@ -106,15 +137,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         if reference is not None:
             report.print_reproduction(reference, points, claims, same_hw, measured_hw)
     if not args.no_log:
-        run = store.run(args.parent) if args.parent else store.start_run("comparison", {Tag.kind: RunKind.comparison})
+        run = (
+            store.run(args.parent)
+            if args.parent
+            else store.start_run("comparison", {Tag.kind: RunKind.comparison})
+        )
         publish.log_report(run, document, markdown, arms, comparisons, args.metric)
         if not args.parent:
             run.end("FINISHED")
         if not args.json:
             report.console.print(f"logged to MLflow run {run.run_id}")
     return 0
-
-
 
 
 if __name__ == "__main__":

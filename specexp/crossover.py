@@ -50,49 +50,79 @@ def _crossing(levels: Sequence[int], log_ratio: Sequence[float]) -> Optional[flo
     return None
 
 
-def find_crossover(candidate: str, baseline: str, levels: Sequence[int], cand_values: Sequence[Sequence[float]],
-                   base_values: Sequence[Sequence[float]], confidence: float = 0.95, seed: int = 0) -> Crossover:
+def find_crossover(
+    candidate: str,
+    baseline: str,
+    levels: Sequence[int],
+    cand_values: Sequence[Sequence[float]],
+    base_values: Sequence[Sequence[float]],
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Crossover:
     """Values per level for both arms (aggregate tok/s of each measured run)."""
     order = np.argsort(levels)
     levels = [int(levels[i]) for i in order]
     cand = [np.asarray(cand_values[i], float) for i in order]
     base = [np.asarray(base_values[i], float) for i in order]
-    log_ratio = [math.log(c.mean() / b.mean()) for c, b in zip(cand, base)]
+    log_ratio = [math.log(c.mean() / b.mean()) for c, b in zip(cand, base, strict=True)]
     estimate = _crossing(levels, log_ratio)
     rng = np.random.default_rng(seed)
     boots, none = [], 0
     for _ in range(BOOTSTRAP_RESAMPLES):
-        lr = [math.log(rng.choice(c, c.size).mean() / rng.choice(b, b.size).mean()) for c, b in zip(cand, base)]
+        lr = [
+            math.log(rng.choice(c, c.size).mean() / rng.choice(b, b.size).mean())
+            for c, b in zip(cand, base, strict=True)
+        ]
         found = _crossing(levels, lr)
         if found is None:
             none += 1
         else:
             boots.append(found)
-    result = Crossover(candidate, baseline, levels, [math.exp(v) for v in log_ratio], estimate,
-                       no_crossing_share=none / BOOTSTRAP_RESAMPLES)
+    result = Crossover(
+        candidate,
+        baseline,
+        levels,
+        [math.exp(v) for v in log_ratio],
+        estimate,
+        no_crossing_share=none / BOOTSTRAP_RESAMPLES,
+    )
     if boots:
         tail = (1 - confidence) / 2 * 100
         result.ci_low, result.ci_high = (float(v) for v in np.percentile(boots, [tail, 100 - tail]))
     span = f"concurrency {levels[0]}..{levels[-1]}"
     if estimate is None:
-        result.statement = (f"no crossover in {span}: {candidate} is faster than {baseline} at every level measured "
-                            f"({result.no_crossing_share:.0%} of bootstrap resamples agree)")
+        result.statement = (
+            f"no crossover in {span}: {candidate} is faster than {baseline} at every level measured "
+            f"({result.no_crossing_share:.0%} of bootstrap resamples agree)"
+        )
     elif estimate == levels[0] and log_ratio[0] <= 0:
-        result.statement = f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level measured"
+        result.statement = (
+            f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level measured"
+        )
     else:
-        result.statement = (f"{candidate} stops paying at concurrency {estimate:.1f} "
-                            f"({int(confidence * 100)}% CI {result.ci_low:.1f}..{result.ci_high:.1f}; "
-                            f"{result.no_crossing_share:.0%} of resamples saw no crossover in {span})")
+        result.statement = (
+            f"{candidate} stops paying at concurrency {estimate:.1f} "
+            f"({int(confidence * 100)}% CI {result.ci_low:.1f}..{result.ci_high:.1f}; "
+            f"{result.no_crossing_share:.0%} of resamples saw no crossover in {span})"
+        )
     return result
 
 
 def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
     """The switch-off threshold as each engine's own dynamic-speculation setting."""
     if crossover.estimate is None:
-        return {"threshold": None, "note": "speculation paid at every level measured: keep it on in this range"}
+        return {
+            "threshold": None,
+            "note": "speculation paid at every level measured: keep it on in this range",
+        }
     threshold = max(1, math.ceil(crossover.estimate))
-    return {"threshold": threshold,
-            **{name: engine.switch_off(threshold, speculative, max_batch) for name, engine in engines().items()}}
+    return {
+        "threshold": threshold,
+        **{
+            name: engine.switch_off(threshold, speculative, max_batch)
+            for name, engine in engines().items()
+        },
+    }
 
 
 def families(arms: Sequence[Arm], factor: str) -> dict[str, dict[int, Arm]]:
@@ -105,7 +135,9 @@ def families(arms: Sequence[Arm], factor: str) -> dict[str, dict[int, Arm]]:
     return grouped
 
 
-def analyse(arms: Sequence[Arm], baseline: Selector, factor: str, confidence: float) -> list[Crossover]:
+def analyse(
+    arms: Sequence[Arm], baseline: Selector, factor: str, confidence: float
+) -> list[Crossover]:
     """A crossover for each speculative family against the baseline family that shares its
     other settings, over the levels both were measured at."""
     grouped = families(arms, factor)
@@ -116,8 +148,11 @@ def analyse(arms: Sequence[Arm], baseline: Selector, factor: str, confidence: fl
     def without_baseline_factor(levels: dict[int, Arm]) -> tuple:
         return tuple((k, v) for k, v in others(levels) if k != baseline.factor)
 
-    bases = {without_baseline_factor(levels): name for name, levels in grouped.items()
-             if dict(others(levels)).get(baseline.factor) == baseline.value}
+    bases = {
+        without_baseline_factor(levels): name
+        for name, levels in grouped.items()
+        if dict(others(levels)).get(baseline.factor) == baseline.value
+    }
     results = []
     for name, levels in grouped.items():
         base_name = bases.get(without_baseline_factor(levels))
@@ -126,6 +161,14 @@ def analyse(arms: Sequence[Arm], baseline: Selector, factor: str, confidence: fl
         common = sorted(set(levels) & set(grouped[base_name]))
         if len(common) < 2:
             continue
-        results.append(find_crossover(name, base_name, common, [levels[c].values for c in common],
-                                      [grouped[base_name][c].values for c in common], confidence))
+        results.append(
+            find_crossover(
+                name,
+                base_name,
+                common,
+                [levels[c].values for c in common],
+                [grouped[base_name][c].values for c in common],
+                confidence,
+            )
+        )
     return results

@@ -22,7 +22,14 @@ from omegaconf import open_dict
 from rich.table import Table
 
 from specexp import capture, hydra_app
-from specexp.engines.base import Check, CheckStatus, last_line, run_in_stack, stack_env, stack_python
+from specexp.engines.base import (
+    Check,
+    CheckStatus,
+    last_line,
+    run_in_stack,
+    stack_env,
+    stack_python,
+)
 from specexp.job import Job, prepare
 from specexp.report import console
 from specexp.schemas import AllreduceBackend, ConfigError
@@ -30,7 +37,10 @@ from specexp.sweep import expand_overrides
 
 PASS, FAIL, SKIP = CheckStatus.passed, CheckStatus.failed, CheckStatus.skipped
 # Compute capabilities the features are known to engage on (SGLang 0.5.9's capability maps).
-NEEDS_CAPABILITY = {AllreduceBackend.flashinfer_fusion: ("9.0", "10.0"), AllreduceBackend.torch_symm_mem: ("9.0", "10.0")}
+NEEDS_CAPABILITY = {
+    AllreduceBackend.flashinfer_fusion: ("9.0", "10.0"),
+    AllreduceBackend.torch_symm_mem: ("9.0", "10.0"),
+}
 
 
 def check_job(job: Job) -> list[Check]:
@@ -40,42 +50,83 @@ def check_job(job: Job) -> list[Check]:
     interpreter = stack_python(server)
     have_python = os.access(interpreter, os.X_OK)
     if engine.runs_in_stack_python:
-        checks.append(Check("stack interpreter", PASS if have_python else FAIL, interpreter if have_python else
-                            f"{interpreter} not found: create stack {cfg.stack.name}'s environment there, "
-                            "or set stack.python"))
+        checks.append(
+            Check(
+                "stack interpreter",
+                PASS if have_python else FAIL,
+                interpreter
+                if have_python
+                else f"{interpreter} not found: create stack {cfg.stack.name}'s environment there, "
+                "or set stack.python",
+            )
+        )
     launch = engine.launch_spec(server, cfg.engine.port or 30000)
     command = engine.flag_check_command(server, [launch])
     version = engine.version(server)[0]
     if command is None:
         binary = launch.argv[0]
         ok = os.access(binary, os.X_OK)
-        checks.append(Check("engine", PASS if ok else FAIL, f"{binary} {version or ''}".strip() if ok
-                            else f"{binary} not found: install {engine.name} into the stack, or set stack.bin_dir"))
+        checks.append(
+            Check(
+                "engine",
+                PASS if ok else FAIL,
+                f"{binary} {version or ''}".strip()
+                if ok
+                else f"{binary} not found: install {engine.name} into the stack, or set stack.bin_dir",
+            )
+        )
         checks.append(Check("flags", SKIP, f"engine={engine.name} has no parse-only mode"))
     elif not have_python:
-        checks.append(Check("engine and flags", SKIP, "no stack interpreter to import the engine with"))
+        checks.append(
+            Check("engine and flags", SKIP, "no stack interpreter to import the engine with")
+        )
     else:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                             env={**os.environ, **stack_env(server)})
+        out = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **stack_env(server)},
+        )
         if out.returncode != 0:
-            checks.append(Check("engine importable", FAIL, f"{last_line(out.stderr)}: install {engine.name} "
-                                f"{version or ''} into {interpreter}"))
+            checks.append(
+                Check(
+                    "engine importable",
+                    FAIL,
+                    f"{last_line(out.stderr)}: install {engine.name} "
+                    f"{version or ''} into {interpreter}",
+                )
+            )
         else:
             error = json.loads(out.stdout.strip().splitlines()[-1])[0]
             checks.append(Check("engine importable", PASS, f"{engine.name} {version}"))
-            checks.append(Check("flags", PASS if error is None else FAIL,
-                                f"accepted by {engine.name} {version}'s own parser" if error is None else error))
+            checks.append(
+                Check(
+                    "flags",
+                    PASS if error is None else FAIL,
+                    f"accepted by {engine.name} {version}'s own parser" if error is None else error,
+                )
+            )
     checks += _gpu_checks(job)
     cuda = cfg.stack.versions.get("cuda")
     if cuda and engine.runs_in_stack_python:
         library = f"libnvrtc.so.{str(cuda).split('.')[0]}"
         if not have_python:
-            checks.append(Check(f"CUDA library {library}", SKIP, "no stack interpreter to load it with"))
+            checks.append(
+                Check(f"CUDA library {library}", SKIP, "no stack interpreter to load it with")
+            )
         else:
             out = run_in_stack(server, f"import ctypes; ctypes.CDLL({library!r})", timeout=60)
-            checks.append(Check(f"CUDA library {library}", PASS if out.returncode == 0 else FAIL,
-                                "loads" if out.returncode == 0 else f"{last_line(out.stderr)}: make {library} "
-                                "visible (ldconfig, or the stack's LD_LIBRARY_PATH)"))
+            checks.append(
+                Check(
+                    f"CUDA library {library}",
+                    PASS if out.returncode == 0 else FAIL,
+                    "loads"
+                    if out.returncode == 0
+                    else f"{last_line(out.stderr)}: make {library} "
+                    "visible (ldconfig, or the stack's LD_LIBRARY_PATH)",
+                )
+            )
     return checks + engine.doctor_checks(server)
 
 
@@ -87,12 +138,27 @@ def _gpu_checks(job: Job) -> list[Check]:
     if not engine.multi_gpu:
         checks = [Check("GPUs", SKIP, f"engine={engine.name} runs on the CPU here")]
     else:
-        checks = [Check("GPUs", PASS if gpus >= tp else FAIL,
-                        f"{gpus} visible, tensor parallel {tp} needs {tp}" + ("" if gpus >= tp else
-                        ": run on a node with enough GPUs, or check CUDA_VISIBLE_DEVICES"))]
+        checks = [
+            Check(
+                "GPUs",
+                PASS if gpus >= tp else FAIL,
+                f"{gpus} visible, tensor parallel {tp} needs {tp}"
+                + (
+                    ""
+                    if gpus >= tp
+                    else ": run on a node with enough GPUs, or check CUDA_VISIBLE_DEVICES"
+                ),
+            )
+        ]
     allreduce = cfg.allreduce_backend
-    wanted = [f for f in (allreduce.name, AllreduceBackend.torch_symm_mem if allreduce.torch_symm_mem else None)
-              if f in NEEDS_CAPABILITY]
+    wanted = [
+        f
+        for f in (
+            allreduce.name,
+            AllreduceBackend.torch_symm_mem if allreduce.torch_symm_mem else None,
+        )
+        if f in NEEDS_CAPABILITY
+    ]
     for feature in wanted:
         capability = hardware.get("gpu_compute_capability")
         name = f"compute capability for {feature}"
@@ -101,15 +167,29 @@ def _gpu_checks(job: Job) -> list[Check]:
             continue
         ok = capability in NEEDS_CAPABILITY[feature]
         engages_on = "/SM".join(c.replace(".", "") for c in NEEDS_CAPABILITY[feature])
-        checks.append(Check(name, PASS if ok else FAIL, f"SM{capability.replace('.', '')}" + (
-            "" if ok else f": {feature} engages on SM{engages_on} only; it may silently do nothing here "
-                          "(SM120 needs the capability-map patch)")))
+        checks.append(
+            Check(
+                name,
+                PASS if ok else FAIL,
+                f"SM{capability.replace('.', '')}"
+                + (
+                    ""
+                    if ok
+                    else f": {feature} engages on SM{engages_on} only; it may silently do nothing here "
+                    "(SM120 needs the capability-map patch)"
+                ),
+            )
+        )
     return checks
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:
     """The jobs a sweep with these overrides would run (its +sweep params included)."""
-    first = compose(config_name="config", overrides=[o for o in overrides if "," not in o], return_hydra_config=True)
+    first = compose(
+        config_name="config",
+        overrides=[o for o in overrides if "," not in o],
+        return_hydra_config=True,
+    )
     params = [f"{k}={v}" for k, v in (first.hydra.sweeper.params or {}).items()]
     return expand_overrides(overrides + params)
 
@@ -135,7 +215,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 table.add_row(check.name, f"[{style}]{check.status}[/]", check.detail)
             console.print(table)
             failed += sum(c.status == FAIL for c in checks)
-    console.print(f"{failed} check(s) failed" if failed else "all checks passed or were skipped with a reason")
+    console.print(
+        f"{failed} check(s) failed" if failed else "all checks passed or were skipped with a reason"
+    )
     return 1 if failed else 0
 
 

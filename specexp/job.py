@@ -45,12 +45,16 @@ class Job:
     def server_fingerprint(self) -> str:
         """Identity of the server a job needs: its command (port aside) and environment."""
         launch = self.engine.launch_spec(self.server, 0)
-        return _digest({"argv": launch.argv, "env": launch.env, "launches": self.config.stats.launches})
+        return _digest(
+            {"argv": launch.argv, "env": launch.env, "launches": self.config.stats.launches}
+        )
 
     def planned_launch(self) -> LaunchSpec:
         """The server command as a dry run shows it (a free port when engine.port is 0); the
         launch itself leases its port."""
-        return self.engine.launch_spec(self.server, self.config.engine.port or free_port(self.config.engine.host))
+        return self.engine.launch_spec(
+            self.server, self.config.engine.port or free_port(self.config.engine.host)
+        )
 
     def factors(self) -> dict[str, str]:
         """The job's swept settings, FACTOR -> VALUE (empty outside a sweep)."""
@@ -87,12 +91,14 @@ def validate(run: RunConfig) -> None:
         raise ConfigError(
             f"speculative={spec.method} needs a draft model, and model={run.model.name} has no {source}. "
             f"Set speculative.draft_model=PATH, or choose speculative=none|ngram"
-            + ("|draft" if spec.method == SpeculativeMethod.eagle3 and run.model.draft_path else ""))
+            + ("|draft" if spec.method == SpeculativeMethod.eagle3 and run.model.draft_path else "")
+        )
     tp = run.engine.tensor_parallel_size
     if tp not in run.model.tensor_parallel_sizes:
         raise ConfigError(
             f"engine.tensor_parallel_size={tp} does not fit model={run.model.name}, which needs one of "
-            f"{list(run.model.tensor_parallel_sizes)}; set engine.tensor_parallel_size accordingly")
+            f"{list(run.model.tensor_parallel_sizes)}; set engine.tensor_parallel_size accordingly"
+        )
 
 
 def _digest(data: Any) -> str:

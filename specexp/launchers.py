@@ -4,9 +4,10 @@ specexp schedules nothing itself. ``hydra/launcher=submitit_slurm`` submits each
 Slurm as one task on one exclusive node with the server's GPUs; ``submitit_local`` runs
 jobs as local processes (``hydra.sweeper.max_batch_size`` of them at a time) to try the
 same thing on one machine. The presets in ``conf/hydra/launcher/`` carry the plugin's names,
-so Hydra validates them against the plugin's own schemas. Jobs in other processes, or on other nodes, cannot share a server with the
-sweep or write one SQLite file safely, so the sweep checks the launcher against the plan
-before anything is submitted, and tells each job where to log.
+so Hydra validates them against the plugin's own schemas. Jobs in other processes, or on
+other nodes, cannot share a server with the sweep or write one SQLite file safely, so the
+sweep checks the launcher against the plan before anything is submitted, and tells each job
+where to log.
 """
 
 from __future__ import annotations
@@ -50,17 +51,23 @@ def register_resolvers() -> None:
     """``${specexp.job_minutes:}`` and ``${specexp.gpus_per_node:}``, which size the presets'
     time limit and GPUs from the job's settings."""
     if not OmegaConf.has_resolver("specexp.job_minutes"):
-        OmegaConf.register_new_resolver("specexp.job_minutes", lambda *, _root_: job_minutes(_root_))
+        OmegaConf.register_new_resolver(
+            "specexp.job_minutes", lambda *, _root_: job_minutes(_root_)
+        )
     if not OmegaConf.has_resolver("specexp.gpus_per_node"):
         # A CPU server asks Slurm for no GPUs at all (`--gpus-per-node=0` fails on clusters without GRES).
-        OmegaConf.register_new_resolver("specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None)
+        OmegaConf.register_new_resolver(
+            "specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None
+        )
 
 
 def quiet_preset_validation() -> None:
     """The presets keep the plugin's names on purpose (that is how users select them), and
     Hydra's schema matching by name, which validates them against the plugin's schemas,
     warns about it."""
-    warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
+    warnings.filterwarnings(
+        "ignore", message=r"(?s).*is validated against ConfigStore schema with the same name"
+    )
 
 
 class LauncherKind(StrEnum):
@@ -75,7 +82,9 @@ class LauncherKind(StrEnum):
 def launcher_kind(launcher: Any) -> LauncherKind:
     """By class name: Hydra's basic launcher is not public API, so it is not imported."""
     name = type(launcher).__name__
-    return {"BasicLauncher": LauncherKind.in_process, "SlurmLauncher": LauncherKind.slurm}.get(name, LauncherKind.local)
+    return {"BasicLauncher": LauncherKind.in_process, "SlurmLauncher": LauncherKind.slurm}.get(
+        name, LauncherKind.local
+    )
 
 
 def local_store(uri: str) -> bool:
@@ -83,7 +92,9 @@ def local_store(uri: str) -> bool:
     return urlparse(uri).scheme in ("", "file", "sqlite")
 
 
-def check(launcher: Any, jobs: Sequence[RunConfig], uri: str, batch_size: Optional[int] = None) -> list[str]:
+def check(
+    launcher: Any, jobs: Sequence[RunConfig], uri: str, batch_size: Optional[int] = None
+) -> list[str]:
     """Why this launcher cannot run these jobs as configured; empty when it can."""
     kind = launcher_kind(launcher)
     if kind == LauncherKind.in_process:
@@ -91,7 +102,9 @@ def check(launcher: Any, jobs: Sequence[RunConfig], uri: str, batch_size: Option
     slurm_jobs = kind == LauncherKind.slurm
     name = type(launcher).__name__
     errors = []
-    tracked = bool(jobs) and jobs[0].tracking.enabled  # checked in dry runs too: they say what would fail
+    tracked = (
+        bool(jobs) and jobs[0].tracking.enabled
+    )  # checked in dry runs too: they say what would fail
     if tracked and local_store(uri):
         errors.append(
             f"{name} runs jobs in parallel processes{' on other nodes' if slurm_jobs else ''}, and the "
@@ -99,20 +112,27 @@ def check(launcher: Any, jobs: Sequence[RunConfig], uri: str, batch_size: Option
             f"locked'{', and other nodes cannot reach it' if slurm_jobs else ''}. Start a tracking server "
             f"and log to it: `mlflow server --backend-store-uri sqlite:///mlflow-server/mlflow.db "
             f"--artifacts-destination mlflow-server/artifacts --host 127.0.0.1 --port 5000`, then add "
-            f"tracking.uri=http://127.0.0.1:5000 (see docs/runbook.md)")
+            f"tracking.uri=http://127.0.0.1:5000 (see docs/runbook.md)"
+        )
     params = getattr(launcher, "params", {})
     side_by_side = not slurm_jobs and min(batch_size or len(jobs), len(jobs)) > 1
     for job in jobs:
         if side_by_side and job.engine.port:
-            errors.append(f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
-                          f"where their servers would clash: set engine.port=0 (each server leases a free port)")
+            errors.append(
+                f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
+                f"where their servers would clash: set engine.port=0 (each server leases a free port)"
+            )
         gpus = params.get("gpus_per_node")
         if slurm_jobs and gpus is not None and gpus < job.engine.gpus:
-            errors.append(f"a job needs {job.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}")
+            errors.append(
+                f"a job needs {job.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}"
+            )
         needed, limit = job_minutes(job), params.get("timeout_min")
         if limit is not None and limit < needed:
-            errors.append(f"a job may need {needed} min (readiness timeout plus runs at {FLOOR_TOK_PER_S:.0f} "
-                          f"tok/s per stream) but hydra.launcher.timeout_min={limit}; raise it to {needed}")
+            errors.append(
+                f"a job may need {needed} min (readiness timeout plus runs at {FLOOR_TOK_PER_S:.0f} "
+                f"tok/s per stream) but hydra.launcher.timeout_min={limit}; raise it to {needed}"
+            )
     return list(dict.fromkeys(errors))
 
 
@@ -133,7 +153,11 @@ def sbatch_preview(launcher: Any, jobs: int) -> str:
     private ones (``_make_sbatch_string``, ``_convert_mem``): submitit has no public way to
     write the script without submitting it. tests/process/test_runbook.py pins the script they write."""
     renames = slurm.SlurmExecutor._equivalence_dict()
-    params: dict[str, Any] = {str(renames.get(k, k)): v for k, v in launcher.params.items() if k not in ("submitit_folder", "max_num_timeout")}
+    params: dict[str, Any] = {
+        str(renames.get(k, k)): v
+        for k, v in launcher.params.items()
+        if k not in ("submitit_folder", "max_num_timeout")
+    }
     if params.get("mem") is not None:
         params["mem"] = slurm._convert_mem(params["mem"])
     folder = launcher.params["submitit_folder"]

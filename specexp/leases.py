@@ -38,12 +38,15 @@ class Lease:
 
     @classmethod
     def joined(cls, leases: Sequence[Lease]) -> Lease:
-        return cls([n for lease in leases for n in lease.names], [fd for lease in leases for fd in lease._fds],
-                   [p for lease in leases for p in lease._paths])
+        return cls(
+            [n for lease in leases for n in lease.names],
+            [fd for lease in leases for fd in lease._fds],
+            [p for lease in leases for p in lease._paths],
+        )
 
     def release(self) -> None:
         # Unlink while still holding the lock, so lease files do not pile up in lease_dir.
-        for path, fd in zip(self._paths, self._fds):
+        for path, fd in zip(self._paths, self._fds, strict=True):
             path.unlink(missing_ok=True)
             os.close(fd)  # closing the descriptor drops the flock
         self._fds, self._paths = [], []
@@ -69,7 +72,9 @@ def try_lease(lease_dir: Path, names: Sequence[str]) -> Optional[Lease]:
     return Lease.joined(held)
 
 
-def lease_port(lease_dir: Path, host: str, pick: Callable[[str], int], attempts: int = 50) -> tuple[int, Lease]:
+def lease_port(
+    lease_dir: Path, host: str, pick: Callable[[str], int], attempts: int = 50
+) -> tuple[int, Lease]:
     """A free port that no other job of this host holds. ``pick`` asks the kernel for a free
     port, which another job may also have been told until its server binds it (SGLang binds
     only after loading the model, minutes later); the lease closes that window."""
@@ -93,8 +98,12 @@ def host_gpus(configured: Optional[Sequence[str]]) -> list[str]:
     if visible:
         return [g.strip() for g in visible.split(",") if g.strip()]
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return [line.strip() for line in out.stdout.splitlines() if line.strip()]
     return []
 
@@ -104,11 +113,18 @@ def check_pool(pool: Sequence[str], count: int) -> None:
         raise ConfigError(
             f"a server needs {count} GPU(s) (engine.gpus) but this host lends {len(pool)}"
             f"{' (' + ','.join(pool) + ')' if pool else ''}: run on a node with enough GPUs, or set "
-            f"host.gpus to the devices to use")
+            f"host.gpus to the devices to use"
+        )
 
 
-def lease_gpus(lease_dir: Path, pool: Sequence[str], count: int, wait_s: float,
-               on_wait: Callable[[], None] = lambda: None, poll_s: float = 1.0) -> Lease:
+def lease_gpus(
+    lease_dir: Path,
+    pool: Sequence[str],
+    count: int,
+    wait_s: float,
+    on_wait: Callable[[], None] = lambda: None,
+    poll_s: float = 1.0,
+) -> Lease:
     """``count`` GPUs of ``pool`` that no other job of this host holds, waiting up to
     ``wait_s`` for jobs holding them to finish."""
     check_pool(pool, count)
@@ -127,8 +143,10 @@ def lease_gpus(lease_dir: Path, pool: Sequence[str], count: int, wait_s: float,
         for lease in held:
             lease.release()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{count} GPU(s) of {','.join(pool)} not free after {wait_s:.0f} s "
-                               f"(host.gpu_wait_s); other jobs hold them (leases in {lease_dir})")
+            raise RuntimeError(
+                f"{count} GPU(s) of {','.join(pool)} not free after {wait_s:.0f} s "
+                f"(host.gpu_wait_s); other jobs hold them (leases in {lease_dir})"
+            )
         if not waiting:
             on_wait()
             waiting = True

@@ -13,27 +13,50 @@ from specexp.crossover import Crossover
 from specexp.stats import Comparison
 
 
-def comparison_plot(arms: Sequence[Arm], comparisons: Sequence[Comparison], metric: str, path: Path) -> Path:
+def comparison_plot(
+    arms: Sequence[Arm], comparisons: Sequence[Comparison], metric: str, path: Path
+) -> Path:
     """Left: each configuration's mean with its CI. Right: each speedup with its CI."""
     fig = Figure(figsize=(12, max(3, 0.6 * len(arms) + 1.5)))
     left, right = fig.subplots(1, 2)
     labels = [a.label for a in arms]
     means = [a.summary.mean for a in arms]
-    errors = [[a.summary.mean - a.summary.ci_low if a.summary.n > 1 else 0 for a in arms],
-              [a.summary.ci_high - a.summary.mean if a.summary.n > 1 else 0 for a in arms]]
+    errors = [
+        [a.summary.mean - a.summary.ci_low if a.summary.n > 1 else 0 for a in arms],
+        [a.summary.ci_high - a.summary.mean if a.summary.n > 1 else 0 for a in arms],
+    ]
     left.errorbar(means, range(len(arms)), xerr=errors, fmt="o", capsize=4)
     left.set_yticks(range(len(arms)), labels)
     left.set_xlabel(f"{metric} (mean, 95% CI)")
     left.grid(axis="x", alpha=0.3)
     if comparisons:
         threshold = comparisons[0].threshold
-        right.axvspan(-threshold * 100, threshold * 100, color="grey", alpha=0.15, label=f"±{threshold:.0%} threshold")
+        right.axvspan(
+            -threshold * 100,
+            threshold * 100,
+            color="grey",
+            alpha=0.15,
+            label=f"±{threshold:.0%} threshold",
+        )
         right.axvline(0, color="black", linewidth=0.8)
-        colors = {"faster": "tab:green", "slower": "tab:red", "equivalent": "tab:blue", "inconclusive": "tab:orange"}
+        colors = {
+            "faster": "tab:green",
+            "slower": "tab:red",
+            "equivalent": "tab:blue",
+            "inconclusive": "tab:orange",
+        }
         for y, c in enumerate(comparisons):
-            right.errorbar([c.change * 100], [y], xerr=[[(c.ratio - c.ci_low) * 100], [(c.ci_high - c.ratio) * 100]],
-                           fmt="o", capsize=4, color=colors.get(c.verdict, "black"))
-        right.set_yticks(range(len(comparisons)), [f"{c.candidate}\n{c.verdict}" for c in comparisons])
+            right.errorbar(
+                [c.change * 100],
+                [y],
+                xerr=[[(c.ratio - c.ci_low) * 100], [(c.ci_high - c.ratio) * 100]],
+                fmt="o",
+                capsize=4,
+                color=colors.get(c.verdict, "black"),
+            )
+        right.set_yticks(
+            range(len(comparisons)), [f"{c.candidate}\n{c.verdict}" for c in comparisons]
+        )
         right.set_xlabel(f"change vs {comparisons[0].baseline} (%), 95% CI")
         right.legend(loc="best", fontsize="small")
         right.grid(axis="x", alpha=0.3)
@@ -44,16 +67,23 @@ def comparison_plot(arms: Sequence[Arm], comparisons: Sequence[Comparison], metr
     return path
 
 
-def crossover_plot(families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str,
-                   path: Path) -> Path:
+def crossover_plot(
+    families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str, path: Path
+) -> Path:
     """Throughput against concurrency for each arm (mean and CI), crossovers marked."""
     fig = Figure(figsize=(9, 5.5))
     ax = fig.subplots()
     for name, levels in families.items():
         xs = sorted(levels)
         means = [levels[x].summary.mean for x in xs]
-        low = [levels[x].summary.mean - levels[x].summary.ci_low if levels[x].summary.n > 1 else 0 for x in xs]
-        high = [levels[x].summary.ci_high - levels[x].summary.mean if levels[x].summary.n > 1 else 0 for x in xs]
+        low = [
+            levels[x].summary.mean - levels[x].summary.ci_low if levels[x].summary.n > 1 else 0
+            for x in xs
+        ]
+        high = [
+            levels[x].summary.ci_high - levels[x].summary.mean if levels[x].summary.n > 1 else 0
+            for x in xs
+        ]
         ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=name or "(all)")
     for c in crossovers:
         if c.estimate is None:
@@ -61,8 +91,14 @@ def crossover_plot(families: dict[str, dict[int, Arm]], crossovers: Sequence[Cro
         ax.axvline(c.estimate, color="black", linestyle="--", linewidth=1)
         if c.ci_low is not None and c.ci_high is not None:
             ax.axvspan(c.ci_low, c.ci_high, color="grey", alpha=0.15)
-        ax.annotate(f"crossover {c.estimate:.1f}", (c.estimate, ax.get_ylim()[1]), rotation=90, va="top",
-                    ha="right", fontsize="small")
+        ax.annotate(
+            f"crossover {c.estimate:.1f}",
+            (c.estimate, ax.get_ylim()[1]),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize="small",
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel(factor)
     ax.set_ylabel("aggregate output tok/s (mean, 95% CI)")

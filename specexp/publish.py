@@ -16,20 +16,32 @@ from specexp.stats import Comparison
 from specexp.tracking import RunLog
 
 
-def log_report(run: RunLog, document: dict[str, Any], markdown: str, arms: Sequence[Arm],
-               comparisons: Sequence[Comparison], metric: str, folder: str = "comparison") -> None:
+def log_report(
+    run: RunLog,
+    document: dict[str, Any],
+    markdown: str,
+    arms: Sequence[Arm],
+    comparisons: Sequence[Comparison],
+    metric: str,
+    folder: str = "comparison",
+) -> None:
     """Markdown, JSON and plot of a comparison, under ``folder`` of ``run``'s artifacts."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        paths = [directory / f"{folder}.md", directory / f"{folder}.json", directory / f"{folder}.png"]
+        paths = [
+            directory / f"{folder}.md",
+            directory / f"{folder}.json",
+            directory / f"{folder}.png",
+        ]
         paths[0].write_text(markdown)
         paths[1].write_text(json.dumps(document, indent=2, default=float))
         plots.comparison_plot(arms, comparisons, metric, paths[2])
         run.log_artifacts(paths, artifact_path=folder)
 
 
-def log_crossover(run: RunLog, families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover],
-                  factor: str) -> None:
+def log_crossover(
+    run: RunLog, families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         paths = [directory / "crossover.png", directory / "crossover.json"]
@@ -37,6 +49,10 @@ def log_crossover(run: RunLog, families: dict[str, dict[int, Arm]], crossovers: 
         paths[1].write_text(json.dumps([c.to_json() for c in crossovers], indent=2))
         run.log_artifacts(paths, artifact_path="crossover")
     first = crossovers[0]
-    run.set_tags({Tag.crossover: first.statement[:5000],
-                  Tag.crossover_threshold: str(first.recommendation.get("threshold"))})
+    run.set_tags(
+        {
+            Tag.crossover: first.statement[:5000],
+            Tag.crossover_threshold: str(first.recommendation.get("threshold")),
+        }
+    )
     run.log_metrics({f"crossover_{i}": c.estimate for i, c in enumerate(crossovers) if c.estimate})

@@ -27,12 +27,17 @@ console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isat
 def print_dry_run(job: Job, launch: LaunchSpec) -> None:
     cfg, engine = job.config, job.engine
     version, source = engine.version(job.server)
-    console.print(f"[bold]# engine={engine.name} stack={cfg.stack.name} model={cfg.model.name} "
-                  f"attention_backend={cfg.attention_backend.name} allreduce_backend={cfg.allreduce_backend.name} "
-                  f"speculative={cfg.speculative.method} concurrency={cfg.concurrency.streams}[/]")
+    console.print(
+        f"[bold]# engine={engine.name} stack={cfg.stack.name} model={cfg.model.name} "
+        f"attention_backend={cfg.attention_backend.name} allreduce_backend={cfg.allreduce_backend.name} "
+        f"speculative={cfg.speculative.method} concurrency={cfg.concurrency.streams}[/]"
+    )
     console.print(f"# {engine.name} version: {version or 'unknown'} ({source})")
     env = redact_env(launch.env)
-    console.print("# environment set by specexp: " + (", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)"))
+    console.print(
+        "# environment set by specexp: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)")
+    )
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
     print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 
@@ -57,8 +62,14 @@ class _RunProgress:
 
 @contextlib.contextmanager
 def run_progress(total: int) -> Iterator[_RunProgress]:
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=console, transient=False)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
     with progress:
         yield _RunProgress(progress, progress.add_task("measuring", total=total))
 
@@ -67,10 +78,17 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
     return "-" if value is None or value != value else f"{value:.{digits}f}"
 
 
-def print_summary(cfg: RunConfig, summary: Optional[Summary], metrics: dict[str, float], notes: list[str],
-                  runs: list[RunResult]) -> None:
-    table = Table(title=f"{cfg.engine.name} / {cfg.model.name} / speculative={cfg.speculative.method} / "
-                        f"concurrency={cfg.concurrency.streams}")
+def print_summary(
+    cfg: RunConfig,
+    summary: Optional[Summary],
+    metrics: dict[str, float],
+    notes: list[str],
+    runs: list[RunResult],
+) -> None:
+    table = Table(
+        title=f"{cfg.engine.name} / {cfg.model.name} / speculative={cfg.speculative.method} / "
+        f"concurrency={cfg.concurrency.streams}"
+    )
     if cfg.stats.launches > 1:
         table.add_column("launch")
     table.add_column("run")
@@ -82,30 +100,49 @@ def print_summary(cfg: RunConfig, summary: Optional[Summary], metrics: dict[str,
         ok = [r for r in result.records if r.ok]
         ttft = sum(r.ttft_s or 0 for r in ok) / len(ok) * 1000 if ok else None
         launch = [str(result.launch)] if cfg.stats.launches > 1 else []
-        table.add_row(*launch, "warm-up" if result.warmup else str(result.run), _fmt(result.tok_per_s, 1),
-                      str(result.output_tokens), _fmt(ttft, 1), _fmt(result.acceptance_length))
+        table.add_row(
+            *launch,
+            "warm-up" if result.warmup else str(result.run),
+            _fmt(result.tok_per_s, 1),
+            str(result.output_tokens),
+            _fmt(ttft, 1),
+            _fmt(result.acceptance_length),
+        )
     console.print(table)
     if summary:
         level = int(summary.confidence * 100)
         unit = "launch means" if cfg.stats.launches > 1 else "measured runs"
-        console.print(f"[bold]tok/s {summary.mean:.2f}[/] ± {summary.std:.2f} (CV {summary.cv:.2%}), "
-                      f"{level}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], n={summary.n} {unit}")
+        console.print(
+            f"[bold]tok/s {summary.mean:.2f}[/] ± {summary.std:.2f} (CV {summary.cv:.2%}), "
+            f"{level}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], n={summary.n} {unit}"
+        )
         if "tok_per_s_var_between_launch" in metrics:
-            console.print(f"variance of tok/s: within a launch {metrics['tok_per_s_var_within_launch']:.3g}, "
-                          f"between launches {metrics['tok_per_s_var_between_launch']:.3g}")
+            console.print(
+                f"variance of tok/s: within a launch {metrics['tok_per_s_var_within_launch']:.3g}, "
+                f"between launches {metrics['tok_per_s_var_between_launch']:.3g}"
+            )
     for note in notes:
         console.print(f"[yellow]warning:[/] {note}")
     if "acceptance_length_mean" in metrics:
-        console.print(f"acceptance length {metrics['acceptance_length_mean']:.2f}, "
-                      f"rate {metrics.get('acceptance_rate_mean', float('nan')):.1%}")
+        console.print(
+            f"acceptance length {metrics['acceptance_length_mean']:.2f}, "
+            f"rate {metrics.get('acceptance_rate_mean', float('nan')):.1%}"
+        )
 
 
 # Comparisons and reproduction reports: rows are built once, then drawn for the terminal
 # (rich) or written as markdown (MLflow artifact).
 
-_VERDICT_STYLE = {"faster": "green", "slower": "red", "equivalent": "cyan", "inconclusive": "yellow",
-                  "not attributable": "magenta",
-                  "reproduced": "green", "contradicted": "red", "not measured": "dim"}
+_VERDICT_STYLE = {
+    "faster": "green",
+    "slower": "red",
+    "equivalent": "cyan",
+    "inconclusive": "yellow",
+    "not attributable": "magenta",
+    "reproduced": "green",
+    "contradicted": "red",
+    "not measured": "dim",
+}
 
 
 def _pct(value: Optional[float]) -> str:
@@ -116,20 +153,45 @@ def _p(value: Optional[float]) -> str:
     return "-" if value is None else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
 
 
-def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> tuple[list[str], list[list[str]]]:
-    headers = ["configuration", "n", "mean", "95% CI", "CV", "vs baseline", "ratio CI", "p Welch (Holm)",
-               "p Mann-Whitney", "verdict", "MDE", "runs for threshold"]
+def comparison_rows(
+    arms: Sequence[Arm], comparisons: Sequence[Comparison]
+) -> tuple[list[str], list[list[str]]]:
+    headers = [
+        "configuration",
+        "n",
+        "mean",
+        "95% CI",
+        "CV",
+        "vs baseline",
+        "ratio CI",
+        "p Welch (Holm)",
+        "p Mann-Whitney",
+        "verdict",
+        "MDE",
+        "runs for threshold",
+    ]
     by_label = {c.candidate: c for c in comparisons}
     baselines = {c.baseline for c in comparisons}
     rows = []
     for arm in arms:
         s, c = arm.summary, by_label.get(arm.label)
-        row = [arm.label + (" (baseline)" if arm.label in baselines else ""), f"{s.n} {arm.unit}s", _fmt(s.mean),
-               f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}]", f"{s.cv:.1%}"]
+        row = [
+            arm.label + (" (baseline)" if arm.label in baselines else ""),
+            f"{s.n} {arm.unit}s",
+            _fmt(s.mean),
+            f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}]",
+            f"{s.cv:.1%}",
+        ]
         if c:
-            row += [_pct(c.change) + ("" if len(baselines) == 1 else f" vs {c.baseline}"), f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
-                    f"{_p(c.p_welch)} ({_p(c.p_welch_adjusted)})", _p(c.p_mannwhitney), c.verdict,
-                    _pct(c.mde).lstrip("+"), str(c.runs_needed or "-")]
+            row += [
+                _pct(c.change) + ("" if len(baselines) == 1 else f" vs {c.baseline}"),
+                f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
+                f"{_p(c.p_welch)} ({_p(c.p_welch_adjusted)})",
+                _p(c.p_mannwhitney),
+                c.verdict,
+                _pct(c.mde).lstrip("+"),
+                str(c.runs_needed or "-"),
+            ]
         else:
             row += ["-"] * 7
         rows.append(row)
@@ -142,10 +204,14 @@ def _markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _rich_table(title: str, headers: list[str], rows: list[list[str]], verdict_column: Optional[int]) -> Table:
+def _rich_table(
+    title: str, headers: list[str], rows: list[list[str]], verdict_column: Optional[int]
+) -> Table:
     table = Table(title=title)
     for header in headers:
-        table.add_column(header, justify="left" if header in ("configuration", "claim", "point") else "right")
+        table.add_column(
+            header, justify="left" if header in ("configuration", "claim", "point") else "right"
+        )
     for row in rows:
         cells = list(row)
         if verdict_column is not None and cells[verdict_column] in _VERDICT_STYLE:
@@ -166,10 +232,19 @@ def comparison_markdown(arms: Sequence[Arm], comparisons: Sequence[Comparison], 
     return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
 
 
-def print_comparison(arms: Sequence[Arm], comparisons: Sequence[Comparison], skipped: list[str], metric: str) -> None:
+def print_comparison(
+    arms: Sequence[Arm], comparisons: Sequence[Comparison], skipped: list[str], metric: str
+) -> None:
     headers, rows = comparison_rows(arms, comparisons)
-    console.print(_rich_table(f"{metric}: ratio of means vs baseline, Welch t on logs; Holm over "
-                              f"{len(comparisons)} comparison(s)", headers, rows, headers.index("verdict")))
+    console.print(
+        _rich_table(
+            f"{metric}: ratio of means vs baseline, Welch t on logs; Holm over "
+            f"{len(comparisons)} comparison(s)",
+            headers,
+            rows,
+            headers.index("verdict"),
+        )
+    )
     for note in _comparison_notes(comparisons):
         console.print(f"[yellow]note:[/] {note}")
     for arm in arms:
@@ -179,8 +254,12 @@ def print_comparison(arms: Sequence[Arm], comparisons: Sequence[Comparison], ski
         console.print(f"[dim]skipped: {line}[/]")
 
 
-def reproduction_rows(reference: Any, points: dict[str, Optional[Arm]], claims: Sequence[ClaimCheck],
-                      same_hardware: bool):
+def reproduction_rows(
+    reference: Any,
+    points: dict[str, Optional[Arm]],
+    claims: Sequence[ClaimCheck],
+    same_hardware: bool,
+):
     point_headers = ["point", "published tok/s", "measured tok/s", "95% CI", "run"]
     point_rows = []
     for point, arm in points.items():
@@ -188,34 +267,61 @@ def reproduction_rows(reference: Any, points: dict[str, Optional[Arm]], claims: 
         if arm is None:
             point_rows.append([point, published, "not measured", "-", "-"])
         elif same_hardware:
-            point_rows.append([point, published, _fmt(arm.summary.mean), f"[{_fmt(arm.summary.ci_low)}, "
-                               f"{_fmt(arm.summary.ci_high)}]", arm.run_id[:8]])
+            point_rows.append(
+                [
+                    point,
+                    published,
+                    _fmt(arm.summary.mean),
+                    f"[{_fmt(arm.summary.ci_low)}, {_fmt(arm.summary.ci_high)}]",
+                    arm.run_id[:8],
+                ]
+            )
         else:
-            point_rows.append([point, published, f"({_fmt(arm.summary.mean)}, other hardware)", "-", arm.run_id[:8]])
+            point_rows.append(
+                [
+                    point,
+                    published,
+                    f"({_fmt(arm.summary.mean)}, other hardware)",
+                    "-",
+                    arm.run_id[:8],
+                ]
+            )
     claim_headers = ["claim", "published", "measured", "ratio CI", "verdict", "status"]
     claim_rows = []
     for check in claims:
         c = check.comparison
-        claim_rows.append([f"{check.id}: {check.text}", _pct(check.published_ratio - 1),
-                           _pct(c.change) if c else "-",
-                           f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]" if c else "-",
-                           c.verdict if c else "-", check.status])
+        claim_rows.append(
+            [
+                f"{check.id}: {check.text}",
+                _pct(check.published_ratio - 1),
+                _pct(c.change) if c else "-",
+                f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]" if c else "-",
+                c.verdict if c else "-",
+                check.status,
+            ]
+        )
     return (point_headers, point_rows), (claim_headers, claim_rows)
 
 
 def _hardware_line(reference, same_hardware: bool, measured: str) -> str:
     if same_hardware:
         return f"Hardware matches the reference ({reference.hardware.description}): absolute tok/s are compared."
-    return (f"Hardware differs: reference {reference.hardware.description}; measured on {measured}. "
-            "Absolute tok/s are not compared; only ratios between configurations are.")
+    return (
+        f"Hardware differs: reference {reference.hardware.description}; measured on {measured}. "
+        "Absolute tok/s are not compared; only ratios between configurations are."
+    )
 
 
 def reproduction_markdown(reference, points, claims, same_hardware: bool, measured: str) -> str:
     (ph, pr), (ch, cr) = reproduction_rows(reference, points, claims, same_hardware)
-    return (f"# Reproduction: {reference.title}\n\n{_hardware_line(reference, same_hardware, measured)}\n\n"
-            f"Method of the reference: {reference.method.workload}, {reference.method.warmup_runs} warm-ups, "
-            f"{reference.method.measured_runs} measured runs.\n\n"
-            + _markdown_table(ph, pr) + "\n" + _markdown_table(ch, cr))
+    return (
+        f"# Reproduction: {reference.title}\n\n{_hardware_line(reference, same_hardware, measured)}\n\n"
+        f"Method of the reference: {reference.method.workload}, {reference.method.warmup_runs} warm-ups, "
+        f"{reference.method.measured_runs} measured runs.\n\n"
+        + _markdown_table(ph, pr)
+        + "\n"
+        + _markdown_table(ch, cr)
+    )
 
 
 def print_reproduction(reference, points, claims, same_hardware: bool, measured: str) -> None:

@@ -1,5 +1,6 @@
-"""The results contract: what a tracked run holds (tags, metrics, params, artifacts), named once, written by the runner and the
-sweep, read back by compare, the sweep report, crossover and the tests.
+"""The results contract: what a tracked run holds (tags, metrics, params, artifacts), named
+once, written by the runner and the sweep, read back by compare, the sweep report, crossover
+and the tests.
 
 A job's run carries its configuration as tags (the factors it was swept over as one JSON
 mapping), one :attr:`Metric.tok_per_s` value per measured run (step = run index) and, with
@@ -68,7 +69,9 @@ class Artifact(StrEnum):
     server_log = "server.log"
     stack = "stack.json"  # what the stack's interpreter holds
     effective = "effective.json"  # each requested setting as it ran, with the evidence
-    offline_journal = "mlflow_offline.json"  # the run's tracking calls while the store was unreachable
+    offline_journal = (
+        "mlflow_offline.json"  # the run's tracking calls while the store was unreachable
+    )
 
 
 class Unit(StrEnum):
@@ -82,6 +85,8 @@ class Unit(StrEnum):
 # ran as, and whether it engaged.
 STACK, EFFECTIVE, ENGAGED = "stack.", "effective.", "engaged."
 CAPTURED = (STACK, EFFECTIVE)
+
+
 def launch_metric(metric: str) -> str:
     """The per-launch series of a per-run metric."""
     return f"launch_{metric}"
@@ -124,14 +129,34 @@ class JobRun:
             raise TypeError(f"run {self.run_id}: values must be floats")
 
     @classmethod
-    def from_store(cls, run_id: str, name: Optional[str], status: str, tags: Mapping[str, str],
-                   params: Mapping[str, str], run_values: list[float], launch_values: list[float]) -> JobRun:
+    def from_store(
+        cls,
+        run_id: str,
+        name: Optional[str],
+        status: str,
+        tags: Mapping[str, str],
+        params: Mapping[str, str],
+        run_values: list[float],
+        launch_values: list[float],
+    ) -> JobRun:
         """From what MLflow returns: per-launch values when there were several launches (runs
         inside one launch share its launch-level variance), else the per-run values."""
-        values, unit = (launch_values, Unit.launch) if len(launch_values) > 1 else (run_values, Unit.run)
+        values, unit = (
+            (launch_values, Unit.launch) if len(launch_values) > 1 else (run_values, Unit.run)
+        )
         factors = json.loads(tags.get(Tag.factors, "{}"))
         kind = RunKind(tags.get(Tag.kind, RunKind.job))
-        return cls(run_id, name or run_id[:8], status, kind, factors, tags, params, tuple(map(float, values)), unit)
+        return cls(
+            run_id,
+            name or run_id[:8],
+            status,
+            kind,
+            factors,
+            tags,
+            params,
+            tuple(map(float, values)),
+            unit,
+        )
 
     def engagement(self, setting: str) -> Optional[Engagement]:
         value = self.tags.get(f"{ENGAGED}{setting}")

@@ -27,7 +27,15 @@ from specexp.job import Job
 from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
 from specexp.measurements import RequestRecord, RunResult
 from specexp.redaction import redact_env
-from specexp.results import Artifact, Metric, RunKind, Tag, effective_tags, factors_tag, launch_metric
+from specexp.results import (
+    Artifact,
+    Metric,
+    RunKind,
+    Tag,
+    effective_tags,
+    factors_tag,
+    launch_metric,
+)
 from specexp.schemas import ConfigError, RunConfig
 from specexp.server import POOL, ServerError, ServerProcess
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
@@ -50,8 +58,13 @@ class JobResult:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            cwd=Path(__file__).resolve().parent,
+        )
         return out.stdout.strip() or "unknown"
     except OSError:
         return "unknown"
@@ -79,7 +92,11 @@ def run_tags(job: Job) -> dict[str, str]:
         **({Tag.reference_point: cfg.reference_point} if cfg.reference_point else {}),
         Tag.config_fingerprint: job.config_fingerprint(),
         Tag.server_fingerprint: job.server_fingerprint(),
-        **({Tag.server_launch: str(cfg.multirun.server_launch)} if cfg.multirun.server_launch is not None else {}),
+        **(
+            {Tag.server_launch: str(cfg.multirun.server_launch)}
+            if cfg.multirun.server_launch is not None
+            else {}
+        ),
         **({Tag.factors: factors_tag(job.factors())} if cfg.multirun.factors else {}),
     }
 
@@ -102,13 +119,17 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
-def summary_metrics(measured: list[RunResult], cfg: RunConfig) -> tuple[Optional[Summary], dict[str, float], list[str]]:
+def summary_metrics(
+    measured: list[RunResult], cfg: RunConfig
+) -> tuple[Optional[Summary], dict[str, float], list[str]]:
     """Summary metrics and warnings. With several launches, tok/s is summarised over the
     per-launch means (runs inside one launch share its launch-level variance)."""
     confidence = cfg.stats.confidence
     by_launch = runs_by_launch(measured)
     run_values = [r.tok_per_s for r in measured]
-    unit_values = [sum(v) / len(v) for v in by_launch.values()] if len(by_launch) > 1 else run_values
+    unit_values = (
+        [sum(v) / len(v) for v in by_launch.values()] if len(by_launch) > 1 else run_values
+    )
     tok = summarize(unit_values, confidence)
     metrics: dict[str, float] = tok.as_dict(Metric.tok_per_s) if tok else {}
     metrics["launches"] = float(len(by_launch))
@@ -153,16 +174,22 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
             ensure_pair(cfg.model.generate)
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
     if missing:
-        raise ConfigError(f"model file not found: {', '.join(missing)}; check model.path / model.draft_path")
+        raise ConfigError(
+            f"model file not found: {', '.join(missing)}; check model.path / model.draft_path"
+        )
     if not os.access(launch.argv[0], os.X_OK):
-        raise ConfigError(f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
-                          "create the stack's environment, or set stack.python / stack.bin_dir")
+        raise ConfigError(
+            f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
+            "create the stack's environment, or set stack.python / stack.bin_dir"
+        )
     if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     files = _write_job_files(job, launch, output_dir)
 
     tracker = _start_tracking(job, output_dir)
-    result = JobResult(status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir)
+    result = JobResult(
+        status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir
+    )
     log_path = output_dir / Artifact.server_log
     server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
     effective: dict[str, Setting] = {}
@@ -170,7 +197,9 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         if tracker:
             _log_stack(job, tracker, output_dir)
         for index in range(cfg.stats.launches):
-            result.runs += _one_launch(job, index, log_path, files[Artifact.requests], tracker, server_logs, effective)
+            result.runs += _one_launch(
+                job, index, log_path, files[Artifact.requests], tracker, server_logs, effective
+            )
             _report_effective(effective, tracker, output_dir)
         measured = [r for r in result.runs if not r.warmup]
         result.summary, metrics, notes = summary_metrics(measured, cfg)
@@ -189,7 +218,9 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
             tracker.set_tags({Tag.failure: exc.reason[:500] or str(exc)[:500]})
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
         result.status, result.error = "KILLED", "interrupted"
-        report.console.print("[yellow]interrupted:[/] the server was stopped; records so far are kept")
+        report.console.print(
+            "[yellow]interrupted:[/] the server was stopped; records so far are kept"
+        )
         raise
     except Exception as exc:  # the run is marked failed; what was measured stays on disk
         result.error = f"{type(exc).__name__}: {exc}"
@@ -203,39 +234,66 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
     return result
 
 
-def _one_launch(job: Job, index: int, log_path: Path, records_path: Path, tracker: Optional[Tracking],
-                server_logs: set[Path], effective: dict[str, Setting]) -> list[RunResult]:
+def _one_launch(
+    job: Job,
+    index: int,
+    log_path: Path,
+    records_path: Path,
+    tracker: Optional[Tracking],
+    server_logs: set[Path],
+    effective: dict[str, Setting],
+) -> list[RunResult]:
     """Get a ready server (a sweep's shared one, or a new one), warm up, measure; raise if any
     request failed. A server of its own is always stopped; a shared one on failure only."""
     cfg, engine = job.config, job.engine
-    shared = cfg.multirun.server_launch is not None and cfg.multirun.reuse_servers and cfg.stats.launches == 1
+    shared = (
+        cfg.multirun.server_launch is not None
+        and cfg.multirun.reuse_servers
+        and cfg.stats.launches == 1
+    )
     label = f"launch {index + 1}/{cfg.stats.launches}: " if cfg.stats.launches > 1 else ""
     server: Optional[ServerProcess] = None
     try:
         with report.status(f"{label}starting {engine.name} on {cfg.engine.host} (log: {log_path})"):
             if shared:
-                server, reused, ready_s = POOL.acquire(job.server_fingerprint(), lambda: _new_server(job, log_path),
-                                                       cfg.engine.ready_timeout_s)
+                server, reused, ready_s = POOL.acquire(
+                    job.server_fingerprint(),
+                    lambda: _new_server(job, log_path),
+                    cfg.engine.ready_timeout_s,
+                )
             else:
                 server = _new_server(job, log_path)
                 server.start()
                 reused, ready_s = False, server.wait_ready(cfg.engine.ready_timeout_s)
         server_logs.add(server.log_path)
         if reused:
-            report.console.print(f"reusing the sweep's server {server.base_url} (log: {server.log_path})")
+            report.console.print(
+                f"reusing the sweep's server {server.base_url} (log: {server.log_path})"
+            )
         else:
             (log_path.parent / Artifact.command).write_text(
-                LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n")
-            report.console.print(f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s")
+                LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n"
+            )
+            report.console.print(
+                f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s"
+            )
         if tracker:
             gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES")
-            tracker.set_tags({Tag.server_reused: str(reused).lower(), Tag.server_url: server.base_url,
-                              **({Tag.gpus: gpus} if gpus is not None else {})})
+            tracker.set_tags(
+                {
+                    Tag.server_reused: str(reused).lower(),
+                    Tag.server_url: server.base_url,
+                    **({Tag.gpus: gpus} if gpus is not None else {}),
+                }
+            )
             if not reused:
                 tracker.log_metrics({Metric.server_ready_s: ready_s}, step=index)
         runs = asyncio.run(_measure(job, server, index, records_path, tracker))
-        effective.update(engine.effective(job.server, server.base_url, server.log_path.read_text(errors="replace"),
-                                          runs))
+        effective.update(
+            engine.effective(
+                job.server, server.base_url, server.log_path.read_text(errors="replace"), runs
+            )
+        )
         failed = [rec for r in runs for rec in r.records if not rec.ok]
         if failed:
             raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
@@ -247,11 +305,17 @@ def _one_launch(job: Job, index: int, log_path: Path, records_path: Path, tracke
         if server is not None and not shared:
             server.stop()
             if tracker and server.started_at:
-                tracker.set_tags({Tag.server_started_at: f"{server.started_at:.3f}",
-                                  Tag.server_stopped_at: f"{server.stopped_at:.3f}"})
+                tracker.set_tags(
+                    {
+                        Tag.server_started_at: f"{server.started_at:.3f}",
+                        Tag.server_stopped_at: f"{server.stopped_at:.3f}",
+                    }
+                )
     if tracker and cfg.stats.launches > 1:
         measured = [r.tok_per_s for r in runs if not r.warmup]
-        tracker.log_metrics({launch_metric(Metric.tok_per_s): sum(measured) / len(measured)}, step=index)
+        tracker.log_metrics(
+            {launch_metric(Metric.tok_per_s): sum(measured) / len(measured)}, step=index
+        )
     return runs
 
 
@@ -267,10 +331,18 @@ def _new_server(job: Job, log_path: Path) -> ServerProcess:
             port, port_lease = lease_port(lease_dir, host, free_port)
             leases.append(port_lease)
         launch = engine.launch_spec(job.server, port)
-        if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:  # a pinned stack keeps its devices
-            gpus = lease_gpus(lease_dir, host_gpus(cfg.host.gpus), cfg.engine.gpus, cfg.host.gpu_wait_s,
-                              on_wait=lambda: report.console.print(
-                                  f"waiting for {cfg.engine.gpus} GPU(s): other jobs on this host hold them"))
+        if (
+            cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env
+        ):  # a pinned stack keeps its devices
+            gpus = lease_gpus(
+                lease_dir,
+                host_gpus(cfg.host.gpus),
+                cfg.engine.gpus,
+                cfg.host.gpu_wait_s,
+                on_wait=lambda: report.console.print(
+                    f"waiting for {cfg.engine.gpus} GPU(s): other jobs on this host hold them"
+                ),
+            )
             leases.append(gpus)
             launch.env["CUDA_VISIBLE_DEVICES"] = gpu_ids(gpus)
     except BaseException:
@@ -280,13 +352,17 @@ def _new_server(job: Job, log_path: Path) -> ServerProcess:
     return ServerProcess(launch, host, port, engine.health_path, log_path, leases)
 
 
-async def _measure(job: Job, server: ServerProcess, launch: int, records_path: Path,
-                   tracker: Optional[Tracking]) -> list[RunResult]:
+async def _measure(
+    job: Job, server: ServerProcess, launch: int, records_path: Path, tracker: Optional[Tracking]
+) -> list[RunResult]:
     cfg = job.config
     client = LoadClient(job.engine, server.base_url, job.server, cfg.workload, cfg.concurrency)
     warmups, measured = cfg.stats.warmup_runs, cfg.stats.measured_runs
     results: list[RunResult] = []
-    with open(records_path, "a", buffering=1) as sink, report.run_progress(warmups + measured) as progress:
+    with (
+        open(records_path, "a", buffering=1) as sink,
+        report.run_progress(warmups + measured) as progress,
+    ):
 
         def write(record: RequestRecord) -> None:
             sink.write(json.dumps(record.to_json()) + "\n")
@@ -314,25 +390,42 @@ def _log_stack(job: Job, tracker: Tracking, output_dir: Path) -> None:
     tracker.log_artifacts([output_dir / Artifact.stack])
 
 
-def _report_effective(effective: dict[str, Setting], tracker: Optional[Tracking], output_dir: Path) -> None:
+def _report_effective(
+    effective: dict[str, Setting], tracker: Optional[Tracking], output_dir: Path
+) -> None:
     """Say loudly when a requested setting did not engage; record every setting's status."""
     (output_dir / Artifact.effective).write_text(
-        json.dumps({k: s.to_json() for k, s in effective.items()}, indent=2, sort_keys=True))
+        json.dumps({k: s.to_json() for k, s in effective.items()}, indent=2, sort_keys=True)
+    )
     for name, s in effective.items():
         if s.status == Engagement.not_engaged:
-            report.console.print(f"[bold red]NOT ENGAGED:[/] {name}={s.requested} was requested but the server ran "
-                                 f"with {s.actual or 'something else'} ({s.evidence})")
+            report.console.print(
+                f"[bold red]NOT ENGAGED:[/] {name}={s.requested} was requested but the server ran "
+                f"with {s.actual or 'something else'} ({s.evidence})"
+            )
     if tracker:
         tracker.set_tags(effective_tags(effective))
         tracker.log_artifacts([output_dir / Artifact.effective])
 
 
 def _write_job_files(job: Job, launch: LaunchSpec, output_dir: Path) -> dict[Artifact, Path]:
-    files = {a: output_dir / a for a in (Artifact.config, Artifact.command, Artifact.environment, Artifact.requests)}
-    files[Artifact.config].write_text(OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config))))
-    files[Artifact.command].write_text(LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n")
-    files[Artifact.environment].write_text(json.dumps({"set_by_specexp": redact_env(launch.env),
-                                        "inherited": redact_env(dict(os.environ))}, indent=2, sort_keys=True))
+    files = {
+        a: output_dir / a
+        for a in (Artifact.config, Artifact.command, Artifact.environment, Artifact.requests)
+    }
+    files[Artifact.config].write_text(
+        OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config)))
+    )
+    files[Artifact.command].write_text(
+        LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n"
+    )
+    files[Artifact.environment].write_text(
+        json.dumps(
+            {"set_by_specexp": redact_env(launch.env), "inherited": redact_env(dict(os.environ))},
+            indent=2,
+            sort_keys=True,
+        )
+    )
     return files
 
 
@@ -348,8 +441,13 @@ def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
     cfg = job.config
     if not cfg.tracking.enabled:
         return None
-    name = cfg.tracking.run_name or cfg.multirun.job_label or (
-        f"{job.engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}")
+    name = (
+        cfg.tracking.run_name
+        or cfg.multirun.job_label
+        or (
+            f"{job.engine.name}-{cfg.model.name}-{cfg.speculative.method}-c{cfg.concurrency.streams}"
+        )
+    )
     tags = run_tags(job)
     try:
         store = TrackingStore(cfg.tracking.uri, cfg.tracking.experiment)
@@ -358,11 +456,20 @@ def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
     except Exception as exc:  # any failure to reach the store: keep measuring, upload later
         journal = output_dir / Artifact.offline_journal
         uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
-        report.console.print(f"[bold yellow]MLflow store unreachable[/] ({uri}: {str(exc).splitlines()[0][:200]}). "
-                             f"Measurements stay in {output_dir}; upload them later with:\n"
-                             f"  python -m specexp.upload {output_dir} [--tracking-uri URI]")
-        tracker = OfflineRun(journal, uri, cfg.tracking.experiment, str(exc)[:500], name, tags,
-                             cfg.multirun.parent_run_id)
+        report.console.print(
+            f"[bold yellow]MLflow store unreachable[/] ({uri}: {str(exc).splitlines()[0][:200]}). "
+            f"Measurements stay in {output_dir}; upload them later with:\n"
+            f"  python -m specexp.upload {output_dir} [--tracking-uri URI]"
+        )
+        tracker = OfflineRun(
+            journal,
+            uri,
+            cfg.tracking.experiment,
+            str(exc)[:500],
+            name,
+            tags,
+            cfg.multirun.parent_run_id,
+        )
     tracker.log_params(flatten(redacted_config(cfg)))
     report.console.print(f"MLflow run {tracker.run_id} in {uri}")
     return tracker

@@ -125,8 +125,10 @@ class EngineConfig:
         _at_least("engine", 0, gpus=self.gpus, port=self.port)
         _at_least("engine", 1, tensor_parallel_size=self.tensor_parallel_size)
         if self.port > 65535 or self.ready_timeout_s <= 0:
-            raise ConfigError(f"engine.port must be 0..65535 and engine.ready_timeout_s > 0, got {self.port} "
-                              f"and {self.ready_timeout_s}")
+            raise ConfigError(
+                f"engine.port must be 0..65535 and engine.ready_timeout_s > 0, got {self.port} "
+                f"and {self.ready_timeout_s}"
+            )
 
 
 @dataclass
@@ -153,8 +155,14 @@ class SpeculativeConfig:
     ngram_size: int = 4
 
     def __post_init__(self) -> None:
-        _at_least("speculative", 1, num_steps=self.num_steps, num_draft_tokens=self.num_draft_tokens,
-                  eagle_topk=self.eagle_topk, ngram_size=self.ngram_size)
+        _at_least(
+            "speculative",
+            1,
+            num_steps=self.num_steps,
+            num_draft_tokens=self.num_draft_tokens,
+            eagle_topk=self.eagle_topk,
+            ngram_size=self.ngram_size,
+        )
 
 
 @dataclass
@@ -190,9 +198,13 @@ class ConcurrencyConfig:
     duration_s: Optional[float] = None
 
     def __post_init__(self) -> None:
-        _at_least("concurrency", 1, streams=self.streams, requests_per_stream=self.requests_per_stream)
+        _at_least(
+            "concurrency", 1, streams=self.streams, requests_per_stream=self.requests_per_stream
+        )
         if self.duration_s is not None and self.duration_s <= 0:
-            raise ConfigError(f"concurrency.duration_s must be > 0 (or null), got {self.duration_s}")
+            raise ConfigError(
+                f"concurrency.duration_s must be > 0 (or null), got {self.duration_s}"
+            )
 
 
 @dataclass
@@ -278,8 +290,15 @@ class RunConfig:
     host: HostConfig = field(default_factory=HostConfig)
 
     def server_settings(self) -> ServerSettings:
-        return ServerSettings(self.engine, self.stack, self.model, self.attention_backend, self.allreduce_backend,
-                              self.speculative, self.concurrency.streams)
+        return ServerSettings(
+            self.engine,
+            self.stack,
+            self.model,
+            self.attention_backend,
+            self.allreduce_backend,
+            self.speculative,
+            self.concurrency.streams,
+        )
 
 
 @dataclass(frozen=True)
@@ -297,15 +316,24 @@ class ServerSettings:
 
     def requested(self) -> dict[str, str]:
         """The settings whose engagement is checked on the live server."""
-        return {"attention_backend": self.attention_backend.name, "allreduce_backend": self.allreduce_backend.name,
-                "speculative": self.speculative.method}
+        return {
+            "attention_backend": self.attention_backend.name,
+            "allreduce_backend": self.allreduce_backend.name,
+            "speculative": self.speculative.method,
+        }
 
 
 # Config groups with a schema each; Hydra's ConfigStore gets them as GROUP/GROUP_schema.
 GROUP_SCHEMAS: dict[str, type] = {
-    "stack": StackConfig, "model": ModelConfig, "attention_backend": AttentionBackendConfig,
-    "allreduce_backend": AllreduceBackendConfig, "speculative": SpeculativeConfig, "workload": WorkloadConfig,
-    "concurrency": ConcurrencyConfig, "stats": StatsConfig, "tracking": TrackingConfig,
+    "stack": StackConfig,
+    "model": ModelConfig,
+    "attention_backend": AttentionBackendConfig,
+    "allreduce_backend": AllreduceBackendConfig,
+    "speculative": SpeculativeConfig,
+    "workload": WorkloadConfig,
+    "concurrency": ConcurrencyConfig,
+    "stats": StatsConfig,
+    "tracking": TrackingConfig,
 }
 
 

@@ -87,8 +87,15 @@ _PR_SET_PDEATHSIG = 1
 class ServerProcess:
     """One launched inference server. Use as a context manager: it is always stopped."""
 
-    def __init__(self, launch: LaunchSpec, host: str, port: int, health_path: str, log_path: Path,
-                 leases: Sequence[Lease] = ()):
+    def __init__(
+        self,
+        launch: LaunchSpec,
+        host: str,
+        port: int,
+        health_path: str,
+        log_path: Path,
+        leases: Sequence[Lease] = (),
+    ):
         self.launch = launch
         self.leases = list(leases)  # its port and GPUs, held until the server is gone
         self.base_url = f"http://{host}:{port}"
@@ -104,8 +111,11 @@ class ServerProcess:
 
     def start(self) -> None:
         if port_in_use(self.host, self.port):
-            raise ServerError(f"port {self.port} on {self.host} is already in use; choose another "
-                              f"engine.port or 0 for a free one", reason=f"port {self.port} in use")
+            raise ServerError(
+                f"port {self.port} on {self.host} is already in use; choose another "
+                f"engine.port or 0 for a free one",
+                reason=f"port {self.port} in use",
+            )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         try:
@@ -120,7 +130,9 @@ class ServerProcess:
             )
             self.started_at = time.time()
         except OSError as exc:
-            raise ServerError(f"could not start {self.launch.argv[0]}: {exc}", reason=str(exc)) from exc
+            raise ServerError(
+                f"could not start {self.launch.argv[0]}: {exc}", reason=str(exc)
+            ) from exc
         finally:
             log.close()
 
@@ -134,8 +146,11 @@ class ServerProcess:
             if code is not None:
                 log = tail(self.log_path)
                 reason = reason_from_log(log)
-                raise ServerError(f"server exited with code {code} during start-up: {reason}",
-                                  reason=reason, log_tail=log)
+                raise ServerError(
+                    f"server exited with code {code} during start-up: {reason}",
+                    reason=reason,
+                    log_tail=log,
+                )
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
@@ -145,8 +160,11 @@ class ServerProcess:
                 pass  # not listening yet, or 503 while loading
             if time.monotonic() - started > timeout_s:
                 log = tail(self.log_path)
-                raise ServerError(f"server not ready after {timeout_s:.0f} s (engine.ready_timeout_s)",
-                                  reason="readiness timeout", log_tail=log)
+                raise ServerError(
+                    f"server not ready after {timeout_s:.0f} s (engine.ready_timeout_s)",
+                    reason="readiness timeout",
+                    log_tail=log,
+                )
             time.sleep(poll_s)
 
     def alive(self) -> bool:
@@ -201,8 +219,9 @@ class ServerPool:
         self.server: Optional[ServerProcess] = None
         self.launches = 0
 
-    def acquire(self, key: str, make_server: Callable[[], ServerProcess],
-                timeout_s: float) -> tuple[ServerProcess, bool, float]:
+    def acquire(
+        self, key: str, make_server: Callable[[], ServerProcess], timeout_s: float
+    ) -> tuple[ServerProcess, bool, float]:
         """(running server, reused?, seconds to ready) - a new server is made only if needed,
         after the previous one has stopped and given back its GPUs."""
         if self.server is not None and self.key == key and self.server.alive():

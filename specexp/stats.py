@@ -59,14 +59,23 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Optional[Sum
     mean = float(data.mean())
     std = float(data.std(ddof=1)) if data.size > 1 else 0.0
     if data.size > 1:
-        half = float(scipy_stats.t.ppf(0.5 + confidence / 2, data.size - 1) * std / math.sqrt(data.size))
+        half = float(
+            scipy_stats.t.ppf(0.5 + confidence / 2, data.size - 1) * std / math.sqrt(data.size)
+        )
         low, high = mean - half, mean + half
     else:
         low = high = float("nan")
     return Summary(
-        n=int(data.size), mean=mean, std=std, cv=std / mean if mean else float("nan"),
-        ci_low=low, ci_high=high, median=float(np.median(data)),
-        minimum=float(data.min()), maximum=float(data.max()), confidence=confidence,
+        n=int(data.size),
+        mean=mean,
+        std=std,
+        cv=std / mean if mean else float("nan"),
+        ci_low=low,
+        ci_high=high,
+        median=float(np.median(data)),
+        minimum=float(data.min()),
+        maximum=float(data.max()),
+        confidence=confidence,
     )
 
 
@@ -87,7 +96,9 @@ class VarianceComponents:
     between_launch: float  # extra variance from relaunching the server (>= 0)
 
 
-def variance_components(values_by_launch: Sequence[Sequence[float]]) -> Optional[VarianceComponents]:
+def variance_components(
+    values_by_launch: Sequence[Sequence[float]],
+) -> Optional[VarianceComponents]:
     groups = [_clean(g) for g in values_by_launch if len(_clean(g))]
     if len(groups) < 2 or any(g.size < 2 for g in groups):
         return None
@@ -95,8 +106,12 @@ def variance_components(values_by_launch: Sequence[Sequence[float]]) -> Optional
     n_bar = float(np.mean([g.size for g in groups]))
     within = float(np.mean([g.var(ddof=1) for g in groups]))
     means_var = float(np.var([g.mean() for g in groups], ddof=1))
-    return VarianceComponents(launches=k, runs_per_launch=n_bar, within_launch=within,
-                              between_launch=max(0.0, means_var - within / n_bar))
+    return VarianceComponents(
+        launches=k,
+        runs_per_launch=n_bar,
+        within_launch=within,
+        between_launch=max(0.0, means_var - within / n_bar),
+    )
 
 
 def warnings_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -> list[str]:
@@ -106,13 +121,17 @@ def warnings_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -
     if data.size >= 2:
         cv = float(data.std(ddof=1) / data.mean()) if data.mean() else float("nan")
         if cv > cv_warn:
-            notes.append(f"CV {cv:.1%} is above {cv_warn:.0%}: small differences cannot be resolved")
+            notes.append(
+                f"CV {cv:.1%} is above {cv_warn:.0%}: small differences cannot be resolved"
+            )
     if data.size >= 5:
         tau, p = scipy_stats.kendalltau(np.arange(data.size), data)
         if p < alpha:
             direction = "rising" if tau > 0 else "falling"
-            notes.append(f"values keep {direction} across the measured runs (Kendall tau {tau:.2f}, p={p:.3f}): "
-                         "warm-up may not be over; add stats.warmup_runs")
+            notes.append(
+                f"values keep {direction} across the measured runs (Kendall tau {tau:.2f}, p={p:.3f}): "
+                "warm-up may not be over; add stats.warmup_runs"
+            )
     if data.size >= 4:
         median = np.median(data)
         mad = np.median(np.abs(data - median))
@@ -143,11 +162,17 @@ def _welch_log(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     la, lb = np.log(a), np.log(b)
     va, vb = la.var(ddof=1) / a.size, lb.var(ddof=1) / b.size
     se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1)) if se > 0 else float(a.size + b.size - 2)
+    df = (
+        (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+        if se > 0
+        else float(a.size + b.size - 2)
+    )
     return float(lb.mean() - la.mean()), se, df
 
 
-def runs_needed(cv: float, effect: float, alpha: float = 0.05, power: float = 0.8, limit: int = 10000) -> Optional[int]:
+def runs_needed(
+    cv: float, effect: float, alpha: float = 0.05, power: float = 0.8, limit: int = 10000
+) -> Optional[int]:
     """Runs per arm for a two-sided t test on logs to find a relative ``effect`` with ``power``."""
     if not (cv > 0 and effect > 0):
         return None
@@ -175,7 +200,9 @@ def _power(delta: float, cv: float, n: int, alpha: float) -> float:
     return float(special.stdtr(df, shift - crit) + special.stdtr(df, -crit - shift))
 
 
-def minimum_detectable_effect(cv: float, n: int, alpha: float = 0.05, power: float = 0.8) -> Optional[float]:
+def minimum_detectable_effect(
+    cv: float, n: int, alpha: float = 0.05, power: float = 0.8
+) -> Optional[float]:
     """Smallest relative effect that ``n`` runs per arm find with ``power``, at this CV."""
     if not (cv > 0 and n >= 2):
         return None
@@ -184,7 +211,9 @@ def minimum_detectable_effect(cv: float, n: int, alpha: float = 0.05, power: flo
         hi *= 2
         if hi > 1e6:
             return None
-    return float(optimize.brentq(lambda e: _power(math.log1p(e), cv, n, alpha) - power, 0.0, hi, xtol=1e-5))
+    return float(
+        optimize.brentq(lambda e: _power(math.log1p(e), cv, n, alpha) - power, 0.0, hi, xtol=1e-5)
+    )
 
 
 @dataclass
@@ -221,13 +250,23 @@ class Comparison:
         return {**asdict(self), "change": self.change}
 
 
-def compare(baseline: Sequence[float], candidate: Sequence[float], *, confidence: float = 0.95,
-            threshold: float = 0.01, power: float = 0.8, baseline_name: str = "baseline",
-            candidate_name: str = "candidate", seed: int = 0) -> Comparison:
+def compare(
+    baseline: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    threshold: float = 0.01,
+    power: float = 0.8,
+    baseline_name: str = "baseline",
+    candidate_name: str = "candidate",
+    seed: int = 0,
+) -> Comparison:
     """Compare two independent samples of a higher-is-better metric (e.g. tok/s)."""
     a, b = _clean(baseline), _clean(candidate)
     if a.size < 2 or b.size < 2:
-        raise ValueError(f"need at least 2 values per arm, got {a.size} ({baseline_name}) and {b.size} ({candidate_name})")
+        raise ValueError(
+            f"need at least 2 values per arm, got {a.size} ({baseline_name}) and {b.size} ({candidate_name})"
+        )
     if (a <= 0).any() or (b <= 0).any():
         raise ValueError("values must be positive (ratios are taken on logs)")
     alpha = 1 - confidence
@@ -236,7 +275,12 @@ def compare(baseline: Sequence[float], candidate: Sequence[float], *, confidence
         half = scipy_stats.t.ppf(1 - alpha / 2, df) * se
         p_welch = float(2 * scipy_stats.t.sf(abs(diff) / se, df))
         bound = math.log1p(threshold)
-        p_equivalence = float(max(scipy_stats.t.sf((diff + bound) / se, df), scipy_stats.t.cdf((diff - bound) / se, df)))
+        p_equivalence = float(
+            max(
+                scipy_stats.t.sf((diff + bound) / se, df),
+                scipy_stats.t.cdf((diff - bound) / se, df),
+            )
+        )
     else:  # identical values in both arms: no spread to test against
         half, p_welch = 0.0, (1.0 if diff == 0 else 0.0)
         p_equivalence = 0.0 if abs(diff) < math.log1p(threshold) else 1.0
@@ -244,17 +288,35 @@ def compare(baseline: Sequence[float], candidate: Sequence[float], *, confidence
     # The Welch interval is for the ratio of geometric means; shift it onto the ratio of means.
     shift = math.log(ratio) - diff
     result = Comparison(
-        baseline=baseline_name, candidate=candidate_name, n_baseline=int(a.size), n_candidate=int(b.size),
-        mean_baseline=float(a.mean()), mean_candidate=float(b.mean()), ratio=ratio,
-        ci_low=math.exp(diff + shift - half), ci_high=math.exp(diff + shift + half),
-        p_welch=p_welch, p_mannwhitney=float(scipy_stats.mannwhitneyu(b, a, alternative="two-sided").pvalue),
-        p_equivalence=p_equivalence, confidence=confidence, threshold=threshold,
+        baseline=baseline_name,
+        candidate=candidate_name,
+        n_baseline=int(a.size),
+        n_candidate=int(b.size),
+        mean_baseline=float(a.mean()),
+        mean_candidate=float(b.mean()),
+        ratio=ratio,
+        ci_low=math.exp(diff + shift - half),
+        ci_high=math.exp(diff + shift + half),
+        p_welch=p_welch,
+        p_mannwhitney=float(scipy_stats.mannwhitneyu(b, a, alternative="two-sided").pvalue),
+        p_equivalence=p_equivalence,
+        confidence=confidence,
+        threshold=threshold,
     )
     if min(a.size, b.size) >= BOOTSTRAP_MIN_N:
-        boot = scipy_stats.bootstrap((a, b), lambda x, y, axis=-1: y.mean(axis=axis) / x.mean(axis=axis),
-                                     confidence_level=confidence, method="BCa", n_resamples=2000,
-                                     random_state=np.random.default_rng(seed), vectorized=True)
-        result.bootstrap_ci = (float(boot.confidence_interval.low), float(boot.confidence_interval.high))
+        boot = scipy_stats.bootstrap(
+            (a, b),
+            lambda x, y, axis=-1: y.mean(axis=axis) / x.mean(axis=axis),
+            confidence_level=confidence,
+            method="BCa",
+            n_resamples=2000,
+            random_state=np.random.default_rng(seed),
+            vectorized=True,
+        )
+        result.bootstrap_ci = (
+            float(boot.confidence_interval.low),
+            float(boot.confidence_interval.high),
+        )
     pooled_cv = float(math.sqrt((np.log(a).var(ddof=1) + np.log(b).var(ddof=1)) / 2))
     result.mde = minimum_detectable_effect(pooled_cv, int(min(a.size, b.size)), alpha, power)
     result.runs_needed = runs_needed(pooled_cv, threshold, alpha, power)
@@ -268,10 +330,14 @@ def decide(comparisons: Sequence[Comparison]) -> None:
         return
     p_diff = holm([c.p_welch for c in comparisons])
     p_equiv = holm([c.p_equivalence for c in comparisons])
-    for c, pd, pe in zip(comparisons, p_diff, p_equiv):
+    for c, pd, pe in zip(comparisons, p_diff, p_equiv, strict=True):
         alpha = 1 - c.confidence
         c.p_welch_adjusted, c.p_equivalence_adjusted = pd, pe
-        c.notes = [n for n in c.notes if not n.startswith(("difference below", "rank test disagrees", "cannot detect"))]
+        c.notes = [
+            n
+            for n in c.notes
+            if not n.startswith(("difference below", "rank test disagrees", "cannot detect"))
+        ]
         if pe < alpha:
             c.verdict = EQUIVALENT
         elif pd < alpha:
@@ -279,9 +345,13 @@ def decide(comparisons: Sequence[Comparison]) -> None:
             if abs(c.change) < c.threshold:
                 c.notes.append(f"difference below the practical threshold ({c.threshold:.1%})")
             if c.p_mannwhitney >= alpha:
-                c.notes.append(f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it cannot reach {alpha})")
+                c.notes.append(
+                    f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it cannot reach {alpha})"
+                )
         else:
             c.verdict = INCONCLUSIVE
             if c.mde is not None and c.mde > c.threshold:
-                c.notes.append(f"cannot detect effects below {c.mde:.1%} with these runs; "
-                               f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}")
+                c.notes.append(
+                    f"cannot detect effects below {c.mde:.1%} with these runs; "
+                    f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}"
+                )

@@ -32,11 +32,15 @@ from specexp.server import POOL
 from specexp.tracking import RunLog, TrackingStore, uri_in_force
 
 
-def expand_overrides(overrides: Sequence[str], config_loader: Optional[ConfigLoader] = None) -> list[list[str]]:
+def expand_overrides(
+    overrides: Sequence[str], config_loader: Optional[ConfigLoader] = None
+) -> list[list[str]]:
     """Every job of a sweep: the cartesian product of the sweep overrides' values. A key given
     twice keeps its first place and its last value (a sweep's params, then the command line)."""
     by_key: dict[str, list[str]] = {}
-    for override in OverridesParser.create(config_loader=config_loader).parse_overrides(list(overrides)):
+    for override in OverridesParser.create(config_loader=config_loader).parse_overrides(
+        list(overrides)
+    ):
         key = override.get_key_element()
         if override.is_sweep_override():
             by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
@@ -88,7 +92,9 @@ def factor_overrides(factors: Sequence[str]) -> str:
     return "multirun.factors=[" + ",".join(_quoted(f) for f in factors) + "]"
 
 
-def compose_jobs(config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: Sequence[Sequence[str]]) -> Plan:
+def compose_jobs(
+    config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: Sequence[Sequence[str]]
+) -> Plan:
     """Compose and check every job; collect errors instead of stopping at the first."""
     shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     jobs, errors = [], []
@@ -102,7 +108,11 @@ def compose_jobs(config_loader: ConfigLoader, sweep_config: DictConfig, job_over
         except ConfigError as exc:
             errors.append(f"{' '.join(overrides)}: {exc}")
             continue
-        jobs.append(PlannedJob(list(overrides), job, job.config_fingerprint(), job.server_fingerprint(), factors))
+        jobs.append(
+            PlannedJob(
+                list(overrides), job, job.config_fingerprint(), job.server_fingerprint(), factors
+            )
+        )
     return Plan(jobs, errors)
 
 
@@ -136,19 +146,27 @@ def mark_finished(plan: Plan, store: TrackingStore) -> None:
 
 
 def describe(plan: Plan) -> list[str]:
-    lines = [f"sweep: {len(plan.jobs)} jobs, {len(plan.to_run)} to run, "
-             f"{plan.server_launches} server launch(es) needed"]
+    lines = [
+        f"sweep: {len(plan.jobs)} jobs, {len(plan.to_run)} to run, "
+        f"{plan.server_launches} server launch(es) needed"
+    ]
     for planned in plan.jobs:
-        state = (f"done in run {planned.finished_run_id[:8]}, skipped" if planned.finished_run_id
-                 else f"server {planned.server_launch}")
+        state = (
+            f"done in run {planned.finished_run_id[:8]}, skipped"
+            if planned.finished_run_id
+            else f"server {planned.server_launch}"
+        )
         lines.append(f"  {planned.label}: {state}")
     return lines
 
 
 def overrides_for(planned: PlannedJob, parent_run_id: Optional[str]) -> list[str]:
     """The job's overrides plus what the sweep tells it: its factors, label, parent run and server launch."""
-    extra = [f"multirun.server_launch={planned.server_launch}", f"multirun.job_label={_quoted(planned.label)}",
-             factor_overrides(planned.factors)]
+    extra = [
+        f"multirun.server_launch={planned.server_launch}",
+        f"multirun.job_label={_quoted(planned.label)}",
+        factor_overrides(planned.factors),
+    ]
     if parent_run_id:
         extra.append(f"multirun.parent_run_id={parent_run_id}")
     return planned.overrides + extra
@@ -159,25 +177,37 @@ def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
     composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
     for planned in plan.to_run:
         report.print_dry_run(planned.job, planned.job.planned_launch())
-    report.console.print(f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
-                         f"{launcher.params.get('timeout_min')} min each")
+    report.console.print(
+        f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
+        f"{launcher.params.get('timeout_min')} min each"
+    )
     if launcher_kind(launcher) == LauncherKind.slurm:
         print(launchers.sbatch_preview(launcher, len(plan.to_run)), flush=True)
 
 
-def run_sweep(config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: list[list[str]], launcher: Any,
-              max_batch_size: Optional[int] = None) -> Any:
+def run_sweep(
+    config_loader: ConfigLoader,
+    sweep_config: DictConfig,
+    job_overrides: list[list[str]],
+    launcher: Any,
+    max_batch_size: Optional[int] = None,
+) -> Any:
     """Plan, check the launcher, launch the jobs (all at once, or ``max_batch_size`` at a
     time; launchers may run a batch in parallel), report."""
     plan = compose_jobs(config_loader, sweep_config, job_overrides)
     first = plan.jobs[0].job.config if plan.jobs else None
     uri = uri_in_force(first.tracking.uri)[0] if first else ""
-    errors = plan.errors + launchers.check(launcher, [j.job.config for j in plan.jobs], uri, max_batch_size)
+    errors = plan.errors + launchers.check(
+        launcher, [j.job.config for j in plan.jobs], uri, max_batch_size
+    )
     if errors:
         for error in errors:
             report.console.print(f"[red]config error:[/] {error}")
-        what = (f"{len(plan.errors)} of {len(job_overrides)} jobs cannot run" if plan.errors
-                else "hydra/launcher cannot run this sweep as configured")
+        what = (
+            f"{len(plan.errors)} of {len(job_overrides)} jobs cannot run"
+            if plan.errors
+            else "hydra/launcher cannot run this sweep as configured"
+        )
         report.console.print(f"[red]{what}; nothing was launched[/]")
         sys.exit(2)
     if first is None:
@@ -197,18 +227,26 @@ def run_sweep(config_loader: ConfigLoader, sweep_config: DictConfig, job_overrid
         report.console.print(line)
     parent = None
     if store:
-        parent = store.start_run(f"sweep ({len(plan.jobs)} jobs)", {
-            Tag.kind: RunKind.sweep, Tag.jobs: str(len(plan.jobs)), Tag.jobs_to_run: str(len(plan.to_run)),
-            Tag.planned_server_launches: str(plan.server_launches)})
+        parent = store.start_run(
+            f"sweep ({len(plan.jobs)} jobs)",
+            {
+                Tag.kind: RunKind.sweep,
+                Tag.jobs: str(len(plan.jobs)),
+                Tag.jobs_to_run: str(len(plan.to_run)),
+                Tag.planned_server_launches: str(plan.server_launches),
+            },
+        )
         parent.log_params({"overrides": " ".join(sys.argv[1:])})
     status, returns = "FAILED", []
     try:
         extra = launchers.job_overrides(launcher, store.uri if store else uri)
         batch = max_batch_size or len(plan.to_run) or 1
         for start in range(0, len(plan.to_run), batch):
-            jobs = plan.to_run[start:start + batch]
-            returns += launcher.launch([overrides_for(j, parent.run_id if parent else None) + extra for j in jobs],
-                                       initial_job_idx=start)
+            jobs = plan.to_run[start : start + batch]
+            returns += launcher.launch(
+                [overrides_for(j, parent.run_id if parent else None) + extra for j in jobs],
+                initial_job_idx=start,
+            )
         status = "FINISHED"
     except KeyboardInterrupt:
         status = "KILLED"
@@ -237,17 +275,26 @@ def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Opt
     failed = [r for r in children if r.status != "FINISHED"]
     launched = sum(1 for r in children if r.tags.get(Tag.server_reused) == "false")
     parent.set_tags({Tag.failed_jobs: str(len(failed)), Tag.server_launches: str(launched)})
-    arms, skipped = make_arms(runs, label_tags=[], confidence=stats.confidence, metric=Metric.tok_per_s)
+    arms, skipped = make_arms(
+        runs, label_tags=[], confidence=stats.confidence, metric=Metric.tok_per_s
+    )
     comparisons, notes = [], []
     selector = Selector(baseline) if baseline else None
     if selector and arms:
         try:
-            comparisons = compare_arms(baseline_pairs(arms, selector), confidence=stats.confidence,
-                                       threshold=stats.threshold, power=stats.power, factor=selector.factor)
+            comparisons = compare_arms(
+                baseline_pairs(arms, selector),
+                confidence=stats.confidence,
+                threshold=stats.threshold,
+                power=stats.power,
+                factor=selector.factor,
+            )
         except SelectionError as exc:
             notes.append(str(exc))
-    report.console.print(f"[bold]sweep report[/] (parent run {parent.run_id}): {len(children)} job runs, "
-                         f"{len(failed)} failed, {launched} server launch(es)")
+    report.console.print(
+        f"[bold]sweep report[/] (parent run {parent.run_id}): {len(children)} job runs, "
+        f"{len(failed)} failed, {launched} server launch(es)"
+    )
     if arms:
         report.print_comparison(arms, comparisons, skipped, Metric.tok_per_s)
     for note in notes:
@@ -266,9 +313,22 @@ def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Opt
             report.console.print(f"recommended switch-off: {json.dumps(result.recommendation)}")
         if crossovers:
             publish.log_crossover(parent, families, crossovers, factor)
-    document = {"parent_run_id": parent.run_id, "failed_jobs": len(failed), "server_launches": launched,
-                "crossovers": [c.to_json() for c in crossovers],
-                "baseline": baseline, "arms": [a.to_json() for a in arms],
-                "comparisons": [c.to_json() for c in comparisons], "skipped": skipped, "notes": notes}
-    markdown = report.comparison_markdown(arms, comparisons, Metric.tok_per_s) if arms else "No finished runs.\n"
-    publish.log_report(parent, document, markdown, arms, comparisons, Metric.tok_per_s, folder="sweep_report")
+    document = {
+        "parent_run_id": parent.run_id,
+        "failed_jobs": len(failed),
+        "server_launches": launched,
+        "crossovers": [c.to_json() for c in crossovers],
+        "baseline": baseline,
+        "arms": [a.to_json() for a in arms],
+        "comparisons": [c.to_json() for c in comparisons],
+        "skipped": skipped,
+        "notes": notes,
+    }
+    markdown = (
+        report.comparison_markdown(arms, comparisons, Metric.tok_per_s)
+        if arms
+        else "No finished runs.\n"
+    )
+    publish.log_report(
+        parent, document, markdown, arms, comparisons, Metric.tok_per_s, folder="sweep_report"
+    )

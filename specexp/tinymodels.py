@@ -29,7 +29,9 @@ import numpy as np
 _FORMAT_VERSION = 1
 _LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
 _MAX_VOCAB = 256 + len(_LETTERS) * (1 + 2 * len(_LETTERS)) + 2
-_DEFAULT_CACHE = Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
+_DEFAULT_CACHE = (
+    Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
+)
 
 
 @dataclass
@@ -48,7 +50,9 @@ class TinyPairSpec:
     seed: int = 0
 
     def fingerprint(self) -> str:
-        payload = json.dumps({"format": _FORMAT_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        payload = json.dumps(
+            {"format": _FORMAT_VERSION, **dataclasses.asdict(self)}, sort_keys=True
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def validate(self) -> None:
@@ -61,7 +65,9 @@ class TinyPairSpec:
                 f"embedding_length ({self.embedding_length}) must be a multiple of head_count ({self.head_count})"
             )
         if not 300 <= self.vocab_size <= _MAX_VOCAB:
-            raise ValueError(f"vocab_size must be in [300, {_MAX_VOCAB}] (byte tokens + generated merges), got {self.vocab_size}")
+            raise ValueError(
+                f"vocab_size must be in [300, {_MAX_VOCAB}] (byte tokens + generated merges), got {self.vocab_size}"
+            )
         if self.divergence < 0:
             raise ValueError(f"divergence must be >= 0, got {self.divergence}")
 
@@ -139,7 +145,7 @@ def _generate_layers(spec: TinyPairSpec) -> list[dict[str, np.ndarray]]:
     for index in range(spec.target_layers):
         rng = np.random.default_rng([spec.seed, 1, index])
 
-        def dense(rows: int, cols: int, scale: float) -> np.ndarray:
+        def dense(rows: int, cols: int, scale: float, rng: np.random.Generator = rng) -> np.ndarray:
             return rng.normal(0, scale, (rows, cols)).astype(np.float16)
 
         padded = index >= spec.draft_layers
@@ -185,7 +191,9 @@ def _write_gguf(
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
-    writer.add_token_types([gguf.TokenType.NORMAL] * (len(tokens) - 2) + [gguf.TokenType.CONTROL] * 2)
+    writer.add_token_types(
+        [gguf.TokenType.NORMAL] * (len(tokens) - 2) + [gguf.TokenType.CONTROL] * 2
+    )
     writer.add_token_merges(merges)
     writer.add_bos_token_id(len(tokens) - 2)
     writer.add_eos_token_id(len(tokens) - 1)
@@ -203,11 +211,18 @@ def _write_gguf(
 
 def main(argv: list[str] | None = None) -> None:
     defaults = TinyPairSpec()
-    parser = argparse.ArgumentParser(prog="python -m specexp.tinymodels", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m specexp.tinymodels", description=__doc__.split("\n\n")[0]
+    )
     for field in dataclasses.fields(TinyPairSpec):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(getattr(defaults, field.name)),
-                            default=getattr(defaults, field.name))
-    parser.add_argument("--out", type=Path, default=None, help=f"cache directory (default {_DEFAULT_CACHE})")
+        parser.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            type=type(getattr(defaults, field.name)),
+            default=getattr(defaults, field.name),
+        )
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"cache directory (default {_DEFAULT_CACHE})"
+    )
     args = vars(parser.parse_args(argv))
     cache_dir = args.pop("out")
     paths = ensure_pair(TinyPairSpec(**args), cache_dir)

@@ -77,9 +77,13 @@ class TrackingStore:
         elif not create:
             raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
         else:
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_root)
+            self.experiment_id = self.client.create_experiment(
+                experiment, artifact_location=artifact_root
+            )
 
-    def start_run(self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None) -> RunLog:
+    def start_run(
+        self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None
+    ) -> RunLog:
         all_tags = dict(tags)
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
@@ -90,24 +94,38 @@ class TrackingStore:
         return RunLog(self, run_id)
 
     def _search(self, filter_string: str, max_results: int = 5000, **kwargs: Any) -> list:
-        return self.client.search_runs([self.experiment_id], filter_string, max_results=max_results, **kwargs)
+        return self.client.search_runs(
+            [self.experiment_id], filter_string, max_results=max_results, **kwargs
+        )
 
     def children(self, parent_run_id: str) -> list:
         return self._search(f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
 
     def finished_run(self, config_fingerprint: str) -> Optional[str]:
         """The newest finished run of a configuration (for resuming a sweep)."""
-        runs = self._search(f"tags.{Tag.config_fingerprint} = '{config_fingerprint}' and attributes.status = "
-                            "'FINISHED'", max_results=1, order_by=["attributes.start_time DESC"])
+        runs = self._search(
+            f"tags.{Tag.config_fingerprint} = '{config_fingerprint}' and attributes.status = "
+            "'FINISHED'",
+            max_results=1,
+            order_by=["attributes.start_time DESC"],
+        )
         return runs[0].info.run_id if runs else None
 
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
-        for run in self._search(f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"):
+        for run in self._search(
+            f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"
+        ):
             self.client.set_terminated(run.info.run_id, status=status)
 
-    def job_runs(self, *, run_ids: Iterable[str] = (), parent: Optional[str] = None, filter_string: str = "",
-                 metric: str = ResultMetric.tok_per_s) -> list[JobRun]:
+    def job_runs(
+        self,
+        *,
+        run_ids: Iterable[str] = (),
+        parent: Optional[str] = None,
+        filter_string: str = "",
+        metric: str = ResultMetric.tok_per_s,
+    ) -> list[JobRun]:
         """Job runs (sweep parents and comparisons left out), by id or by search."""
         if run_ids:
             runs = [self.client.get_run(run_id) for run_id in run_ids]
@@ -116,15 +134,30 @@ class TrackingStore:
             if filter_string:
                 clauses.append(filter_string)
             runs = self._search(" and ".join(clauses))
-        return [self._job_run(run, metric) for run in runs
-                if run.data.tags.get(Tag.kind, RunKind.job) == RunKind.job]
+        return [
+            self._job_run(run, metric)
+            for run in runs
+            if run.data.tags.get(Tag.kind, RunKind.job) == RunKind.job
+        ]
 
     def _job_run(self, run: Any, metric: str) -> JobRun:
         def history(name: str) -> list[float]:
-            return [m.value for m in sorted(self.client.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
+            return [
+                m.value
+                for m in sorted(
+                    self.client.get_metric_history(run.info.run_id, name), key=lambda m: m.step
+                )
+            ]
 
-        return JobRun.from_store(run.info.run_id, run.info.run_name, run.info.status, run.data.tags, run.data.params,
-                                 history(metric), history(launch_metric(metric)))
+        return JobRun.from_store(
+            run.info.run_id,
+            run.info.run_name,
+            run.info.status,
+            run.data.tags,
+            run.data.params,
+            history(metric),
+            history(launch_metric(metric)),
+        )
 
 
 class RunLog:
@@ -137,13 +170,15 @@ class RunLog:
     def log_params(self, params: dict[str, Any]) -> None:
         batch = [Param(k, str(v)[:_MAX_PARAM]) for k, v in sorted(params.items())]
         for i in range(0, len(batch), 100):  # MLflow caps params per batch at 100
-            self.client.log_batch(self.run_id, params=batch[i:i + 100])
+            self.client.log_batch(self.run_id, params=batch[i : i + 100])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
         now = int(time.time() * 1000)
-        batch = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and v == v]
+        batch = [
+            Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and v == v
+        ]
         for i in range(0, len(batch), 1000):
-            self.client.log_batch(self.run_id, metrics=batch[i:i + 1000])
+            self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
@@ -164,11 +199,24 @@ class OfflineRun:
 
     run_id = "offline"
 
-    def __init__(self, journal: Path, uri: str, experiment: str, reason: str, run_name: str, tags: dict[str, str],
-                 parent_run_id: Optional[str]):
+    def __init__(
+        self,
+        journal: Path,
+        uri: str,
+        experiment: str,
+        reason: str,
+        run_name: str,
+        tags: dict[str, str],
+        parent_run_id: Optional[str],
+    ):
         self.path, self.uri = journal, uri
-        self.journal: dict[str, Any] = {"tracking_uri": uri, "experiment": experiment, "reason": reason,
-                                        "start": [run_name, tags, parent_run_id], "calls": []}
+        self.journal: dict[str, Any] = {
+            "tracking_uri": uri,
+            "experiment": experiment,
+            "reason": reason,
+            "start": [run_name, tags, parent_run_id],
+            "calls": [],
+        }
         self._write()
 
     def _write(self) -> None:
@@ -197,7 +245,9 @@ class OfflineRun:
 def replay(journal_path: Path, uri: Optional[str] = None) -> str:
     """Upload an offline journal to MLflow (its own URI, or ``uri``); returns the new run id."""
     journal = json.loads(journal_path.read_text())
-    run = TrackingStore(uri or journal["tracking_uri"], journal["experiment"]).start_run(*journal["start"])
+    run = TrackingStore(uri or journal["tracking_uri"], journal["experiment"]).start_run(
+        *journal["start"]
+    )
     for name, args in journal["calls"]:
         if name == "log_artifacts":
             args = [[Path(p) for p in args[0]], args[1]]

@@ -13,13 +13,19 @@ from specexp.tracking import replay
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specexp.upload", description=__doc__.split("\n\n")[0])
-    parser.add_argument("directories", nargs="+", type=Path, help="job output directories (searched recursively)")
+    parser = argparse.ArgumentParser(
+        prog="python -m specexp.upload", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "directories", nargs="+", type=Path, help="job output directories (searched recursively)"
+    )
     parser.add_argument("--tracking-uri", help="default: the URI the run was meant for")
     args = parser.parse_args(argv)
     journals = [j for d in args.directories for j in sorted(d.rglob(str(Artifact.offline_journal)))]
     if not journals:
-        console.print(f"[red]no mlflow_offline.json under {', '.join(map(str, args.directories))}[/]")
+        console.print(
+            f"[red]no mlflow_offline.json under {', '.join(map(str, args.directories))}[/]"
+        )
         return 2
     for journal in journals:
         run_id = replay(journal, args.tracking_uri)

@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+import mlflow
 import psutil
 import pytest
 from hydra import compose, initialize_config_dir
@@ -50,7 +51,9 @@ def compose_run(*overrides: str):
     """The config `python -m specexp OVERRIDES` would run with."""
     if not GlobalHydra.instance().is_initialized():
         hydra_app.register()
-        initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3")  # once per session: it is slow
+        initialize_config_dir(
+            config_dir=hydra_app.CONFIG_DIR, version_base="1.3"
+        )  # once per session: it is slow
     return compose(config_name="config", overrides=list(overrides))
 
 
@@ -70,24 +73,31 @@ def llamacpp_launch(*overrides: str) -> tuple[LaunchSpec, int]:
 
 def runs_in(uri: str, experiment: str = "specexp") -> list:
     """Every run of an experiment, as MLflow's search returns them."""
-    import mlflow
-
     mlflow.set_tracking_uri(uri)
     return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
-def run_cli(*overrides: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600,
-            module: str = "specexp") -> subprocess.CompletedProcess:
+def run_cli(
+    *overrides: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    module: str = "specexp",
+) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
     args = [sys.executable, "-m", module, *overrides]
-    process = subprocess.Popen(args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         # SIGTERM first: specexp then stops the servers it started (SIGKILL would orphan them).
         process.terminate()
         stdout, stderr = process.communicate(timeout=60)
-        pytest.fail(f"{' '.join(args)} timed out after {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}")
+        pytest.fail(
+            f"{' '.join(args)} timed out after {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}"
+        )
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
@@ -96,9 +106,14 @@ def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
     """`mlflow ARGS` (ui or server) on a free loopback port, in its own process group;
     yields its URL once /health answers, stops the whole group after."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port)],
-                               cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
-                               env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", *args, "--host", "127.0.0.1", "--port", str(port)],
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(240):
@@ -106,7 +121,9 @@ def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
                 urllib.request.urlopen(url + "/health", timeout=1)
                 break
             except OSError:
-                assert process.poll() is None, f"mlflow {args[0]} exited with code {process.returncode}"
+                assert process.poll() is None, (
+                    f"mlflow {args[0]} exited with code {process.returncode}"
+                )
                 time.sleep(0.5)
         else:
             pytest.fail(f"mlflow {args[0]} did not answer on {url}")
@@ -129,8 +146,10 @@ def server_pids() -> set[int]:
     for pid in map(int, out.stdout.split()):
         try:
             process = psutil.Process(pid)
-            if process.status() != psutil.STATUS_ZOMBIE and \
-                    process.environ().get(SESSION_MARKER) == os.environ[SESSION_MARKER]:
+            if (
+                process.status() != psutil.STATUS_ZOMBIE
+                and process.environ().get(SESSION_MARKER) == os.environ[SESSION_MARKER]
+            ):
                 pids.add(pid)
         except psutil.Error:
             continue

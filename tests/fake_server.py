@@ -14,7 +14,9 @@ import os
 from aiohttp import web
 
 
-def make_app(itl_ms: float = 0.0, stall_after: int = -1, die_after: int = -1, tokens_per_event: int = 1) -> web.Application:
+def make_app(
+    itl_ms: float = 0.0, stall_after: int = -1, die_after: int = -1, tokens_per_event: int = 1
+) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -36,10 +38,20 @@ def make_app(itl_ms: float = 0.0, stall_after: int = -1, die_after: int = -1, to
                 await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
             step = min(tokens_per_event, n_predict - produced)
             produced += step
-            event = {"content": "x" * step, "tokens": [1] * step, "tokens_predicted": produced, "stop": False}
+            event = {
+                "content": "x" * step,
+                "tokens": [1] * step,
+                "tokens_predicted": produced,
+                "stop": False,
+            }
             await response.write(f"data: {json.dumps(event)}\n\n".encode())
-        final = {"content": "", "stop": True, "tokens_predicted": produced, "tokens_evaluated": 8,
-                 "timings": {"predicted_n": produced}}
+        final = {
+            "content": "",
+            "stop": True,
+            "tokens_predicted": produced,
+            "tokens_evaluated": 8,
+            "timings": {"predicted_n": produced},
+        }
         await response.write(f"data: {json.dumps(final)}\n\n".encode())
         await response.write_eof()
         return response
@@ -58,8 +70,12 @@ def main() -> None:
     parser.add_argument("--stall-after", type=int, default=-1)
     parser.add_argument("--die-after", type=int, default=-1)
     args = parser.parse_args()
-    web.run_app(make_app(args.itl_ms, args.stall_after, args.die_after, args.tokens_per_event),
-                host=args.host, port=args.port, print=None)
+    web.run_app(
+        make_app(args.itl_ms, args.stall_after, args.die_after, args.tokens_per_event),
+        host=args.host,
+        port=args.port,
+        print=None,
+    )
 
 
 if __name__ == "__main__":

@@ -9,10 +9,18 @@ from __future__ import annotations
 import numpy as np
 
 
-def launches(rng: np.random.Generator, mean: float, n_launches: int, runs_per_launch: int,
-             run_cv: float, launch_cv: float = 0.0) -> list[list[float]]:
+def launches(
+    rng: np.random.Generator,
+    mean: float,
+    n_launches: int,
+    runs_per_launch: int,
+    run_cv: float,
+    launch_cv: float = 0.0,
+) -> list[list[float]]:
     offsets = rng.normal(0.0, launch_cv, n_launches)
-    return [list(mean * np.exp(offset + rng.normal(0.0, run_cv, runs_per_launch))) for offset in offsets]
+    return [
+        list(mean * np.exp(offset + rng.normal(0.0, run_cv, runs_per_launch))) for offset in offsets
+    ]
 
 
 def runs(rng: np.random.Generator, mean: float, n: int, cv: float) -> list[float]:

@@ -29,9 +29,17 @@ def parser_dir(version: str):
 
 
 def composed(stack: str, attention: str, allreduce: str, speculative: str):
-    overrides = ["engine=sglang", "model=kimi-k2.5", f"stack={stack}", f"attention_backend={attention}",
-                 f"allreduce_backend={allreduce}", f"speculative={speculative}",
-                 "model.draft_path=org/small-draft", "engine.mem_fraction_static=0.85", "engine.random_seed=1"]
+    overrides = [
+        "engine=sglang",
+        "model=kimi-k2.5",
+        f"stack={stack}",
+        f"attention_backend={attention}",
+        f"allreduce_backend={allreduce}",
+        f"speculative={speculative}",
+        "model.draft_path=org/small-draft",
+        "engine.mem_fraction_static=0.85",
+        "engine.random_seed=1",
+    ]
     if stack == "local":  # pin the spelling instead of probing this machine's interpreter
         overrides.append(f"+stack.versions.sglang={STACKS[stack]}")
     job = compose_job(*overrides)
@@ -40,7 +48,9 @@ def composed(stack: str, attention: str, allreduce: str, speculative: str):
 
 def check_with_real_parser(version: str, job: Job, launches) -> list:
     command = ENGINE.flag_check_command(job.server, launches)
-    command[0] = sys.executable  # the stacks' interpreters live on GPU nodes; this one has the parser
+    command[0] = (
+        sys.executable
+    )  # the stacks' interpreters live on GPU nodes; this one has the parser
     env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -22,28 +22,41 @@ class SpecexpSweeperConf:
     params: Optional[Dict[str, str]] = None
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="specexp", node=SpecexpSweeperConf, provider="specexp")
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="specexp", node=SpecexpSweeperConf, provider="specexp"
+)
 
 
 class SpecexpSweeper(Sweeper):
-    def __init__(self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None):
+    def __init__(
+        self, max_batch_size: Optional[int] = None, params: Optional[Dict[str, str]] = None
+    ):
         self.max_batch_size = max_batch_size
         self.params = params or {}
 
     def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def sweep(self, arguments: List[str]) -> Any:
         # Imported here: Hydra imports every plugin module whenever it starts, and the sweep
         # brings MLflow (about a second) that a single run does not need this early.
-        from specexp.sweep import expand_overrides, run_sweep
+        from specexp.sweep import expand_overrides, run_sweep  # noqa: PLC0415
 
-        assert self.hydra_context is not None and self.config is not None, "Hydra calls setup() first"
+        assert self.hydra_context is not None and self.config is not None, (
+            "Hydra calls setup() first"
+        )
         overrides = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
         loader = self.hydra_context.config_loader
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        return run_sweep(loader, self.config, expand_overrides(overrides, loader), self.launcher, self.max_batch_size)
+        return run_sweep(
+            loader,
+            self.config,
+            expand_overrides(overrides, loader),
+            self.launcher,
+            self.max_batch_size,
+        )

@@ -19,8 +19,12 @@ def engines() -> dict[str, Engine]:
     for module_info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{module_info.name}")
         for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, Engine) and value is not Engine
-                    and value.__module__ == module.__name__):
+            if (
+                isinstance(value, type)
+                and issubclass(value, Engine)
+                and value is not Engine
+                and value.__module__ == module.__name__
+            ):
                 found[value.name] = value()
     return dict(sorted(found.items()))
 
@@ -29,4 +33,6 @@ def get_engine(name: str) -> Engine:
     try:
         return engines()[name]
     except KeyError:
-        raise ConfigError(f"engine={name} is unknown; valid choices: {', '.join(engines())}") from None
+        raise ConfigError(
+            f"engine={name} is unknown; valid choices: {', '.join(engines())}"
+        ) from None

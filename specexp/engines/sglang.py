@@ -66,8 +66,10 @@ print(json.dumps(errors))
 
 
 # Log lines by which SGLang says it turned FlashInfer's allreduce fusion off (or never on).
-_FUSION_OFF = re.compile(r"(?i)(disabl\w*[^\n]{0,80}flashinfer[^\n]{0,40}allreduce[^\n]{0,20}fusion"
-                         r"|allreduce[^\n]{0,20}fusion[^\n]{0,80}(not supported|disabled|skipp))")
+_FUSION_OFF = re.compile(
+    r"(?i)(disabl\w*[^\n]{0,80}flashinfer[^\n]{0,40}allreduce[^\n]{0,20}fusion"
+    r"|allreduce[^\n]{0,20}fusion[^\n]{0,80}(not supported|disabled|skipp))"
+)
 
 
 def _get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
@@ -94,13 +96,24 @@ class SGLangConfig(EngineConfig):
 class SGLangEngine(Engine):
     name = "sglang"
     config_class = SGLangConfig
-    attention_backends = (AttentionBackend.auto, AttentionBackend.triton, AttentionBackend.flashinfer,
-                          AttentionBackend.fa3, AttentionBackend.fa4, AttentionBackend.trtllm_mha,
-                          AttentionBackend.flashmla, AttentionBackend.torch_native)
+    attention_backends = (
+        AttentionBackend.auto,
+        AttentionBackend.triton,
+        AttentionBackend.flashinfer,
+        AttentionBackend.fa3,
+        AttentionBackend.fa4,
+        AttentionBackend.trtllm_mha,
+        AttentionBackend.flashmla,
+        AttentionBackend.torch_native,
+    )
     allreduce_backends = tuple(AllreduceBackend)
     speculative_methods = tuple(SpeculativeMethod)
     speculative_counters = {}  # per-request figures come in meta_info instead
-    stack_packages = {"sglang": "sglang", "flashinfer-python": "flashinfer", "sgl-kernel": "sgl_kernel"}
+    stack_packages = {
+        "sglang": "sglang",
+        "flashinfer-python": "flashinfer",
+        "sgl-kernel": "sgl_kernel",
+    }
     _algorithm = {"eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM"}
 
     def spelling_version(self, server: ServerSettings) -> Version:
@@ -110,11 +123,19 @@ class SGLangEngine(Engine):
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         engine, model, spec = server.engine, server.model, server.speculative
         version = self.spelling_version(server)
-        argv = [stack_python(server), "-m", "sglang.launch_server",
-                "--model-path", str(model.path),
-                "--tp-size", str(engine.tensor_parallel_size),
-                "--host", engine.host,
-                "--port", str(port)]
+        argv = [
+            stack_python(server),
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            str(model.path),
+            "--tp-size",
+            str(engine.tensor_parallel_size),
+            "--host",
+            engine.host,
+            "--port",
+            str(port),
+        ]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
         if server.attention_backend.name != AttentionBackend.auto:
@@ -124,9 +145,14 @@ class SGLangEngine(Engine):
             argv += ["--speculative-algorithm", self._algorithm[spec.method]]
             if spec.method in ("eagle3", "draft"):
                 argv += ["--speculative-draft-model-path", str(spec.draft_model)]
-            argv += ["--speculative-num-steps", str(spec.num_steps),
-                     "--speculative-eagle-topk", str(spec.eagle_topk),
-                     "--speculative-num-draft-tokens", str(spec.num_draft_tokens)]
+            argv += [
+                "--speculative-num-steps",
+                str(spec.num_steps),
+                "--speculative-eagle-topk",
+                str(spec.eagle_topk),
+                "--speculative-num-draft-tokens",
+                str(spec.num_draft_tokens),
+            ]
         if engine.mem_fraction_static is not None:
             argv += ["--mem-fraction-static", str(engine.mem_fraction_static)]
         if engine.random_seed is not None:
@@ -142,9 +168,11 @@ class SGLangEngine(Engine):
             "nccl": ["--disable-custom-all-reduce"],
             "custom": [],  # SGLang's default wherever the topology allows it
             "torch_symm_mem": ["--enable-torch-symm-mem"],
-            "flashinfer_fusion": (["--flashinfer-allreduce-fusion-backend", "auto"]
-                                  if version >= FUSION_BACKEND_SINCE
-                                  else ["--enable-flashinfer-allreduce-fusion"]),
+            "flashinfer_fusion": (
+                ["--flashinfer-allreduce-fusion-backend", "auto"]
+                if version >= FUSION_BACKEND_SINCE
+                else ["--enable-flashinfer-allreduce-fusion"]
+            ),
         }[allreduce.name]
         if allreduce.torch_symm_mem and allreduce.name != "torch_symm_mem":
             flags = flags + ["--enable-torch-symm-mem"]
@@ -152,7 +180,9 @@ class SGLangEngine(Engine):
 
     def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
         """Feed composed flags to SGLang's own parser, in the stack's interpreter, without serving."""
-        flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m sglang.launch_server
+        flag_lists = [
+            launch.argv[3:] for launch in launches
+        ]  # after: python -m sglang.launch_server
         return [stack_python(server), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
 
     def doctor_checks(self, server: ServerSettings) -> list[Check]:
@@ -163,19 +193,35 @@ class SGLangEngine(Engine):
         out = run_in_stack(server, "import torch, sgl_kernel")
         if out.returncode == 0:
             return [Check(name, CheckStatus.passed, "import against the stack's torch")]
-        return [Check(name, CheckStatus.failed, f"{last_line(out.stderr)}: install the sgl-kernel build made for this "
-                                                "torch/CUDA")]
+        return [
+            Check(
+                name,
+                CheckStatus.failed,
+                f"{last_line(out.stderr)}: install the sgl-kernel build made for this torch/CUDA",
+            )
+        ]
 
-    def switch_off(self, threshold: int, speculative: SpeculativeConfig, max_batch: int) -> dict[str, Any]:
+    def switch_off(
+        self, threshold: int, speculative: SpeculativeConfig, max_batch: int
+    ) -> dict[str, Any]:
         """Adaptive speculation: batch-size keys map to candidate steps, [0] means no drafting."""
-        steps = {"1": {"candidate_steps": [0]}} if threshold == 1 else {
-            "1": {"candidate_steps": [speculative.num_steps]}, str(threshold): {"candidate_steps": [0]}}
-        return {"flags": ["--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"],
-                "adaptive.json": steps,
-                "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting"}
+        steps = (
+            {"1": {"candidate_steps": [0]}}
+            if threshold == 1
+            else {
+                "1": {"candidate_steps": [speculative.num_steps]},
+                str(threshold): {"candidate_steps": [0]},
+            }
+        )
+        return {
+            "flags": ["--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"],
+            "adaptive.json": steps,
+            "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
+        }
 
-    def effective(self, server: ServerSettings, base_url: str, log_text: str,
-                  runs: Sequence[RunResult]) -> dict[str, Setting]:
+    def effective(
+        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+    ) -> dict[str, Setting]:
         """From /server_info (the effective server args; /get_server_info before 0.5.10), the
         log's known fallback messages, and the speculative figures of the measured requests."""
         result = super().effective(server, base_url, log_text, runs)
@@ -184,37 +230,58 @@ class SGLangEngine(Engine):
         if info and info.get("attention_backend"):
             actual = str(info["attention_backend"])
             ok = requested_attention in ("auto", actual)
-            result["attention_backend"] = Setting(requested_attention, actual,
-                                                  Engagement.engaged if ok else Engagement.not_engaged,
-                                                  "/server_info attention_backend")
+            result["attention_backend"] = Setting(
+                requested_attention,
+                actual,
+                Engagement.engaged if ok else Engagement.not_engaged,
+                "/server_info attention_backend",
+            )
         allreduce = server.allreduce_backend.name
         if allreduce == "flashinfer_fusion":
-            fused = info and (info.get("enable_flashinfer_allreduce_fusion") or
-                              info.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none"))
+            fused = info and (
+                info.get("enable_flashinfer_allreduce_fusion")
+                or info.get("flashinfer_allreduce_fusion_backend") not in (None, "", "none")
+            )
             disabled = _FUSION_OFF.search(log_text)
             if disabled:
-                result["allreduce_backend"] = Setting(allreduce, "fusion off", Engagement.not_engaged,
-                                                      disabled.group(0)[:200])
+                result["allreduce_backend"] = Setting(
+                    allreduce, "fusion off", Engagement.not_engaged, disabled.group(0)[:200]
+                )
             elif info:
-                result["allreduce_backend"] = Setting(allreduce, "fusion on" if fused else "fusion off",
-                                                      Engagement.engaged if fused else Engagement.not_engaged,
-                                                      "/server_info")
+                result["allreduce_backend"] = Setting(
+                    allreduce,
+                    "fusion on" if fused else "fusion off",
+                    Engagement.engaged if fused else Engagement.not_engaged,
+                    "/server_info",
+                )
         method = server.speculative.method
-        verify = [rec.speculative.get("spec_verify_steps") for r in runs if not r.warmup for rec in r.records]
+        verify = [
+            rec.speculative.get("spec_verify_steps")
+            for r in runs
+            if not r.warmup
+            for rec in r.records
+        ]
         if any(v is not None for v in verify) or method == SpeculativeMethod.none:
             drafting = any(verify)
             wanted = method != SpeculativeMethod.none
-            result["speculative"] = Setting(method, "verify steps seen" if drafting else "no drafting",
-                                            Engagement.engaged if drafting == wanted else Engagement.not_engaged,
-                                            "meta_info spec_verify_ct of the measured requests")
+            result["speculative"] = Setting(
+                method,
+                "verify steps seen" if drafting else "no drafting",
+                Engagement.engaged if drafting == wanted else Engagement.not_engaged,
+                "meta_info spec_verify_ct of the measured requests",
+            )
         return result
 
-    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
-                           prompt: str) -> tuple[str, dict[str, Any]]:
+    def completion_request(
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+    ) -> tuple[str, dict[str, Any]]:
         return "/generate", {
             "text": prompt,
-            "sampling_params": {"max_new_tokens": workload.max_tokens, "ignore_eos": workload.ignore_eos,
-                                "temperature": workload.temperature},
+            "sampling_params": {
+                "max_new_tokens": workload.max_tokens,
+                "ignore_eos": workload.ignore_eos,
+                "temperature": workload.temperature,
+            },
             "stream": True,
         }
 
@@ -223,19 +290,27 @@ class SGLangEngine(Engine):
         done = meta.get("finish_reason") is not None
         chunk = StreamChunk(tokens_so_far=meta.get("completion_tokens"), done=done)
         if done:
-            chunk.final = {"completion_tokens": meta.get("completion_tokens"),
-                           "prompt_tokens": meta.get("prompt_tokens")}
+            chunk.final = {
+                "completion_tokens": meta.get("completion_tokens"),
+                "prompt_tokens": meta.get("prompt_tokens"),
+            }
             # 0.5.9 names, then the renamed ones of later releases.
             verify = meta.get("spec_verify_ct")
             if verify:
                 chunk.final["spec_verify_steps"] = verify
-                chunk.final["spec_accept_length"] = meta.get("spec_accept_length",
-                                                             meta["completion_tokens"] / verify)
-            for old, new in (("spec_accept_token_num", "spec_num_correct_drafts"),
-                             ("spec_draft_token_num", "spec_num_proposed_drafts")):
+                chunk.final["spec_accept_length"] = meta.get(
+                    "spec_accept_length", meta["completion_tokens"] / verify
+                )
+            for old, new in (
+                ("spec_accept_token_num", "spec_num_correct_drafts"),
+                ("spec_draft_token_num", "spec_num_proposed_drafts"),
+            ):
                 value = meta.get(new, meta.get(old))
                 if value is not None:
-                    chunk.final[{"spec_accept_token_num": "spec_accepted_tokens",
-                                 "spec_draft_token_num": "spec_draft_tokens"}[old]] = value
+                    chunk.final[
+                        {
+                            "spec_accept_token_num": "spec_accepted_tokens",
+                            "spec_draft_token_num": "spec_draft_tokens",
+                        }[old]
+                    ] = value
         return chunk
-

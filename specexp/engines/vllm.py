@@ -39,8 +39,12 @@ class VLLMConfig(EngineConfig):
 class VLLMEngine(Engine):
     name = "vllm"
     config_class = VLLMConfig
-    attention_backends = (AttentionBackend.auto, AttentionBackend.flash_attn, AttentionBackend.triton,
-                          AttentionBackend.flashinfer)
+    attention_backends = (
+        AttentionBackend.auto,
+        AttentionBackend.flash_attn,
+        AttentionBackend.triton,
+        AttentionBackend.flashinfer,
+    )
     allreduce_backends = (AllreduceBackend.auto, AllreduceBackend.nccl, AllreduceBackend.custom)
     speculative_methods = tuple(SpeculativeMethod)
     stack_packages = {"vllm": "vllm"}
@@ -55,11 +59,19 @@ class VLLMEngine(Engine):
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         engine, model, spec = server.engine, server.model, server.speculative
         # `vllm serve` resolves the wrong package name in CPU builds; the module works everywhere.
-        argv = [stack_python(server), "-m", "vllm.entrypoints.openai.api_server",
-                "--model", str(model.path),
-                "--tensor-parallel-size", str(engine.tensor_parallel_size),
-                "--host", engine.host,
-                "--port", str(port)]
+        argv = [
+            stack_python(server),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model.path),
+            "--tensor-parallel-size",
+            str(engine.tensor_parallel_size),
+            "--host",
+            engine.host,
+            "--port",
+            str(port),
+        ]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
         if server.attention_backend.name != AttentionBackend.auto:
@@ -67,8 +79,10 @@ class VLLMEngine(Engine):
         if server.allreduce_backend.name == AllreduceBackend.nccl:
             argv.append("--disable-custom-all-reduce")
         if spec.method != "none":
-            speculative: dict[str, Any] = {"method": self._method[spec.method],
-                                           "num_speculative_tokens": spec.num_draft_tokens}
+            speculative: dict[str, Any] = {
+                "method": self._method[spec.method],
+                "num_speculative_tokens": spec.num_draft_tokens,
+            }
             if spec.method == "ngram":
                 speculative["prompt_lookup_max"] = spec.ngram_size
             else:
@@ -80,21 +94,28 @@ class VLLMEngine(Engine):
             argv += ["--seed", str(engine.seed)]
         return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
-    def effective(self, server: ServerSettings, base_url: str, log_text: str,
-                  runs: Sequence[RunResult]) -> dict[str, Setting]:
+    def effective(
+        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+    ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
         result["speculative"] = speculation_from_counters(server, runs)
         return result
 
-    def switch_off(self, threshold: int, speculative: SpeculativeConfig, max_batch: int) -> dict[str, Any]:
+    def switch_off(
+        self, threshold: int, speculative: SpeculativeConfig, max_batch: int
+    ) -> dict[str, Any]:
         """K=0 disables drafting for a batch-size range of ``num_speculative_tokens_per_batch_size``."""
-        ranges = ([[1, threshold - 1, speculative.num_draft_tokens]] if threshold > 1 else []) + \
-            [[threshold, max_batch, 0]]
-        return {"speculative_config": {"num_speculative_tokens_per_batch_size": ranges},
-                "note": "merge into --speculative-config; K=0 disables drafting for that batch-size range"}
+        ranges = ([[1, threshold - 1, speculative.num_draft_tokens]] if threshold > 1 else []) + [
+            [threshold, max_batch, 0]
+        ]
+        return {
+            "speculative_config": {"num_speculative_tokens_per_batch_size": ranges},
+            "note": "merge into --speculative-config; K=0 disables drafting for that batch-size range",
+        }
 
-    def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
-                           prompt: str) -> tuple[str, dict[str, Any]]:
+    def completion_request(
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+    ) -> tuple[str, dict[str, Any]]:
         return "/v1/completions", {
             "model": str(server.model.path),
             "prompt": prompt,
@@ -110,6 +131,11 @@ class VLLMEngine(Engine):
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
         usage = event.get("usage")
         if usage and not event.get("choices"):
-            return StreamChunk(done=True, final={"completion_tokens": usage.get("completion_tokens"),
-                                                 "prompt_tokens": usage.get("prompt_tokens")})
+            return StreamChunk(
+                done=True,
+                final={
+                    "completion_tokens": usage.get("completion_tokens"),
+                    "prompt_tokens": usage.get("prompt_tokens"),
+                },
+            )
         return StreamChunk()

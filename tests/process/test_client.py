@@ -58,8 +58,14 @@ def test_speculative_counters_are_deltas_per_run(tmp_path):
         assert run.acceptance_rate > 0.5
         assert run.acceptance_length > 2
     # Deltas, not the cumulative totals: both runs drafted about the same amount.
-    assert abs(runs[0].counter_deltas["draft_tokens"] - runs[1].counter_deltas["draft_tokens"]) <= 16
-    assert 0 < records[0].speculative["spec_accepted_tokens"] <= records[0].speculative["spec_draft_tokens"]
+    assert (
+        abs(runs[0].counter_deltas["draft_tokens"] - runs[1].counter_deltas["draft_tokens"]) <= 16
+    )
+    assert (
+        0
+        < records[0].speculative["spec_accepted_tokens"]
+        <= records[0].speculative["spec_draft_tokens"]
+    )
 
 
 def test_concurrent_streams_each_get_their_tokens(tmp_path):
@@ -70,7 +76,9 @@ def test_concurrent_streams_each_get_their_tokens(tmp_path):
 
 def fake_server(*args):
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "tests.fake_server", "--port", str(port), *args], cwd=REPO)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_server", "--port", str(port), *args], cwd=REPO
+    )
     for _ in range(100):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
@@ -110,4 +118,6 @@ def test_a_server_dying_mid_stream_fails_the_request_with_partial_timings():
         process.wait(timeout=10)
     (record,) = result.records
     assert not record.ok and record.error
-    assert record.ttft_s is not None and len(record.itl_s) == 4  # five tokens arrived before it died
+    assert (
+        record.ttft_s is not None and len(record.itl_s) == 4
+    )  # five tokens arrived before it died

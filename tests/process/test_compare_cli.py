@@ -18,11 +18,26 @@ def store(tmp_path_factory):
     """One store with an A/B (speculative none vs draft) and an A/A (none twice) on llama.cpp."""
     tmp = tmp_path_factory.mktemp("compare")
     env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
-    ab = run_cli("-m", *QUICK, "stats.measured_runs=5", "speculative=none,draft", "tracking.experiment=ab",
-                 cwd=tmp, env=env)
+    ab = run_cli(
+        "-m",
+        *QUICK,
+        "stats.measured_runs=5",
+        "speculative=none,draft",
+        "tracking.experiment=ab",
+        cwd=tmp,
+        env=env,
+    )
     assert ab.returncode == 0, ab.stdout[-3000:] + ab.stderr[-3000:]
-    aa = run_cli("-m", *QUICK, "stats.launches=2", "stats.measured_runs=3", "replicate=0,1", "tracking.experiment=aa",
-                 cwd=tmp, env=env)
+    aa = run_cli(
+        "-m",
+        *QUICK,
+        "stats.launches=2",
+        "stats.measured_runs=3",
+        "replicate=0,1",
+        "tracking.experiment=aa",
+        cwd=tmp,
+        env=env,
+    )
     assert aa.returncode == 0, aa.stdout[-3000:] + aa.stderr[-3000:]
     return tmp, env
 
@@ -33,7 +48,16 @@ def compare(store, *args):
 
 
 def test_ab_gives_a_verdict_with_ci_and_p_values(store):
-    result = compare(store, "--experiment", "ab", "--baseline", "speculative=none", "--label", "speculative", "--json")
+    result = compare(
+        store,
+        "--experiment",
+        "ab",
+        "--baseline",
+        "speculative=none",
+        "--label",
+        "speculative",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     (comparison,) = document["comparisons"]
@@ -42,19 +66,31 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store):
     assert 1 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
     assert comparison["p_welch"] < 0.05 and 0 < comparison["p_mannwhitney"] < 1
     assert comparison["mde"] > 0
-    assert comparison["runs_needed"] is None or comparison["runs_needed"] >= 2  # None: beyond 10,000 runs
+    assert (
+        comparison["runs_needed"] is None or comparison["runs_needed"] >= 2
+    )  # None: beyond 10,000 runs
 
 
 def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
     tmp, env = store
-    result = compare(store, "--experiment", "ab", "--baseline", "speculative=none", "--label", "speculative")
+    result = compare(
+        store, "--experiment", "ab", "--baseline", "speculative=none", "--label", "speculative"
+    )
     assert result.returncode == 0, result.stderr
-    assert "faster" in result.stdout and "ratio CI" in result.stdout and "p Welch (Holm)" in result.stdout
+    assert (
+        "faster" in result.stdout
+        and "ratio CI" in result.stdout
+        and "p Welch (Holm)" in result.stdout
+    )
     run_id = result.stdout.strip().splitlines()[-1].split()[-1]
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     assert client.get_run(run_id).data.tags["specexp.kind"] == "comparison"
     names = {a.path for a in client.list_artifacts(run_id, "comparison")}
-    assert names == {"comparison/comparison.md", "comparison/comparison.json", "comparison/comparison.png"}
+    assert names == {
+        "comparison/comparison.md",
+        "comparison/comparison.json",
+        "comparison/comparison.png",
+    }
     markdown = open(client.download_artifacts(run_id, "comparison/comparison.md", str(tmp))).read()
     assert "| speculative=draft |" in markdown and "faster" in markdown
 
@@ -62,8 +98,19 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
 def test_aa_is_never_faster_or_slower(store):
     # Per-launch means (2 launches x 3 runs per arm). At 99.9% confidence a real A/A almost
     # never crosses; a false verdict here would be a 1-in-1000 event or a bias in the method.
-    result = compare(store, "--experiment", "aa", "--baseline", "replicate=0", "--label", "replicate",
-                     "--confidence", "0.999", "--json", "--no-log")
+    result = compare(
+        store,
+        "--experiment",
+        "aa",
+        "--baseline",
+        "replicate=0",
+        "--label",
+        "replicate",
+        "--confidence",
+        "0.999",
+        "--json",
+        "--no-log",
+    )
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     (comparison,) = document["comparisons"]
@@ -79,18 +126,36 @@ def test_baseline_must_match_one_run(store):
 
 def test_reproduction_report_says_hardware_differs(store, tmp_path):
     tmp, env = store
-    stand_ins = run_cli("-m", *QUICK, "stats.measured_runs=3", "tracking.experiment=repro",
-                        "+sweep=reference_cpu", cwd=tmp, env=env)
+    stand_ins = run_cli(
+        "-m",
+        *QUICK,
+        "stats.measured_runs=3",
+        "tracking.experiment=repro",
+        "+sweep=reference_cpu",
+        cwd=tmp,
+        env=env,
+    )
     assert stand_ins.returncode == 0, stand_ins.stdout[-3000:] + stand_ins.stderr[-3000:]
     result = compare(store, "--experiment", "repro", "--reference", "cuda13_story")
     assert result.returncode == 0, result.stderr
     assert "Hardware differs" in result.stdout and "only ratios" in result.stdout
-    document = json.loads(compare(store, "--experiment", "repro", "--reference", "cuda13_story", "--json",
-                                  "--no-log").stdout)
+    document = json.loads(
+        compare(
+            store, "--experiment", "repro", "--reference", "cuda13_story", "--json", "--no-log"
+        ).stdout
+    )
     reproduction = document["reproduction"]
     assert reproduction["hardware_matches"] is False
     statuses = {c["id"]: c["status"] for c in reproduction["claims"]}
-    assert set(statuses) == {"stack-upgrade", "eagle3-net-positive", "eagle3-liability-cu128", "triton-default",
-                             "eagle3-vs-old-baseline"}
-    assert all(s in ("reproduced", "contradicted", "inconclusive", "not measured") for s in statuses.values())
+    assert set(statuses) == {
+        "stack-upgrade",
+        "eagle3-net-positive",
+        "eagle3-liability-cu128",
+        "triton-default",
+        "eagle3-vs-old-baseline",
+    }
+    assert all(
+        s in ("reproduced", "contradicted", "inconclusive", "not measured")
+        for s in statuses.values()
+    )
     assert statuses["eagle3-net-positive"] != "not measured"

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+from tests.conftest import run_cli, server_pids
 
-from specexp.job import prepare
-from specexp.schemas import ConfigError
-from tests.conftest import compose_run, run_cli, server_pids
 
 def test_cli_fails_fast_without_traceback_and_launches_nothing(tmp_path, tracking_env):
     before = server_pids()
     result = run_cli("allreduce_backend=nccl", cwd=tmp_path, env=tracking_env, timeout=120)
     assert result.returncode == 2
-    assert "config error: allreduce_backend=nccl is not supported by engine=llamacpp" in result.stdout
+    assert (
+        "config error: allreduce_backend=nccl is not supported by engine=llamacpp" in result.stdout
+    )
     assert "Traceback" not in result.stdout + result.stderr
     assert server_pids() - before == set()
     assert not (tmp_path / "mlflow.db").exists()  # nothing was tracked either

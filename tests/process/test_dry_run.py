@@ -17,9 +17,18 @@ REFERENCE_COMMAND = (
 
 
 def test_reference_story_command(tmp_path, tracking_env):
-    result = run_cli("engine=sglang", "model=kimi-k2.5", "stack=cu130", "attention_backend=flashinfer",
-                     "allreduce_backend=flashinfer_fusion", "speculative=eagle3", "dry_run=true",
-                     cwd=tmp_path, env=tracking_env, timeout=120)
+    result = run_cli(
+        "engine=sglang",
+        "model=kimi-k2.5",
+        "stack=cu130",
+        "attention_backend=flashinfer",
+        "allreduce_backend=flashinfer_fusion",
+        "speculative=eagle3",
+        "dry_run=true",
+        cwd=tmp_path,
+        env=tracking_env,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert REFERENCE_COMMAND in result.stdout.splitlines()
     assert "sglang version: 0.5.9 (declared by stack cu130)" in result.stdout
@@ -28,11 +37,25 @@ def test_reference_story_command(tmp_path, tracking_env):
 
 def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracking_env):
     before = server_pids()
-    result = run_cli("-m", "speculative=none,draft,ngram", "dry_run=true", cwd=tmp_path, env=tracking_env, timeout=180)
+    result = run_cli(
+        "-m",
+        "speculative=none,draft,ngram",
+        "dry_run=true",
+        cwd=tmp_path,
+        env=tracking_env,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
-    commands = [shlex.split(line) for line in result.stdout.splitlines() if "llama-server" in line and not line.startswith("#")]
+    commands = [
+        shlex.split(line)
+        for line in result.stdout.splitlines()
+        if "llama-server" in line and not line.startswith("#")
+    ]
     assert len(commands) == 3
     for argv in commands:
         assert argv[argv.index("--host") + 1] == "127.0.0.1"
-    assert "--model-draft" in commands[1] and ["--spec-type", "ngram-simple"] == commands[2][commands[2].index("--spec-type"):][:2]
+    assert (
+        "--model-draft" in commands[1]
+        and ["--spec-type", "ngram-simple"] == commands[2][commands[2].index("--spec-type") :][:2]
+    )
     assert server_pids() - before == set()

@@ -67,7 +67,9 @@ def test_a_fourth_engine_is_one_module_and_one_config(tmp_path):
     (tree / "specexp/engines/echo.py").write_text(ENGINE_MODULE)
     (tree / "conf/engine/echo.yaml").write_text(ENGINE_CONFIG)
     subprocess.run([*git, "add", "-A"], check=True)
-    numstat = subprocess.run([*git, "diff", "--cached", "--numstat"], capture_output=True, text=True).stdout
+    numstat = subprocess.run(
+        [*git, "diff", "--cached", "--numstat"], capture_output=True, text=True
+    ).stdout
     changes = {line.split()[2]: int(line.split()[0]) for line in numstat.splitlines()}
     assert set(changes) == {"specexp/engines/echo.py", "conf/engine/echo.yaml"}
     assert sum(changes.values()) == 39  # the README quotes this diff
@@ -77,10 +79,21 @@ def test_a_fourth_engine_is_one_module_and_one_config(tmp_path):
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
     assert f"{sys.executable} -m tests.fake_server --host 127.0.0.1 --port" in dry.stdout
     refused = run_cli("engine=echo", "speculative=ngram", cwd=tree, env=env, timeout=120)
-    assert refused.returncode == 2 and "speculative=ngram is not supported by engine=echo" in refused.stdout
+    assert (
+        refused.returncode == 2
+        and "speculative=ngram is not supported by engine=echo" in refused.stdout
+    )
 
-    result = run_cli("engine=echo", "workload=short", "workload.max_tokens=64", "stats.warmup_runs=0",
-                     "stats.measured_runs=3", cwd=tree, env=env, timeout=300)
+    result = run_cli(
+        "engine=echo",
+        "workload=short",
+        "workload.max_tokens=64",
+        "stats.warmup_runs=0",
+        "stats.measured_runs=3",
+        cwd=tree,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (run,) = runs_in(env["MLFLOW_TRACKING_URI"])
     assert run.info.status == "FINISHED" and run.data.tags["engine"] == "echo"

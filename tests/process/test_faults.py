@@ -26,16 +26,27 @@ QUICK = TINY
 
 def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path, tracking_env):
     started = time.monotonic()
-    result = run_cli("-m", *QUICK, "engine.extra_args=[],[--no-such-flag]", cwd=tmp_path, env=tracking_env)
+    result = run_cli(
+        "-m", *QUICK, "engine.extra_args=[],[--no-such-flag]", cwd=tmp_path, env=tracking_env
+    )
     assert time.monotonic() - started < 120
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "server failed: server exited with code" in result.stdout
     runs = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
-    jobs = {r.data.tags.get("mlflow.runName"): r for r in runs if r.data.tags.get("specexp.kind") != "sweep"}
+    jobs = {
+        r.data.tags.get("mlflow.runName"): r
+        for r in runs
+        if r.data.tags.get("specexp.kind") != "sweep"
+    }
     failed = jobs["engine.extra_args=[--no-such-flag]"]
     assert failed.info.status == "FAILED" and "no-such-flag" in failed.data.tags["failure"]
     assert jobs["engine.extra_args=[]"].info.status == "FINISHED"
-    names = {a.path for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(failed.info.run_id)}
+    names = {
+        a.path
+        for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(
+            failed.info.run_id
+        )
+    }
     assert "server.log" in names
     (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
     assert parent.data.tags["failed_jobs"] == "1"
@@ -51,8 +62,14 @@ def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
 
 def _start_run(tmp_path, env, *overrides):
     full_env = {**os.environ, **env}
-    process = subprocess.Popen([sys.executable, "-m", "specexp", *overrides], cwd=tmp_path, env=full_env,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specexp", *overrides],
+        cwd=tmp_path,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         records = list(Path(tmp_path).glob("outputs/*/*/requests.jsonl"))
@@ -64,7 +81,9 @@ def _start_run(tmp_path, env, *overrides):
 
 
 def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_path, tracking_env):
-    process, records = _start_run(tmp_path, tracking_env, *QUICK, "workload.max_tokens=256", "stats.measured_runs=200")
+    process, records = _start_run(
+        tmp_path, tracking_env, *QUICK, "workload.max_tokens=256", "stats.measured_runs=200"
+    )
     for pid in server_pids():
         os.kill(pid, signal.SIGKILL)
     output = process.communicate(timeout=120)[0]
@@ -75,13 +94,21 @@ def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_p
     kept = [json.loads(line) for line in records.read_text().splitlines()]
     assert sum(r["ok"] for r in kept) >= 2 and not kept[-1]["ok"]
     client = MlflowClient(tracking_env["MLFLOW_TRACKING_URI"])
-    uploaded = Path(client.download_artifacts(run.info.run_id, "requests.jsonl", str(tmp_path / "dl")))
+    uploaded = Path(
+        client.download_artifacts(run.info.run_id, "requests.jsonl", str(tmp_path / "dl"))
+    )
     assert uploaded.read_text() == records.read_text()
 
 
 def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, tracking_env):
-    process, _ = _start_run(tmp_path, tracking_env, *QUICK, "workload.max_tokens=256", "stats.measured_runs=200",
-                            "workload.stall_timeout_s=2")
+    process, _ = _start_run(
+        tmp_path,
+        tracking_env,
+        *QUICK,
+        "workload.max_tokens=256",
+        "stats.measured_runs=200",
+        "workload.stall_timeout_s=2",
+    )
     stopped = server_pids()
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)  # connection open, no tokens
@@ -102,55 +129,98 @@ def test_interrupt_stops_the_server_and_marks_the_run_killed(tmp_path, tracking_
 
 
 def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_env):
-    result = run_cli("engine=sglang", "model=kimi-k2.5", "stack=cu130", cwd=tmp_path, env=tracking_env)
+    result = run_cli(
+        "engine=sglang", "model=kimi-k2.5", "stack=cu130", cwd=tmp_path, env=tracking_env
+    )
     assert result.returncode == 2
-    assert "/opt/specexp/cu130/bin/python (stack cu130) not found or not executable" in result.stdout
+    assert (
+        "/opt/specexp/cu130/bin/python (stack cu130) not found or not executable" in result.stdout
+    )
     assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
     result = run_cli(*QUICK, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
     assert result.returncode == 0, result.stdout[-2000:]
-    assert "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
+    assert (
+        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
+    )
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
     uri = f"sqlite:///{tmp_path / 'later.db'}"
-    upload = run_cli(str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, module="specexp.upload")
+    upload = run_cli(
+        str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, module="specexp.upload"
+    )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
     assert run.info.status == "FINISHED" and run.data.metrics["tok_per_s_mean"] > 0
-    assert {"requests.jsonl", "server.log"} <= {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
+    assert {"requests.jsonl", "server.log"} <= {
+        a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
+    }
 
 
 def test_secret_looking_values_are_redacted_everywhere(tmp_path, tracking_env):
-    result = run_cli(*QUICK, "+stack.env.HF_TOKEN=hf_supersecret", "+engine.env.MY_API_KEY=sk-supersecret",
-                     cwd=tmp_path, env={**tracking_env, "OTHER_PASSWORD": "pw-supersecret"})
+    result = run_cli(
+        *QUICK,
+        "+stack.env.HF_TOKEN=hf_supersecret",
+        "+engine.env.MY_API_KEY=sk-supersecret",
+        cwd=tmp_path,
+        env={**tracking_env, "OTHER_PASSWORD": "pw-supersecret"},
+    )
     assert result.returncode == 0, result.stdout[-2000:]
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
-    assert run.data.params["stack.env.HF_TOKEN"] == "***" and run.data.params["engine.env.MY_API_KEY"] == "***"
+    assert (
+        run.data.params["stack.env.HF_TOKEN"] == "***"
+        and run.data.params["engine.env.MY_API_KEY"] == "***"
+    )
     assert run.data.params["engine.host"] == "127.0.0.1"
     client = MlflowClient(tracking_env["MLFLOW_TRACKING_URI"])
     for name in ("config.yaml", "command.txt", "environment.json"):
-        text = Path(client.download_artifacts(run.info.run_id, name, str(tmp_path / "dl"))).read_text()
+        text = Path(
+            client.download_artifacts(run.info.run_id, name, str(tmp_path / "dl"))
+        ).read_text()
         assert "supersecret" not in text, name
     assert "supersecret" not in result.stdout
 
 
 # The config surface, fuzzed: any composition either runs through validation or ends in a
 # clear error - never another exception, and (in-process) nothing is launched.
-GROUPS = {group.name: sorted(p.stem for p in group.glob("*.yaml"))
-          for group in Path(CONFIG_DIR).iterdir()
-          if any(group.glob("*.yaml")) and group.name not in ("sweep", "case", "cpu_case", "reference")}
-FIELDS = ["engine.tensor_parallel_size", "engine.port", "speculative.num_steps", "speculative.num_draft_tokens",
-          "workload.max_tokens", "stats.measured_runs", "stats.warmup_runs", "stats.confidence", "concurrency.streams",
-          "attention_backend.name", "speculative.method", "multirun.order", "model.generate.divergence",
-          "engine.gpus", "host.gpus", "host.gpu_wait_s"]
-VALUES = st.one_of(st.integers(-5, 100000), st.floats(-2, 2, allow_nan=False), st.sampled_from(
-    ["", "abc", "null", "true", "[1,2]", "flashinfer", "none", "eagle3"]))
+GROUPS = {
+    group.name: sorted(p.stem for p in group.glob("*.yaml"))
+    for group in Path(CONFIG_DIR).iterdir()
+    if any(group.glob("*.yaml")) and group.name not in ("sweep", "case", "cpu_case", "reference")
+}
+FIELDS = [
+    "engine.tensor_parallel_size",
+    "engine.port",
+    "speculative.num_steps",
+    "speculative.num_draft_tokens",
+    "workload.max_tokens",
+    "stats.measured_runs",
+    "stats.warmup_runs",
+    "stats.confidence",
+    "concurrency.streams",
+    "attention_backend.name",
+    "speculative.method",
+    "multirun.order",
+    "model.generate.divergence",
+    "engine.gpus",
+    "host.gpus",
+    "host.gpu_wait_s",
+]
+VALUES = st.one_of(
+    st.integers(-5, 100000),
+    st.floats(-2, 2, allow_nan=False),
+    st.sampled_from(["", "abc", "null", "true", "[1,2]", "flashinfer", "none", "eagle3"]),
+)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(choices=st.fixed_dictionaries({g: st.sampled_from(options) for g, options in GROUPS.items()}),
-       fields=st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=3))
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    choices=st.fixed_dictionaries({g: st.sampled_from(options) for g, options in GROUPS.items()}),
+    fields=st.dictionaries(st.sampled_from(FIELDS), VALUES, max_size=3),
+)
 def test_fuzzed_compositions_end_in_a_clear_error_or_validate(choices, fields):
     before = server_pids()
     overrides = [f"{g}={o}" for g, o in choices.items()] + [f"{k}={v}" for k, v in fields.items()]
@@ -159,7 +229,10 @@ def test_fuzzed_compositions_end_in_a_clear_error_or_validate(choices, fields):
         prepare(cfg)
     except ConfigError as error:
         assert str(error) and "\n" not in str(error)
-    except (HydraException, OmegaConfBaseException) as error:  # type errors, unparsable values: Hydra's own message
+    except (
+        HydraException,
+        OmegaConfBaseException,
+    ) as error:  # type errors, unparsable values: Hydra's own message
         assert str(error)
     except AssertionError as error:
         # OmegaConf's own assertion when an override sets a field under a null node (e.g.
@@ -172,4 +245,6 @@ def test_fuzzed_compositions_end_in_a_clear_error_or_validate(choices, fields):
 def test_a_type_error_on_the_command_line_is_a_message_not_a_traceback(tmp_path):
     result = run_cli("workload.max_tokens=many", cwd=tmp_path, timeout=120)
     assert result.returncode == 1
-    assert "workload.max_tokens" in result.stderr and "Traceback" not in result.stderr + result.stdout
+    assert (
+        "workload.max_tokens" in result.stderr and "Traceback" not in result.stderr + result.stdout
+    )

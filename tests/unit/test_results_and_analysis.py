@@ -8,15 +8,24 @@ import json
 import pytest
 
 from specexp import crossover
-from specexp.analysis import (NOT_ATTRIBUTABLE, SelectionError, Selector, baseline_pairs, compare_arms, drift,
-                              make_arms)
+from specexp.analysis import (
+    NOT_ATTRIBUTABLE,
+    SelectionError,
+    Selector,
+    baseline_pairs,
+    compare_arms,
+    drift,
+    make_arms,
+)
 from specexp.engines.base import Engagement, Setting
 from specexp.results import JobRun, RunKind, Tag, Unit, effective_tags, factors_tag
 
 RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]
 
 
-def job_run(run_id: str, factors: dict, values=RUNS, launch_values=(), status="FINISHED", **tags) -> JobRun:
+def job_run(
+    run_id: str, factors: dict, values=RUNS, launch_values=(), status="FINISHED", **tags
+) -> JobRun:
     all_tags = {Tag.factors: factors_tag(factors), **tags}
     return JobRun.from_store(run_id, None, status, all_tags, {}, list(values), list(launch_values))
 
@@ -29,7 +38,10 @@ def arms_of(*runs: JobRun, label_tags=()):
 def test_a_run_reads_back_typed_and_immutable():
     run = job_run("a1b2c3d4e5", {"speculative": "draft"}, launch_values=[10.0, 11.0])
     assert run.kind is RunKind.job and run.name == "a1b2c3d4"
-    assert run.unit is Unit.launch and run.values == (10.0, 11.0)  # per launch when there were several
+    assert run.unit is Unit.launch and run.values == (
+        10.0,
+        11.0,
+    )  # per launch when there were several
     assert run.factors == {"speculative": "draft"}
     with pytest.raises(TypeError):
         run.factors["speculative"] = "none"  # type: ignore[index]
@@ -38,21 +50,42 @@ def test_a_run_reads_back_typed_and_immutable():
 
 
 def test_effective_settings_become_tags_and_read_back_as_engagement():
-    tags = effective_tags({"speculative": Setting("draft", "0 drafts", Engagement.not_engaged, "counters"),
-                           "attention_backend": Setting("auto", "", Engagement.unknown, "-")})
-    assert tags == {"engaged.speculative": "not engaged", "effective.speculative": "0 drafts",
-                    "engaged.attention_backend": "unknown", Tag.not_engaged: "speculative"}
+    tags = effective_tags(
+        {
+            "speculative": Setting("draft", "0 drafts", Engagement.not_engaged, "counters"),
+            "attention_backend": Setting("auto", "", Engagement.unknown, "-"),
+        }
+    )
+    assert tags == {
+        "engaged.speculative": "not engaged",
+        "effective.speculative": "0 drafts",
+        "engaged.attention_backend": "unknown",
+        Tag.not_engaged: "speculative",
+    }
     run = job_run("r", {}, **tags)
-    assert run.engagement("speculative") is Engagement.not_engaged and run.engagement("allreduce_backend") is None
+    assert (
+        run.engagement("speculative") is Engagement.not_engaged
+        and run.engagement("allreduce_backend") is None
+    )
     assert run.captured() == {"effective.speculative": "0 drafts"}
 
 
 def test_each_arm_is_paired_with_the_baseline_sharing_its_other_factors():
-    runs = [job_run(f"{s}{c}", {"speculative": s, "concurrency.streams": str(c)}, values=[v * c for v in RUNS])
-            for s in ("none", "draft") for c in (1, 8)]
+    runs = [
+        job_run(
+            f"{s}{c}",
+            {"speculative": s, "concurrency.streams": str(c)},
+            values=[v * c for v in RUNS],
+        )
+        for s in ("none", "draft")
+        for c in (1, 8)
+    ]
     arms, _ = arms_of(*runs)
     pairs = baseline_pairs(arms, Selector("speculative=none"))
-    assert sorted((b.run_id, a.run_id) for b, a in pairs) == [("none1", "draft1"), ("none8", "draft8")]
+    assert sorted((b.run_id, a.run_id) for b, a in pairs) == [
+        ("none1", "draft1"),
+        ("none8", "draft8"),
+    ]
     # A selector naming a tag, not a factor: one baseline against every other arm.
     tagged = [job_run(r, {}, replicate=r) for r in ("0", "1", "2")]
     arms, _ = arms_of(*tagged)
@@ -60,41 +93,73 @@ def test_each_arm_is_paired_with_the_baseline_sharing_its_other_factors():
 
 
 def test_ambiguous_or_missing_baselines_are_errors_that_name_the_runs():
-    arms, _ = arms_of(job_run("aaaa1111", {"speculative": "none"}), job_run("bbbb2222", {"speculative": "none"}))
-    with pytest.raises(SelectionError, match="matches several runs with the same settings: aaaa1111, bbbb2222"):
+    arms, _ = arms_of(
+        job_run("aaaa1111", {"speculative": "none"}), job_run("bbbb2222", {"speculative": "none"})
+    )
+    with pytest.raises(
+        SelectionError, match="matches several runs with the same settings: aaaa1111, bbbb2222"
+    ):
         baseline_pairs(arms, Selector("speculative=none"))
     with pytest.raises(SelectionError, match="matched: none"):
         baseline_pairs(arms, Selector("cccc"))
 
 
 def test_unfinished_and_empty_runs_are_skipped_with_the_reason():
-    arms, skipped = arms_of(job_run("ok", {}), job_run("failed12", {}, status="FAILED"), job_run("empty123", {}, values=[]))
+    arms, skipped = arms_of(
+        job_run("ok", {}),
+        job_run("failed12", {}, status="FAILED"),
+        job_run("empty123", {}, values=[]),
+    )
     assert [a.run_id for a in arms] == ["ok"]
-    assert skipped == ["failed12 (failed12): FAILED, not compared", "empty123 (empty123): no tok_per_s values"]
+    assert skipped == [
+        "failed12 (failed12): FAILED, not compared",
+        "empty123 (empty123): no tok_per_s values",
+    ]
 
 
 def test_label_tags_make_factors_and_duplicate_labels_get_the_run_id():
-    arms, _ = arms_of(job_run("r1xxxxxx", {}, replicate="0"), job_run("r2xxxxxx", {}, replicate="0"),
-                      label_tags=["replicate"])
+    arms, _ = arms_of(
+        job_run("r1xxxxxx", {}, replicate="0"),
+        job_run("r2xxxxxx", {}, replicate="0"),
+        label_tags=["replicate"],
+    )
     assert [a.label for a in arms] == ["replicate=0 [r1xxxxxx]", "replicate=0 [r2xxxxxx]"]
     assert arms[0].factors == {"replicate": "0"}
 
 
 def test_drift_and_a_factor_that_did_not_engage():
-    base = job_run("base", {"speculative": "none"}, **{"stack.torch": "2.9", "engaged.speculative": "engaged"})
-    cand = job_run("cand", {"speculative": "draft"}, values=[v * 1.5 for v in RUNS],
-                   **{"stack.torch": "2.10", "engaged.speculative": "not engaged"})
+    base = job_run(
+        "base", {"speculative": "none"}, **{"stack.torch": "2.9", "engaged.speculative": "engaged"}
+    )
+    cand = job_run(
+        "cand",
+        {"speculative": "draft"},
+        values=[v * 1.5 for v in RUNS],
+        **{"stack.torch": "2.10", "engaged.speculative": "not engaged"},
+    )
     arms, _ = arms_of(base, cand)
     assert drift(arms[0], arms[1], "speculative") == ["stack.torch: 2.9 vs 2.10"]
-    (comparison,) = compare_arms(baseline_pairs(arms, Selector("speculative=none")), confidence=0.95,
-                                 threshold=0.01, power=0.8, factor="speculative")
+    (comparison,) = compare_arms(
+        baseline_pairs(arms, Selector("speculative=none")),
+        confidence=0.95,
+        threshold=0.01,
+        power=0.8,
+        factor="speculative",
+    )
     assert comparison.verdict == NOT_ATTRIBUTABLE
     assert "drift: stack.torch: 2.9 vs 2.10" in comparison.notes
 
 
 def test_crossover_families_come_from_factors():
-    runs = [job_run(f"{s}{c}", {"speculative": s, "concurrency.streams": str(c)}, values=[v * m for v in RUNS])
-            for s, m in (("none", 1.0), ("draft", 1.3)) for c in (1, 2, 4)]
+    runs = [
+        job_run(
+            f"{s}{c}",
+            {"speculative": s, "concurrency.streams": str(c)},
+            values=[v * m for v in RUNS],
+        )
+        for s, m in (("none", 1.0), ("draft", 1.3))
+        for c in (1, 2, 4)
+    ]
     arms, _ = arms_of(*runs)
     families = crossover.families(arms, "concurrency.streams")
     assert set(families) == {"speculative=none", "speculative=draft"}

@@ -46,8 +46,12 @@ def test_sglang_counts_cumulative_tokens_and_reads_meta_info():
     assert record.ok and record.output_tokens == 10 and record.prompt_tokens == 6
     assert record.ttft_s == pytest.approx(GAP_S)
     assert record.itl_s == pytest.approx([GAP_S / 3] * 9)  # three tokens per verify step
-    assert record.speculative == {"spec_verify_steps": 3, "spec_accept_length": pytest.approx(10 / 3),
-                                  "spec_accepted_tokens": 6, "spec_draft_tokens": 9}
+    assert record.speculative == {
+        "spec_verify_steps": 3,
+        "spec_accept_length": pytest.approx(10 / 3),
+        "spec_accepted_tokens": 6,
+        "spec_draft_tokens": 9,
+    }
 
 
 def test_vllm_times_events_and_takes_the_count_from_usage():
