@@ -19,11 +19,11 @@ import signal
 import sys
 import warnings
 from enum import StrEnum
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 from urllib.parse import urlparse
 
 import psutil
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from submitit.slurm import slurm
 
 from specexp.schemas import RunConfig
@@ -35,9 +35,10 @@ FLOOR_TOK_PER_S = 10.0
 JOB_OVERHEAD_S = 300.0
 
 
-def job_minutes(cfg: Any) -> int:
+def job_minutes(cfg: Union[RunConfig, DictConfig]) -> int:
     """A time limit for one job: every launch's readiness timeout (model load) plus its
-    warm-up and measured runs at :data:`FLOOR_TOK_PER_S` per stream, plus overhead."""
+    warm-up and measured runs at :data:`FLOOR_TOK_PER_S` per stream, plus overhead. Called
+    with a job's typed config, and with the composed config by the presets' resolver."""
     runs = cfg.stats.warmup_runs + cfg.stats.measured_runs
     if cfg.concurrency.duration_s:
         run_s = cfg.concurrency.duration_s + cfg.workload.max_tokens / FLOOR_TOK_PER_S

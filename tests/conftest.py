@@ -28,6 +28,7 @@ from specexp import hydra_app
 from specexp.engines.base import LaunchSpec
 from specexp.job import Job, prepare
 from specexp.leases import free_port
+from specexp.results import RunKind, Tag
 from specexp.tinymodels import ensure_pair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -172,3 +173,13 @@ def tracking_env(tmp_path):
     """A private MLflow store for one test."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     return {"MLFLOW_TRACKING_URI": uri}
+
+
+def is_sweep(run) -> bool:
+    return run.data.tags.get(Tag.kind) == RunKind.sweep
+
+
+def sweep_parent(runs: list):
+    """The one sweep parent among ``runs``."""
+    (parent,) = [r for r in runs if is_sweep(r)]
+    return parent

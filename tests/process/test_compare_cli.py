@@ -7,6 +7,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp.results import RunKind, Tag
 from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli
 
@@ -84,7 +85,7 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
     )
     run_id = result.stdout.strip().splitlines()[-1].split()[-1]
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    assert client.get_run(run_id).data.tags["specexp.kind"] == "comparison"
+    assert client.get_run(run_id).data.tags[Tag.kind] == RunKind.comparison
     names = {a.path for a in client.list_artifacts(run_id, "comparison")}
     assert names == {
         "comparison/comparison.md",

@@ -18,8 +18,18 @@ from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
 from specexp.job import prepare
+from specexp.results import Tag
 from specexp.schemas import ConfigError
-from tests.conftest import CONFIG_DIR, TINY, compose_run, run_cli, runs_in, server_pids
+from tests.conftest import (
+    CONFIG_DIR,
+    TINY,
+    compose_run,
+    is_sweep,
+    run_cli,
+    runs_in,
+    server_pids,
+    sweep_parent,
+)
 
 QUICK = TINY
 
@@ -33,13 +43,9 @@ def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "server failed: server exited with code" in result.stdout
     runs = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
-    jobs = {
-        r.data.tags.get("mlflow.runName"): r
-        for r in runs
-        if r.data.tags.get("specexp.kind") != "sweep"
-    }
+    jobs = {r.data.tags.get("mlflow.runName"): r for r in runs if not is_sweep(r)}
     failed = jobs["engine.extra_args=[--no-such-flag]"]
-    assert failed.info.status == "FAILED" and "no-such-flag" in failed.data.tags["failure"]
+    assert failed.info.status == "FAILED" and "no-such-flag" in failed.data.tags[Tag.failure]
     assert jobs["engine.extra_args=[]"].info.status == "FINISHED"
     names = {
         a.path
@@ -48,8 +54,8 @@ def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path
         )
     }
     assert "server.log" in names
-    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
-    assert parent.data.tags["failed_jobs"] == "1"
+    parent = sweep_parent(runs)
+    assert parent.data.tags[Tag.failed_jobs] == "1"
 
 
 def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
@@ -57,7 +63,7 @@ def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
     assert result.returncode == 1
     assert "server not ready after 0 s (engine.ready_timeout_s)" in result.stdout
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
-    assert run.info.status == "FAILED" and run.data.tags["failure"] == "readiness timeout"
+    assert run.info.status == "FAILED" and run.data.tags[Tag.failure] == "readiness timeout"
 
 
 def _start_run(tmp_path, env, *overrides):
@@ -89,7 +95,7 @@ def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_p
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 1, output[-2000:]
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
-    assert run.info.status == "FAILED" and "request(s) failed" in run.data.tags["failure"]
+    assert run.info.status == "FAILED" and "request(s) failed" in run.data.tags[Tag.failure]
     assert "tok_per_s_mean" not in run.data.metrics  # partial data is not summarised as if complete
     kept = [json.loads(line) for line in records.read_text().splitlines()]
     assert sum(r["ok"] for r in kept) >= 2 and not kept[-1]["ok"]

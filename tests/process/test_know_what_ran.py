@@ -6,6 +6,7 @@ import json
 
 from mlflow.tracking import MlflowClient
 
+from specexp.results import Tag
 from tests.conftest import QUICK as BASE
 from tests.conftest import REPO, run_cli, runs_in
 
@@ -48,7 +49,7 @@ def test_a_setting_that_did_not_engage_is_loud(tmp_path, tracking_env):
     )
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
     assert run.data.tags["engaged.attention_backend"] == "not engaged"
-    assert run.data.tags["not_engaged"] == "attention_backend"
+    assert run.data.tags[Tag.not_engaged] == "attention_backend"
 
 
 def test_comparison_lists_drift_and_refuses_a_factor_that_did_not_engage(tmp_path, tracking_env):

@@ -14,8 +14,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.leases import gpu_ids, lease_gpus
-from tests.conftest import TINY, mlflow_process, run_cli, server_pids
-from tests.conftest import runs_in as runs_of
+from specexp.results import Tag
+from tests.conftest import TINY, mlflow_process, run_cli, runs_in, server_pids, sweep_parent
 from tests.slurm_cluster import PARTITION, one_node_cluster
 
 
@@ -71,8 +71,8 @@ def local_sweep(url: str, experiment: str, tmp_path: Path, *extra: str) -> list[
 
 
 def parent_and_children(url: str, experiment: str):
-    runs = runs_of(url, experiment)
-    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+    runs = runs_in(url, experiment)
+    parent = sweep_parent(runs)
     return parent, [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
 
 
@@ -94,7 +94,7 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
         "speculative=draft replicate=1",
     }
     # Each job started a server of its own, in its own process, and logged its log.
-    assert all(r.data.tags["server_reused"] == "false" for r in children)
+    assert all(r.data.tags[Tag.server_reused] == "false" for r in children)
     client = MlflowClient(url)
     for run in children:
         assert "server.log" in {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -103,16 +103,16 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
     # Two jobs at a time, never more; servers running together never shared a GPU or a port.
     assert max_overlap([(r.info.start_time, r.info.end_time) for r in children]) == 2
     servers = [
-        (float(r.data.tags["server_started_at"]), float(r.data.tags["server_stopped_at"]))
+        (float(r.data.tags[Tag.server_started_at]), float(r.data.tags[Tag.server_stopped_at]))
         for r in children
     ]
     assert max_overlap(servers) == 2
     for i, a in enumerate(children):
         for j, b in enumerate(children[i + 1 :], i + 1):
             if servers[i][0] < servers[j][1] and servers[j][0] < servers[i][1]:
-                assert a.data.tags["gpus"] != b.data.tags["gpus"]
-                assert a.data.tags["server_url"] != b.data.tags["server_url"]
-    assert {r.data.tags["gpus"] for r in children} == {"0", "1"}
+                assert a.data.tags[Tag.gpus] != b.data.tags[Tag.gpus]
+                assert a.data.tags[Tag.server_url] != b.data.tags[Tag.server_url]
+    assert {r.data.tags[Tag.gpus] for r in children} == {"0", "1"}
     assert not any(leases.iterdir()), "every lease is given back"
     assert not (tmp_path / "mlruns").exists(), "no job fell back to a local store"
 
@@ -137,7 +137,7 @@ def test_submitit_slurm_sweep_on_a_real_one_node_cluster(tmp_path, tracking_serv
     assert parent.info.status == "FINISHED"
     assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
     assert all(
-        r.data.tags["server_reused"] == "false" and r.data.metrics["tok_per_s_mean"] > 0
+        r.data.tags[Tag.server_reused] == "false" and r.data.metrics["tok_per_s_mean"] > 0
         for r in children
     )
     # The jobs ran inside Slurm allocations, with the preset's sbatch directives.

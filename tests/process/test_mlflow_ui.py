@@ -8,7 +8,7 @@ import shutil
 import mlflow
 import pytest
 
-from tests.conftest import mlflow_process, run_cli
+from tests.conftest import mlflow_process, run_cli, sweep_parent
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -65,7 +65,7 @@ def test_parent_children_and_crossover_plot_in_the_ui(sweep_store, mlflow_ui, pa
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name("specexp")
     runs = mlflow.search_runs(experiment_names=["specexp"], output_format="list")
-    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+    parent = sweep_parent(runs)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(children) == 4
 

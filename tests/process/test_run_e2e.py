@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp.results import Tag
 from tests.conftest import QUICK as BASE
-from tests.conftest import run_cli
-from tests.conftest import runs_in as finished_runs
+from tests.conftest import run_cli, runs_in
 
 QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 
@@ -21,7 +21,7 @@ def draft_run(tmp_path_factory):
     env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
     result = run_cli(*QUICK, "speculative=draft", cwd=tmp, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    runs = finished_runs(env["MLFLOW_TRACKING_URI"])
+    runs = runs_in(env["MLFLOW_TRACKING_URI"])
     assert len(runs) == 1
     return runs[0], result, tmp
 
@@ -103,7 +103,7 @@ def test_default_store_is_sqlite_under_mlruns(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (tmp_path / "mlruns" / "mlflow.db").is_file()
-    runs = finished_runs(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    runs = runs_in(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     assert len(runs) == 1
     assert runs[0].info.artifact_uri.startswith((tmp_path / "mlruns" / "artifacts").as_uri())
 
@@ -116,9 +116,9 @@ def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_e
     )
     assert result.returncode == 1
     assert "server failed" in result.stdout
-    (run,) = finished_runs(tracking_env["MLFLOW_TRACKING_URI"])
+    (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
     assert run.info.status == "FAILED"
-    assert run.data.tags["failure"]
+    assert run.data.tags[Tag.failure]
     names = {
         a.path
         for a in MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).list_artifacts(run.info.run_id)

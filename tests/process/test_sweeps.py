@@ -13,8 +13,8 @@ import time
 from mlflow.tracking import MlflowClient
 
 from specexp.engines.base import LaunchSpec
-from tests.conftest import TINY, run_cli, server_pids
-from tests.conftest import runs_in as runs_of
+from specexp.results import Tag
+from tests.conftest import TINY, is_sweep, run_cli, runs_in, server_pids, sweep_parent
 from tests.sglang_parser import check_with_real_parser, composed
 
 
@@ -32,16 +32,16 @@ def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking
     assert "sweep: 10 jobs, 10 to run, 2 server launch(es) needed" in result.stdout
     assert result.stdout.count("server ready at") == 2
     assert result.stdout.count("reusing the sweep's server") == 8
-    runs = runs_of(tracking_env["MLFLOW_TRACKING_URI"])
-    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
+    runs = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    parent = sweep_parent(runs)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert len(children) == 10 and all(r.info.status == "FINISHED" for r in children)
     assert (
         parent.data.tags["planned_server_launches"] == "2"
-        and parent.data.tags["server_launches"] == "2"
+        and parent.data.tags[Tag.server_launches] == "2"
     )
-    assert sorted(r.data.tags["server_reused"] for r in children).count("false") == 2
-    assert {r.data.tags["server_launch"] for r in children} == {"0", "1"}
+    assert sorted(r.data.tags[Tag.server_reused] for r in children).count("false") == 2
+    assert {r.data.tags[Tag.server_launch] for r in children} == {"0", "1"}
     assert len({r.data.tags["server_fingerprint"] for r in children}) == 2
     # The sweep report and the crossover analysis land on the parent, failed jobs or not.
     names = {
@@ -69,8 +69,8 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     while time.monotonic() < deadline:
         finished = [
             r
-            for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])
-            if r.info.status == "FINISHED" and r.data.tags.get("specexp.kind") != "sweep"
+            for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+            if r.info.status == "FINISHED" and not is_sweep(r)
         ]
         if len(finished) >= 2:
             break
@@ -79,13 +79,13 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     output = sweep.communicate(timeout=120)[0]
     assert sweep.returncode != 0
     assert server_pids() - before == set(), "the interrupted sweep left its server running"
-    statuses = [r.info.status for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])]
+    statuses = [r.info.status for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"])]
     assert "KILLED" in statuses, output[-2000:]
     done = len(
         [
             r
-            for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])
-            if r.info.status == "FINISHED" and r.data.tags.get("specexp.kind") != "sweep"
+            for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+            if r.info.status == "FINISHED" and not is_sweep(r)
         ]
     )
 
@@ -95,8 +95,8 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     assert rerun.stdout.count("skipped") == done
     finished = [
         r
-        for r in runs_of(tracking_env["MLFLOW_TRACKING_URI"])
-        if r.info.status == "FINISHED" and r.data.tags.get("specexp.kind") != "sweep"
+        for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+        if r.info.status == "FINISHED" and not is_sweep(r)
     ]
     assert sorted(r.data.tags["replicate"] for r in finished) == ["0", "1", "2", "3"]
 
@@ -151,9 +151,9 @@ def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "crossover:" in result.stdout and "recommended switch-off" in result.stdout
-    runs = runs_of(tracking_env["MLFLOW_TRACKING_URI"])
-    (parent,) = [r for r in runs if r.data.tags.get("specexp.kind") == "sweep"]
-    assert parent.data.tags["crossover"]
+    runs = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    parent = sweep_parent(runs)
+    assert parent.data.tags[Tag.crossover]
     client = MlflowClient(tracking_env["MLFLOW_TRACKING_URI"])
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "crossover")}
     assert names == {"crossover/crossover.png", "crossover/crossover.json"}
