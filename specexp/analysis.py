@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from specexp.engines.base import Engagement
 from specexp.results import JobRun, Tag, Unit
-from specexp.stats import Comparison, Summary, compare, decide, summarize
+from specexp.stats import CANNOT_TEST, Comparison, Summary, compare, decide, summarize
 
 REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = (
     "reproduced",
@@ -177,11 +177,12 @@ def compare_arms(
     power: float,
     factor: Optional[str] = None,
 ) -> list[Comparison]:
-    """Compare each pair (Holm over the family); list drift, and refuse to attribute a
-    difference to the declared factor when it did not engage in one of the arms."""
-    kept = [(base, arm) for base, arm in pairs if len(arm.values) > 1 and len(base.values) > 1]
-    comparisons = [
-        compare(
+    """Compare each pair as one family (simultaneous intervals); list drift, refuse to
+    compare arms whose values are of different units, and refuse to attribute a difference
+    to the declared factor when it did not engage in one of the arms."""
+    comparisons = []
+    for base, arm in pairs:
+        comparison = compare(
             base.values,
             arm.values,
             confidence=confidence,
@@ -190,10 +191,15 @@ def compare_arms(
             baseline_name=base.label,
             candidate_name=arm.label,
         )
-        for base, arm in kept
-    ]
+        if base.unit != arm.unit and comparison.testable:
+            comparison.verdict = CANNOT_TEST
+            comparison.notes.append(
+                f"cannot test: {base.label} has one value per {base.unit}, {arm.label} one per "
+                f"{arm.unit}; their spreads differ in kind. Measure both with the same stats.launches"
+            )
+        comparisons.append(comparison)
     decide(comparisons)
-    for (base, arm), comparison in zip(kept, comparisons, strict=True):
+    for (base, arm), comparison in zip(pairs, comparisons, strict=True):
         comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
         missed = [
             a.label
@@ -258,7 +264,7 @@ def reproduce(
         )
         base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
         comparison = None
-        if base and cand and base is not cand and len(base.values) > 1 and len(cand.values) > 1:
+        if base and cand and base is not cand:
             comparison = compare(
                 base.values,
                 cand.values,
@@ -273,7 +279,7 @@ def reproduce(
     decide(comparisons)
     for check in checks:
         c = check.comparison
-        if c is None:
+        if c is None or not c.testable:
             continue
         if not c.ci_low <= check.published_ratio <= c.ci_high:
             check.status = CONTRADICTED

@@ -8,7 +8,7 @@
 Runs are selected from an experiment (optionally the children of a sweep's parent run, a
 filter string, or explicit ids); each finished run is one arm. Its values are the per-launch
 means when it had several server launches, else its measured runs. Each arm is compared with
-the baseline (Holm's correction over the family); the table is printed, and logged to MLflow
+the baseline (one family, simultaneous intervals); the table is printed, and logged to MLflow
 as markdown, JSON and a plot - on the parent run when one is given, else on a new run.
 """
 

@@ -46,6 +46,8 @@ def comparison_plot(
             "inconclusive": "tab:orange",
         }
         for y, c in enumerate(comparisons):
+            if not c.testable:  # no interval to draw; the label says why
+                continue
             right.errorbar(
                 [c.change * 100],
                 [y],
@@ -57,7 +59,11 @@ def comparison_plot(
         right.set_yticks(
             range(len(comparisons)), [f"{c.candidate}\n{c.verdict}" for c in comparisons]
         )
-        right.set_xlabel(f"change vs {comparisons[0].baseline} (%), 95% CI")
+        level = comparisons[0].ci_level
+        right.set_xlabel(
+            f"change vs {comparisons[0].baseline} (%), {level:.1%} intervals, simultaneous "
+            f"over {comparisons[0].family}"
+        )
         right.legend(loc="best", fontsize="small")
         right.grid(axis="x", alpha=0.3)
     else:

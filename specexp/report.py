@@ -138,6 +138,7 @@ _VERDICT_STYLE = {
     "slower": "red",
     "equivalent": "cyan",
     "inconclusive": "yellow",
+    "cannot test": "magenta",
     "not attributable": "magenta",
     "reproduced": "green",
     "contradicted": "red",
@@ -150,7 +151,9 @@ def _pct(value: Optional[float]) -> str:
 
 
 def _p(value: Optional[float]) -> str:
-    return "-" if value is None else (f"{value:.2g}" if value >= 1e-4 else "<1e-4")
+    if value is None or value != value:
+        return "-"
+    return f"{value:.2g}" if value >= 1e-4 else "<1e-4"
 
 
 def comparison_rows(
@@ -163,8 +166,8 @@ def comparison_rows(
         "95% CI",
         "CV",
         "vs baseline",
-        "ratio CI",
-        "p Welch (Holm)",
+        "ratio CI (simultaneous)",
+        "p Welch (Bonferroni)",
         "p Mann-Whitney",
         "verdict",
         "MDE",
@@ -238,7 +241,8 @@ def print_comparison(
     headers, rows = comparison_rows(arms, comparisons)
     console.print(
         _rich_table(
-            f"{metric}: ratio of means vs baseline, Welch t on logs; Holm over "
+            f"{metric}: ratio of geometric means vs baseline, Welch t on logs; simultaneous "
+            f"intervals (Bonferroni) over "
             f"{len(comparisons)} comparison(s)",
             headers,
             rows,

@@ -2,12 +2,12 @@
 
 * A configuration: mean, std, CV and a Student-t interval; warnings when the values cannot
   be trusted (high CV, a trend left in the measured runs, outliers).
-* Two configurations: the speedup as a ratio of means with a confidence interval from
-  Welch's t on log values (Kalibera & Jones report the ratio with a CI; logs make it
-  symmetric), a Mann-Whitney U p-value as a second opinion, a BCa bootstrap interval when
-  there are enough values, and a verdict with a practical threshold: faster / slower /
-  equivalent (TOST within the threshold) / inconclusive. Holm's correction applies across
-  the comparisons of a sweep.
+* Two configurations: the speedup as a ratio of geometric means with a confidence interval
+  from Welch's t on log values (Kalibera & Jones report the ratio with a CI; logs make it
+  symmetric), a Mann-Whitney U p-value as a second opinion, and a verdict read off the
+  interval with a practical threshold: faster / slower / equivalent (inside the threshold) /
+  inconclusive, or "cannot test" (an arm with one value, or without spread). The
+  comparisons of a sweep are one family: their intervals are simultaneous (Bonferroni).
 * Planning: runs per arm needed for an effect, and the minimum detectable effect of the runs
   made, from the measured CV.
 
@@ -26,8 +26,7 @@ from scipy import optimize, special
 from scipy import stats as scipy_stats
 
 FASTER, SLOWER, EQUIVALENT, INCONCLUSIVE = "faster", "slower", "equivalent", "inconclusive"
-# Below this many values per arm the bootstrap interval is not computed (it is unreliable).
-BOOTSTRAP_MIN_N = 8
+CANNOT_TEST = "cannot test"
 
 
 @dataclass(frozen=True)
@@ -132,29 +131,29 @@ def warnings_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -
                 f"values keep {direction} across the measured runs (Kendall tau {tau:.2f}, p={p:.3f}): "
                 "warm-up may not be over; add stats.warmup_runs"
             )
-    if data.size >= 4:
-        median = np.median(data)
-        mad = np.median(np.abs(data - median))
-        if mad > 0:
-            robust_z = 0.6745 * (data - median) / mad  # Iglewicz & Hoaglin's modified z-score
-            outliers = [f"run {i} ({data[i]:.4g})" for i in np.flatnonzero(np.abs(robust_z) > 3.5)]
-            if outliers:
-                notes.append(f"outliers: {', '.join(outliers)}")
+    if data.size >= 3:
+        outlier = grubbs_outlier(data.tolist(), alpha)
+        if outlier is not None:
+            notes.append(f"outlier: run {outlier} ({data[outlier]:.4g}), Grubbs' test p<{alpha:g}")
     if data.size < 5:
         notes.append(f"only {data.size} values: intervals are wide and rank tests weak")
     return notes
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1)."""
-    m = len(p_values)
-    order = np.argsort(p_values)
-    adjusted = np.empty(m)
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[index]))
-        adjusted[index] = running
-    return adjusted.tolist()
+def grubbs_outlier(values: Sequence[float], alpha: float = 0.05) -> Optional[int]:
+    """Index of the value farthest from the others if Grubbs' two-sided test calls it an
+    outlier at ``alpha`` (on log values), else None. For normal (here: log-normal) data it
+    raises a false alarm with probability alpha, whatever the number of values."""
+    logs = np.log(_clean(values))
+    n = logs.size
+    spread = logs.std(ddof=1) if n >= 3 else 0.0
+    if spread == 0:
+        return None
+    deviations = np.abs(logs - logs.mean()) / spread
+    index = int(np.argmax(deviations))
+    t = scipy_stats.t.ppf(1 - alpha / (2 * n), n - 2)
+    critical = (n - 1) / math.sqrt(n) * math.sqrt(t * t / (n - 2 + t * t))
+    return index if deviations[index] > critical else None
 
 
 def _welch_log(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
@@ -218,7 +217,8 @@ def minimum_detectable_effect(
 
 @dataclass
 class Comparison:
-    """Candidate against baseline: ratio of means (candidate / baseline), CI, tests, verdict."""
+    """Candidate against baseline: the ratio of geometric means (candidate / baseline), its
+    interval, tests and verdict - one model (Welch's t on log values) for all of them."""
 
     baseline: str
     candidate: str
@@ -227,6 +227,8 @@ class Comparison:
     mean_baseline: float
     mean_candidate: float
     ratio: float
+    # Interval of the ratio at ``ci_level``: simultaneous over the ``family`` of comparisons
+    # decided together (Bonferroni), so the verdict can be read off it.
     ci_low: float
     ci_high: float
     p_welch: float
@@ -234,20 +236,43 @@ class Comparison:
     p_equivalence: float
     confidence: float
     threshold: float
-    bootstrap_ci: Optional[tuple[float, float]] = None
+    log_diff: float = math.nan
+    se: float = math.nan
+    df: float = math.nan
+    family: int = 1
+    ci_level: float = math.nan
     p_welch_adjusted: Optional[float] = None
     p_equivalence_adjusted: Optional[float] = None
     verdict: str = INCONCLUSIVE
     mde: Optional[float] = None
     runs_needed: Optional[int] = None
+    power: float = 0.8
     notes: list[str] = field(default_factory=list)
 
     @property
     def change(self) -> float:
         return self.ratio - 1.0
 
+    @property
+    def testable(self) -> bool:
+        return self.verdict != CANNOT_TEST
+
     def to_json(self) -> dict:
         return {**asdict(self), "change": self.change}
+
+
+def _alpha(confidence: float) -> float:
+    """1 - confidence without the float residue (0.05, not 0.050000000000000044)."""
+    return round(1 - confidence, 12)
+
+
+def _why_untestable(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> Optional[str]:
+    for values, name in zip((a, b), names, strict=True):
+        if values.size < 2:
+            return f"{name} has {values.size} value(s): its noise cannot be estimated"
+        if np.ptp(np.log(values)) == 0:
+            return f"{name} has {values.size} identical values: no spread to test against"
+    return None
 
 
 def compare(
@@ -259,94 +284,88 @@ def compare(
     power: float = 0.8,
     baseline_name: str = "baseline",
     candidate_name: str = "candidate",
-    seed: int = 0,
 ) -> Comparison:
-    """Compare two independent samples of a higher-is-better metric (e.g. tok/s)."""
+    """Compare two independent samples of a higher-is-better metric (e.g. tok/s). An arm with
+    fewer than two values or none of their spread gives the verdict "cannot test"."""
     a, b = _clean(baseline), _clean(candidate)
-    if a.size < 2 or b.size < 2:
-        raise ValueError(
-            f"need at least 2 values per arm, got {a.size} ({baseline_name}) and {b.size} ({candidate_name})"
-        )
     if (a <= 0).any() or (b <= 0).any():
         raise ValueError("values must be positive (ratios are taken on logs)")
-    alpha = 1 - confidence
-    diff, se, df = _welch_log(a, b)
-    if se > 0:
-        half = scipy_stats.t.ppf(1 - alpha / 2, df) * se
-        p_welch = float(2 * scipy_stats.t.sf(abs(diff) / se, df))
-        bound = math.log1p(threshold)
-        p_equivalence = float(
-            max(
-                scipy_stats.t.sf((diff + bound) / se, df),
-                scipy_stats.t.cdf((diff - bound) / se, df),
-            )
-        )
-    else:  # identical values in both arms: no spread to test against
-        half, p_welch = 0.0, (1.0 if diff == 0 else 0.0)
-        p_equivalence = 0.0 if abs(diff) < math.log1p(threshold) else 1.0
-    ratio = float(b.mean() / a.mean())
-    # The Welch interval is for the ratio of geometric means; shift it onto the ratio of means.
-    shift = math.log(ratio) - diff
+    nan = math.nan
     result = Comparison(
         baseline=baseline_name,
         candidate=candidate_name,
         n_baseline=int(a.size),
         n_candidate=int(b.size),
-        mean_baseline=float(a.mean()),
-        mean_candidate=float(b.mean()),
-        ratio=ratio,
-        ci_low=math.exp(diff + shift - half),
-        ci_high=math.exp(diff + shift + half),
-        p_welch=p_welch,
-        p_mannwhitney=float(scipy_stats.mannwhitneyu(b, a, alternative="two-sided").pvalue),
-        p_equivalence=p_equivalence,
+        mean_baseline=float(a.mean()) if a.size else nan,
+        mean_candidate=float(b.mean()) if b.size else nan,
+        ratio=nan,
+        ci_low=nan,
+        ci_high=nan,
+        p_welch=nan,
+        p_mannwhitney=nan,
+        p_equivalence=nan,
         confidence=confidence,
         threshold=threshold,
+        power=power,
     )
-    if min(a.size, b.size) >= BOOTSTRAP_MIN_N:
-        boot = scipy_stats.bootstrap(
-            (a, b),
-            lambda x, y, axis=-1: y.mean(axis=axis) / x.mean(axis=axis),
-            confidence_level=confidence,
-            method="BCa",
-            n_resamples=2000,
-            random_state=np.random.default_rng(seed),
-            vectorized=True,
+    reason = _why_untestable(a, b, (baseline_name, candidate_name))
+    if a.size and b.size:
+        result.ratio = math.exp(float(np.log(b).mean() - np.log(a).mean()))
+    if reason:
+        result.verdict = CANNOT_TEST
+        result.notes.append(f"cannot test: {reason}")
+        return result
+    result.log_diff, result.se, result.df = _welch_log(a, b)
+    result.p_welch = float(2 * scipy_stats.t.sf(abs(result.log_diff) / result.se, result.df))
+    bound = math.log1p(threshold)
+    result.p_equivalence = float(
+        max(
+            scipy_stats.t.sf((result.log_diff + bound) / result.se, result.df),
+            scipy_stats.t.cdf((result.log_diff - bound) / result.se, result.df),
         )
-        result.bootstrap_ci = (
-            float(boot.confidence_interval.low),
-            float(boot.confidence_interval.high),
-        )
-    pooled_cv = float(math.sqrt((np.log(a).var(ddof=1) + np.log(b).var(ddof=1)) / 2))
-    result.mde = minimum_detectable_effect(pooled_cv, int(min(a.size, b.size)), alpha, power)
-    result.runs_needed = runs_needed(pooled_cv, threshold, alpha, power)
+    )
+    result.p_mannwhitney = float(scipy_stats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
     decide([result])
     return result
 
 
 def decide(comparisons: Sequence[Comparison]) -> None:
-    """Set each verdict, with Holm's correction over the family when there are several."""
-    if not comparisons:
-        return
-    p_diff = holm([c.p_welch for c in comparisons])
-    p_equiv = holm([c.p_equivalence for c in comparisons])
-    for c, pd, pe in zip(comparisons, p_diff, p_equiv, strict=True):
-        alpha = 1 - c.confidence
-        c.p_welch_adjusted, c.p_equivalence_adjusted = pd, pe
+    """Interval, adjusted p-values and verdict of each comparison, as one family of ``m``
+    testable comparisons: each interval is at level 1 - alpha/m (Bonferroni), so the
+    intervals hold together with probability >= 1 - alpha, and the verdict is read off the
+    interval - faster (above 1), slower (below 1), equivalent (inside the threshold either
+    way, which takes precedence), else inconclusive. A p-value below alpha after adjustment
+    and an interval that excludes 1 are the same statement."""
+    testable = [c for c in comparisons if c.testable]
+    family = len(testable)
+    for c in testable:
+        alpha = _alpha(c.confidence)
+        c.family, c.ci_level = family, 1 - alpha / family
+        half = float(scipy_stats.t.ppf(1 - alpha / (2 * family), c.df)) * c.se
+        c.ci_low, c.ci_high = math.exp(c.log_diff - half), math.exp(c.log_diff + half)
+        c.p_welch_adjusted = min(1.0, family * c.p_welch)
+        c.p_equivalence_adjusted = min(1.0, 2 * family * c.p_equivalence)
+        # Effects the family's test finds with the asked power, at the spread measured.
+        cv = float(c.se / math.sqrt(1 / c.n_baseline + 1 / c.n_candidate))
+        n = min(c.n_baseline, c.n_candidate)
+        c.mde = minimum_detectable_effect(cv, n, alpha / family, c.power)
+        c.runs_needed = runs_needed(cv, c.threshold, alpha / family, c.power)
         c.notes = [
             n
             for n in c.notes
             if not n.startswith(("difference below", "rank test disagrees", "cannot detect"))
         ]
-        if pe < alpha:
+        limit = 1 + c.threshold
+        if 1 / limit <= c.ci_low and c.ci_high <= limit:
             c.verdict = EQUIVALENT
-        elif pd < alpha:
-            c.verdict = FASTER if c.ratio > 1 else SLOWER
+        elif c.ci_low > 1 or c.ci_high < 1:
+            c.verdict = FASTER if c.ci_low > 1 else SLOWER
             if abs(c.change) < c.threshold:
                 c.notes.append(f"difference below the practical threshold ({c.threshold:.1%})")
             if c.p_mannwhitney >= alpha:
                 c.notes.append(
-                    f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it cannot reach {alpha})"
+                    f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it "
+                    f"cannot reach {alpha:g})"
                 )
         else:
             c.verdict = INCONCLUSIVE

@@ -81,7 +81,7 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
     assert (
         "faster" in result.stdout
         and "ratio CI" in result.stdout
-        and "p Welch (Holm)" in result.stdout
+        and "p Welch (Bonferroni)" in result.stdout
     )
     run_id = result.stdout.strip().splitlines()[-1].split()[-1]
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])

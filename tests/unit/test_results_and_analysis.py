@@ -170,3 +170,20 @@ def test_crossover_families_come_from_factors():
 
 def test_the_factors_tag_is_json():
     assert json.loads(factors_tag({"b": "2", "a": "1"})) == {"a": "1", "b": "2"}
+
+
+def test_arms_of_different_units_are_not_compared():
+    per_launch = job_run("launches", {"speculative": "none"}, launch_values=[10.0, 10.3, 9.8])
+    per_run = job_run("runs", {"speculative": "draft"}, values=[v * 1.3 for v in RUNS])
+    arms, _ = arms_of(per_launch, per_run)
+    (comparison,) = compare_arms(
+        baseline_pairs(arms, Selector("speculative=none")),
+        confidence=0.95,
+        threshold=0.01,
+        power=0.8,
+    )
+    assert comparison.verdict == "cannot test"
+    assert (
+        "one value per launch" in comparison.notes[-1]
+        and "same stats.launches" in comparison.notes[-1]
+    )
