@@ -8,12 +8,22 @@ and baselines are found through it, never by parsing labels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from specexp.engines.base import Engagement
-from specexp.results import JobRun, Tag, Unit
-from specexp.stats import CANNOT_TEST, Comparison, Summary, compare, decide, summarize
+from specexp.results import JobRun, Metric, Tag, Unit
+from specexp.stats import (
+    CANNOT_TEST,
+    Comparison,
+    RepetitionPlan,
+    Summary,
+    compare,
+    decide,
+    plan_repetitions,
+    summarize,
+)
 
 REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = (
     "reproduced",
@@ -200,6 +210,13 @@ def compare_arms(
         comparisons.append(comparison)
     decide(comparisons)
     for (base, arm), comparison in zip(pairs, comparisons, strict=True):
+        if comparison.testable and base.unit == Unit.launch:
+            comparison.plan = repetition_plan(base.run, arm.run, comparison)
+        elif comparison.testable:
+            comparison.notes.append(
+                "one launch per arm: launch-to-launch variance is not in this verdict, which holds "
+                "for these launches only (stats.launches=3 or more measures it)"
+            )
         comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
         missed = [
             a.label
@@ -213,6 +230,45 @@ def compare_arms(
                 f"attributed to {factor}"
             )
     return comparisons
+
+
+def repetition_plan(base: JobRun, arm: JobRun, comparison: Comparison) -> Optional[RepetitionPlan]:
+    """The cheapest launches x runs per arm that find the threshold effect, from the two
+    arms' measured variance within and between launches and their launch and run times."""
+    runs = (base, arm)
+    needed = (
+        Metric.var_within_launch,
+        Metric.var_between_launch,
+        Metric.tok_per_s_mean,
+        Metric.server_ready_s,
+        Metric.wall_s,
+    )
+    if not all(name in run.metrics for run in runs for name in needed):
+        return None
+
+    def pooled_cv(variance: str) -> float:
+        return math.sqrt(
+            sum(r.metrics[variance] / r.metrics[Metric.tok_per_s_mean] ** 2 for r in runs) / 2
+        )
+
+    plan = plan_repetitions(
+        within_cv=pooled_cv(Metric.var_within_launch),
+        between_cv=pooled_cv(Metric.var_between_launch),
+        effect=comparison.threshold,
+        launch_s=sum(r.metrics[Metric.server_ready_s] for r in runs) / 2,
+        run_s=sum(r.metrics[Metric.wall_s] for r in runs) / 2,
+        warmup_runs=int(float(base.params.get("stats.warmup_runs", 0))),
+        alpha=round(1 - comparison.confidence, 12),
+        family=comparison.family,
+        power=comparison.power,
+    )
+    if plan is not None:
+        comparison.notes.append(
+            f"to find {comparison.threshold:.1%}: {plan.launches} launches x {plan.runs} runs per arm, "
+            f"about {plan.cost_s / 60:.0f} min per arm (power {plan.power:.2f}, family of "
+            f"{comparison.family})"
+        )
+    return plan
 
 
 # Reproduction of published results ---------------------------------------------------------

@@ -171,7 +171,7 @@ def comparison_rows(
         "p Mann-Whitney",
         "verdict",
         "MDE",
-        "runs for threshold",
+        "per arm for threshold",
     ]
     by_label = {c.candidate: c for c in comparisons}
     baselines = {c.baseline for c in comparisons}
@@ -193,7 +193,9 @@ def comparison_rows(
                 _p(c.p_mannwhitney),
                 c.verdict,
                 _pct(c.mde).lstrip("+"),
-                str(c.runs_needed or "-"),
+                f"{c.plan.launches} launches x {c.plan.runs}"
+                if c.plan
+                else str(c.runs_needed or "-"),
             ]
         else:
             row += ["-"] * 7

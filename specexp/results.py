@@ -56,7 +56,12 @@ class Tag(StrEnum):
 class Metric(StrEnum):
     tok_per_s = "tok_per_s"  # aggregate output tok/s of one measured run
     launch_tok_per_s = "launch_tok_per_s"  # mean of one launch's measured runs
-    server_ready_s = "server_ready_s"
+    server_ready_s = "server_ready_s"  # seconds from launch to ready, per launch
+    wall_s = "wall_s"  # seconds one measured run took
+    tok_per_s_mean = "tok_per_s_mean"
+    # Variance of tok/s within one launch and between launches (with several launches).
+    var_within_launch = "tok_per_s_var_within_launch"
+    var_between_launch = "tok_per_s_var_between_launch"
 
 
 class Artifact(StrEnum):
@@ -117,6 +122,8 @@ class JobRun:
     factors: Mapping[str, str]
     tags: Mapping[str, str]
     params: Mapping[str, str] = field(default_factory=dict)
+    # The run's metrics (the last value of each).
+    metrics: Mapping[str, float] = field(default_factory=dict)
     # Independent values of the metric read back, and what each one is.
     values: tuple[float, ...] = ()
     unit: Unit = Unit.run
@@ -125,6 +132,7 @@ class JobRun:
         object.__setattr__(self, "factors", MappingProxyType(dict(self.factors)))
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+        object.__setattr__(self, "metrics", MappingProxyType(dict(self.metrics)))
         if any(not isinstance(v, float) for v in self.values):
             raise TypeError(f"run {self.run_id}: values must be floats")
 
@@ -138,6 +146,7 @@ class JobRun:
         params: Mapping[str, str],
         run_values: list[float],
         launch_values: list[float],
+        metrics: Optional[Mapping[str, float]] = None,
     ) -> JobRun:
         """From what MLflow returns: per-launch values when there were several launches (runs
         inside one launch share its launch-level variance), else the per-run values."""
@@ -154,6 +163,7 @@ class JobRun:
             factors,
             tags,
             params,
+            dict(metrics or {}),
             tuple(map(float, values)),
             unit,
         )

@@ -109,7 +109,7 @@ def run_metrics(result: RunResult) -> dict[str, float]:
         "request_tok_per_s": result.request_tok_per_s,
         "requests": len(result.records),
         "output_tokens": result.output_tokens,
-        "wall_s": result.wall_s,
+        Metric.wall_s: result.wall_s,
         "ttft_s": sum(r.ttft_s or 0 for r in ok) / len(ok) if ok else None,
         "acceptance_length": result.acceptance_length,
         "acceptance_rate": result.acceptance_rate,
@@ -136,8 +136,8 @@ def summary_metrics(
     metrics["measured_runs"] = float(len(measured))
     components = variance_components(list(by_launch.values()))
     if components:
-        metrics["tok_per_s_var_within_launch"] = components.within_launch
-        metrics["tok_per_s_var_between_launch"] = components.between_launch
+        metrics[Metric.var_within_launch] = components.within_launch
+        metrics[Metric.var_between_launch] = components.between_launch
     ttft = [rec.ttft_s for r in measured for rec in r.records if rec.ok and rec.ttft_s]
     if ttft:
         metrics["ttft_s_mean"] = sum(ttft) / len(ttft)

@@ -157,6 +157,7 @@ class TrackingStore:
             run.data.params,
             history(metric),
             history(launch_metric(metric)),
+            run.data.metrics,
         )
 
 

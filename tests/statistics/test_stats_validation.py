@@ -18,10 +18,12 @@ from specexp.stats import (
     decide,
     grubbs_outlier,
     minimum_detectable_effect,
+    plan_repetitions,
     runs_needed,
     summarize,
     variance_components,
     warnings_for,
+    welch_power,
 )
 from tests import noise
 
@@ -212,3 +214,51 @@ def test_summary_interval_and_warnings():
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="positive"):
         compare([1.0, -1.0], [1.0, 2.0])
+
+
+def _welch_rejects(rng, n: int, delta: float, sd: float, alpha: float, trials: int) -> float:
+    a = rng.normal(0.0, sd, (trials, n))
+    b = rng.normal(delta, sd, (trials, n))
+    return float(np.mean(scipy_stats.ttest_ind(b, a, axis=1, equal_var=False).pvalue < alpha))
+
+
+def test_welch_power_is_what_welchs_test_reaches():
+    rng = np.random.default_rng(12)
+    trials = 4000
+    for n, delta in ((3, 0.05), (5, 0.03), (10, 0.02)):
+        simulated = _welch_rejects(rng, n, delta, 0.02, ALPHA, trials)
+        margin = 3 * math.sqrt(simulated * (1 - simulated) / trials) + 0.005
+        assert welch_power(delta, 0.02, n, ALPHA) == pytest.approx(simulated, abs=margin)
+    # The pooled-t formula is optimistic at small n: Welch's random df cost power.
+    assert welch_power(math.log1p(0.05), 0.02, 3, ALPHA) < 0.55
+
+
+def test_planned_launches_and_runs_reach_the_power_at_least_cost():
+    """Two-level noise (launch and run CV 2% each): the plan's launch means, compared with
+    Welch at the family's alpha, find the threshold effect with the asked power."""
+    rng = np.random.default_rng(13)
+    plan = plan_repetitions(
+        within_cv=0.02,
+        between_cv=0.02,
+        effect=0.03,
+        launch_s=600,
+        run_s=25,
+        warmup_runs=2,
+        family=2,
+    )
+    assert plan is not None and plan.launches >= 2
+    trials, found = 1500, 0
+    for _ in range(trials):
+        base = noise.launches(rng, 90, plan.launches, plan.runs, run_cv=0.02, launch_cv=0.02)
+        cand = noise.launches(rng, 90 * 1.03, plan.launches, plan.runs, run_cv=0.02, launch_cv=0.02)
+        a, b = (np.log([np.exp(np.mean(np.log(x))) for x in arm]) for arm in (base, cand))
+        found += scipy_stats.ttest_ind(b, a, equal_var=False).pvalue < ALPHA / 2
+    assert found / trials >= 0.8 - 3 * math.sqrt(0.8 * 0.2 / trials)
+    # Nothing cheaper reaches the power: one launch fewer, or fewer runs per launch.
+    delta = math.log1p(0.03)
+    for launches, runs in ((plan.launches - 1, plan.runs), (plan.launches, plan.runs - 1)):
+        if launches >= 2 and runs >= 1:
+            sd = math.sqrt(0.02**2 + 0.02**2 / runs)
+            assert welch_power(delta, sd, launches, ALPHA / 2) < 0.8
+    # Launch variance makes runs stop paying: more launches, not many runs each.
+    assert plan.runs <= 10

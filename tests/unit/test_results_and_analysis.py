@@ -24,10 +24,25 @@ RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]
 
 
 def job_run(
-    run_id: str, factors: dict, values=RUNS, launch_values=(), status="FINISHED", **tags
+    run_id: str,
+    factors: dict,
+    values=RUNS,
+    launch_values=(),
+    status="FINISHED",
+    metrics=None,
+    **tags,
 ) -> JobRun:
     all_tags = {Tag.factors: factors_tag(factors), **tags}
-    return JobRun.from_store(run_id, None, status, all_tags, {}, list(values), list(launch_values))
+    return JobRun.from_store(
+        run_id,
+        None,
+        status,
+        all_tags,
+        {"stats.warmup_runs": "2"},
+        list(values),
+        list(launch_values),
+        metrics,
+    )
 
 
 def arms_of(*runs: JobRun, label_tags=()):
@@ -186,4 +201,50 @@ def test_arms_of_different_units_are_not_compared():
     assert (
         "one value per launch" in comparison.notes[-1]
         and "same stats.launches" in comparison.notes[-1]
+    )
+
+
+def test_single_launch_verdicts_say_they_hold_for_these_launches_only():
+    arms, _ = arms_of(job_run("a", {"speculative": "none"}), job_run("b", {"speculative": "draft"}))
+    (comparison,) = compare_arms(
+        baseline_pairs(arms, Selector("speculative=none")),
+        confidence=0.95,
+        threshold=0.01,
+        power=0.8,
+    )
+    assert any("holds for these launches only" in note for note in comparison.notes)
+    assert comparison.plan is None
+
+
+def test_with_launch_variance_measured_the_plan_is_launches_by_runs_at_least_cost():
+    # 2% within and 2% between launches at 100 tok/s; a launch takes 600 s, a run 25 s.
+    metrics = {
+        "tok_per_s_var_within_launch": 4.0,
+        "tok_per_s_var_between_launch": 4.0,
+        "tok_per_s_mean": 100.0,
+        "server_ready_s": 600.0,
+        "wall_s": 25.0,
+    }
+    launches = [100.0, 102.0, 98.0, 101.0]
+    arms, _ = arms_of(
+        job_run("a", {"speculative": "none"}, launch_values=launches, metrics=metrics),
+        job_run(
+            "b",
+            {"speculative": "draft"},
+            launch_values=[v * 1.01 for v in launches],
+            metrics=metrics,
+        ),
+    )
+    (comparison,) = compare_arms(
+        baseline_pairs(arms, Selector("speculative=none")),
+        confidence=0.95,
+        threshold=0.03,
+        power=0.8,
+    )
+    plan = comparison.plan
+    assert plan is not None and plan.launches >= 2 and plan.power >= 0.8
+    assert plan.cost_s == plan.launches * (600 + (2 + plan.runs) * 25)
+    assert any(
+        note.startswith(f"to find 3.0%: {plan.launches} launches x {plan.runs} runs")
+        for note in comparison.notes
     )
