@@ -12,10 +12,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from scipy import stats as scipy_stats
+
 from specexp.engines.base import Engagement
 from specexp.results import JobRun, Metric, Tag, Unit
 from specexp.stats import (
     CANNOT_TEST,
+    FASTER,
+    SLOWER,
     Comparison,
     RepetitionPlan,
     Summary,
@@ -292,6 +296,10 @@ class ClaimCheck:
     published_ratio: float
     comparison: Optional[Comparison]
     status: str
+    # Interval of measured / published ratio, with the published figures' own noise and
+    # simultaneous over the claims measured: "contradicted" exactly when it excludes 1.
+    agreement_low: Optional[float] = None
+    agreement_high: Optional[float] = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -299,16 +307,29 @@ class ClaimCheck:
             "text": self.text,
             "published_ratio": self.published_ratio,
             "status": self.status,
+            "agreement_low": self.agreement_low,
+            "agreement_high": self.agreement_high,
             "comparison": self.comparison.to_json() if self.comparison else None,
         }
+
+
+def published_noise(reference: Any) -> tuple[float, float]:
+    """(standard error, degrees of freedom) of a published log ratio: each published figure
+    is a mean of ``method.measured_runs`` runs whose CV is unknown but at most
+    ``method.published_cv_max``."""
+    runs = int(reference.method.measured_runs)
+    cv = float(reference.method.published_cv_max)
+    return cv * math.sqrt(2 / runs), 2.0 * (runs - 1)
 
 
 def reproduce(
     reference: Any, arms: Sequence[Arm], *, confidence: float, threshold: float, power: float
 ) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
-    """Map runs to published points (by their reference_point tag) and check every claim as a
-    ratio with its CI: reproduced (CI holds the published ratio and excludes 1 on its side),
-    contradicted (CI excludes the published ratio), inconclusive, or not measured."""
+    """Map runs to published points (by their reference_point tag) and judge the claims as
+    one family: contradicted when measured and published ratios differ beyond both their
+    noises (the published figures' own included; Bonferroni over the claims measured);
+    else reproduced when the measured interval excludes 1 on the published side (the
+    verdict says faster or slower, as the claim does); else inconclusive; or not measured."""
     by_point: dict[str, Optional[Arm]] = {}
     for point in reference.points:
         matching = [a for a in arms if point in a.run.tags.get(Tag.reference_point, "").split(",")]
@@ -333,14 +354,21 @@ def reproduce(
             comparisons.append(comparison)
         checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
     decide(comparisons)
+    se_published, df_published = published_noise(reference)
+    family = sum(c.testable for c in comparisons)
     for check in checks:
         c = check.comparison
         if c is None or not c.testable:
             continue
-        if not c.ci_low <= check.published_ratio <= c.ci_high:
+        se = math.sqrt(c.se**2 + se_published**2)
+        df = se**4 / (c.se**4 / c.df + se_published**4 / df_published)
+        half = float(scipy_stats.t.ppf(1 - round(1 - confidence, 12) / (2 * family), df)) * se
+        gap = c.log_diff - math.log(check.published_ratio)
+        check.agreement_low, check.agreement_high = math.exp(gap - half), math.exp(gap + half)
+        if check.agreement_low > 1 or check.agreement_high < 1:
             check.status = CONTRADICTED
-        elif (check.published_ratio > 1 and c.ci_low > 1) or (
-            check.published_ratio < 1 and c.ci_high < 1
+        elif (check.published_ratio > 1 and c.verdict == FASTER) or (
+            check.published_ratio < 1 and c.verdict == SLOWER
         ):
             check.status = REPRODUCED
         else:

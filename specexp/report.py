@@ -292,10 +292,23 @@ def reproduction_rows(
                     arm.run_id[:8],
                 ]
             )
-    claim_headers = ["claim", "published", "measured", "ratio CI", "verdict", "status"]
+    claim_headers = [
+        "claim",
+        "published",
+        "measured",
+        "ratio CI",
+        "verdict",
+        "measured / published (CI)",
+        "status",
+    ]
     claim_rows = []
     for check in claims:
         c = check.comparison
+        agreement = (
+            f"[{_fmt(check.agreement_low, 3)}, {_fmt(check.agreement_high, 3)}]"
+            if check.agreement_low is not None
+            else "-"
+        )
         claim_rows.append(
             [
                 f"{check.id}: {check.text}",
@@ -303,6 +316,7 @@ def reproduction_rows(
                 _pct(c.change) if c else "-",
                 f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]" if c else "-",
                 c.verdict if c else "-",
+                agreement,
                 check.status,
             ]
         )
@@ -314,7 +328,9 @@ def _hardware_line(reference, same_hardware: bool, measured: str) -> str:
         return f"Hardware matches the reference ({reference.hardware.description}): absolute tok/s are compared."
     return (
         f"Hardware differs: reference {reference.hardware.description}; measured on {measured}. "
-        "Absolute tok/s are not compared; only ratios between configurations are."
+        "Absolute tok/s are not compared, so whether the published figures hold on the reference "
+        "hardware cannot be judged here; the claims are judged as ratios between configurations, "
+        "which other hardware may change too."
     )
 
 
@@ -323,7 +339,9 @@ def reproduction_markdown(reference, points, claims, same_hardware: bool, measur
     return (
         f"# Reproduction: {reference.title}\n\n{_hardware_line(reference, same_hardware, measured)}\n\n"
         f"Method of the reference: {reference.method.workload}, {reference.method.warmup_runs} warm-ups, "
-        f"{reference.method.measured_runs} measured runs.\n\n"
+        f"{reference.method.measured_runs} measured runs; each published figure is taken to carry run noise "
+        f"up to {reference.method.published_cv_max:.0%} CV. The claims are one family: 'contradicted' means the "
+        "measured / published interval (simultaneous) excludes 1.\n\n"
         + _markdown_table(ph, pr)
         + "\n"
         + _markdown_table(ch, cr)

@@ -1,0 +1,82 @@
+"""Reproduction verdicts against a truth equal to the published story: the five claims are
+one family, and the published figures carry their own noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from specexp.analysis import CONTRADICTED, REPRODUCED, make_arms, reproduce
+from specexp.results import JobRun, Tag
+from tests import noise
+from tests.conftest import REPO
+
+REFERENCE = OmegaConf.load(REPO / "conf" / "reference" / "cuda13_story.yaml")
+ALPHA = 0.05
+
+
+def measured_story(rng: np.random.Generator, truth: dict[str, float], cv: float) -> list:
+    runs = [
+        JobRun.from_store(
+            point,
+            None,
+            "FINISHED",
+            {Tag.reference_point: point},
+            {},
+            noise.runs(rng, mean, 5, cv),
+            [],
+        )
+        for point, mean in truth.items()
+    ]
+    arms, _ = make_arms(runs, label_tags=[], confidence=0.95, metric="tok_per_s")
+    return arms
+
+
+def false_contradictions(rng: np.random.Generator, published_noise_cv: float, trials: int) -> float:
+    published = {p: float(v.tok_per_s) for p, v in REFERENCE.points.items()}
+    any_contradicted = 0
+    for _ in range(trials):
+        # The published figures are 5-run means around the truth (or the truth itself).
+        truth = {
+            p: v / math.exp(rng.normal(0, published_noise_cv / math.sqrt(5)))
+            for p, v in published.items()
+        }
+        _, checks = reproduce(
+            REFERENCE, measured_story(rng, truth, 0.02), confidence=0.95, threshold=0.01, power=0.8
+        )
+        any_contradicted += any(c.status == CONTRADICTED for c in checks)
+    return any_contradicted / trials
+
+
+def test_false_contradictions_stay_family_wise_at_alpha():
+    rng = np.random.default_rng(15)
+    trials = 400
+    bound = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
+    assert false_contradictions(rng, 0.0, trials) <= bound  # truth = the published values
+    assert false_contradictions(rng, 0.02, trials) <= bound  # published: 5-run means at 2% CV
+
+
+def test_rows_say_what_their_numbers_say_and_a_real_difference_is_caught():
+    rng = np.random.default_rng(16)
+    published = {p: float(v.tok_per_s) for p, v in REFERENCE.points.items()}
+    truth = dict(published, **{"cu128-eagle3": 89.5})  # EAGLE-3 was never 40% slower
+    caught = 0
+    for _ in range(100):
+        _, checks = reproduce(
+            REFERENCE, measured_story(rng, truth, 0.02), confidence=0.95, threshold=0.01, power=0.8
+        )
+        by_id = {c.id: c for c in checks}
+        caught += by_id["eagle3-liability-cu128"].status == CONTRADICTED
+        for check in checks:
+            excludes_one = check.agreement_low > 1 or check.agreement_high < 1
+            assert (check.status == CONTRADICTED) == excludes_one
+            if check.status == REPRODUCED:
+                side = (
+                    check.comparison.ci_low > 1
+                    if check.published_ratio > 1
+                    else check.comparison.ci_high < 1
+                )
+                assert side
+    assert caught == 100
