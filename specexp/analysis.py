@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+import numpy as np
 from scipy import stats as scipy_stats
 
 from specexp.engines.base import Engagement
@@ -27,6 +28,7 @@ from specexp.stats import (
     decide,
     plan_repetitions,
     summarize,
+    use_launch_level_error,
 )
 
 REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = (
@@ -183,6 +185,90 @@ def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """How much one server family's (engine, model, stack, hardware) single-launch means
+    vary from launch to launch, on log values, from runs with several launches; comparisons
+    of single-launch arms of that family are tested against it."""
+
+    launch_var: float  # variance of one launch's mean log throughput
+    within_var: float  # run-to-run variance of log throughput inside a launch
+    runs_per_launch: float
+    df: float  # launches - 1, summed over the calibration runs
+    runs: tuple[str, ...]
+
+    def mean_var(self, runs: int) -> float:
+        """Variance of the mean of one launch with ``runs`` measured runs."""
+        adjusted = self.launch_var + self.within_var * (1 / runs - 1 / self.runs_per_launch)
+        return max(adjusted, self.within_var / runs)
+
+
+def family_key(run: JobRun) -> tuple[str, ...]:
+    return tuple(run.tags.get(t, "") for t in ("engine", "model", "stack", Tag.hardware))
+
+
+def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
+    """Each server family's launch-to-launch variance, pooled over its finished runs with 3
+    or more launches (weighted by their degrees of freedom)."""
+    pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
+    for run in runs:
+        metrics = run.metrics
+        if run.status != "FINISHED" or run.unit != Unit.launch or len(run.values) < 3:
+            continue
+        if not {Metric.var_within_launch, Metric.tok_per_s_mean, Metric.measured_runs} <= set(
+            metrics
+        ):
+            continue
+        launch_var = float(np.var(np.log(run.values), ddof=1))
+        within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
+        per_launch = metrics[Metric.measured_runs] / len(run.values)
+        entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
+        pooled.setdefault(family_key(run), []).append(entry)
+    known = {}
+    for key, entries in pooled.items():
+        df = sum(e[3] for e in entries)
+
+        def weighted(i: int, entries: list = entries, df: float = df) -> float:
+            return sum(e[i] * e[3] for e in entries) / df
+
+        known[key] = Calibration(
+            weighted(0), weighted(1), weighted(2), df, tuple(e[4] for e in entries)
+        )
+    return known
+
+
+def account_for_launches(
+    pairs: Sequence[tuple[JobRun, JobRun]],
+    comparisons: Sequence[Comparison],
+    known: dict[tuple[str, ...], Calibration],
+) -> None:
+    """Before :func:`decide`: a comparison of single-launch arms is tested against the
+    launch-to-launch variance of both arms' families when calibration runs measured it
+    (Satterthwaite's degrees of freedom), else its verdict is marked as holding for these
+    launches only."""
+    for (base, arm), c in zip(pairs, comparisons, strict=True):
+        if not c.testable or base.unit != Unit.run or arm.unit != Unit.run:
+            continue
+        first, second = known.get(family_key(base)), known.get(family_key(arm))
+        if first is None or second is None:
+            c.launches_only = True
+            c.notes.append(
+                "one launch per arm and no launch variance known for this server family: the verdict "
+                "holds for these launches only (a run with stats.launches=3 or more calibrates it)"
+            )
+            continue
+        var_base, var_arm = first.mean_var(len(base.values)), second.mean_var(len(arm.values))
+        if first is second:  # one estimate for both arms: its own degrees of freedom
+            df = first.df
+        else:
+            df = (var_base + var_arm) ** 2 / (var_base**2 / first.df + var_arm**2 / second.df)
+        use_launch_level_error(c, var_base + var_arm, df)
+        sources = sorted({r[:8] for f in (first, second) for r in f.runs})
+        c.notes.append(
+            f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)}"
+        )
+
+
 def compare_arms(
     pairs: Sequence[tuple[Arm, Arm]],
     *,
@@ -190,10 +276,12 @@ def compare_arms(
     threshold: float,
     power: float,
     factor: Optional[str] = None,
+    calibration: Optional[dict[tuple[str, ...], Calibration]] = None,
 ) -> list[Comparison]:
-    """Compare each pair as one family (simultaneous intervals); list drift, refuse to
-    compare arms whose values are of different units, and refuse to attribute a difference
-    to the declared factor when it did not engage in one of the arms."""
+    """Compare each pair as one family (simultaneous intervals); list drift, account for
+    launch-to-launch variance (:func:`account_for_launches`), refuse to compare arms whose
+    values are of different units, and refuse to attribute a difference to the declared
+    factor when it did not engage in one of the arms."""
     comparisons = []
     for base, arm in pairs:
         comparison = compare(
@@ -212,15 +300,11 @@ def compare_arms(
                 f"{arm.unit}; their spreads differ in kind. Measure both with the same stats.launches"
             )
         comparisons.append(comparison)
+    account_for_launches([(b.run, a.run) for b, a in pairs], comparisons, calibration or {})
     decide(comparisons)
     for (base, arm), comparison in zip(pairs, comparisons, strict=True):
         if comparison.testable and base.unit == Unit.launch:
             comparison.plan = repetition_plan(base.run, arm.run, comparison)
-        elif comparison.testable:
-            comparison.notes.append(
-                "one launch per arm: launch-to-launch variance is not in this verdict, which holds "
-                "for these launches only (stats.launches=3 or more measures it)"
-            )
         comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
         missed = [
             a.label
@@ -323,7 +407,13 @@ def published_noise(reference: Any) -> tuple[float, float]:
 
 
 def reproduce(
-    reference: Any, arms: Sequence[Arm], *, confidence: float, threshold: float, power: float
+    reference: Any,
+    arms: Sequence[Arm],
+    *,
+    confidence: float,
+    threshold: float,
+    power: float,
+    calibration: Optional[dict[tuple[str, ...], Calibration]] = None,
 ) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
     """Map runs to published points (by their reference_point tag) and judge the claims as
     one family: contradicted when measured and published ratios differ beyond both their
@@ -353,6 +443,10 @@ def reproduce(
             )
             comparisons.append(comparison)
         checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
+    measured = [(by_point[c.baseline], by_point[c.candidate]) for c in comparisons]
+    account_for_launches(
+        [(b.run, a.run) for b, a in measured if a and b], comparisons, calibration or {}
+    )
     decide(comparisons)
     se_published, df_published = published_noise(reference)
     family = sum(c.testable for c in comparisons)

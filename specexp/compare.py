@@ -27,6 +27,7 @@ from specexp.analysis import (
     SelectionError,
     Selector,
     baseline_pairs,
+    calibrations,
     compare_arms,
     hardware_matches,
     make_arms,
@@ -97,13 +98,21 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise SelectionError("no finished runs matched the selection")
         settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
         selector = Selector(args.baseline) if args.baseline else None
+        known = calibrations(store.job_runs(metric=args.metric))
         comparisons = (
-            compare_arms(baseline_pairs(arms, selector), **settings, factor=selector.factor)
+            compare_arms(
+                baseline_pairs(arms, selector),
+                **settings,
+                factor=selector.factor,
+                calibration=known,
+            )
             if selector
             else []
         )
         reference = load_reference(args.reference) if args.reference else None
-        points, claims = reproduce(reference, arms, **settings) if reference else ({}, [])
+        points, claims = (
+            reproduce(reference, arms, **settings, calibration=known) if reference else ({}, [])
+        )
     except (SelectionError, ValueError) as exc:
         report.console.print(f"[red]error:[/] {exc}")
         return 2

@@ -146,6 +146,10 @@ _VERDICT_STYLE = {
 }
 
 
+def verdict_text(c: Comparison) -> str:
+    return c.verdict + (" (these launches)" if c.launches_only else "")
+
+
 def _pct(value: Optional[float]) -> str:
     return "-" if value is None or value != value else f"{value:+.1%}"
 
@@ -191,7 +195,7 @@ def comparison_rows(
                 f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
                 f"{_p(c.p_welch)} ({_p(c.p_welch_adjusted)})",
                 _p(c.p_mannwhitney),
-                c.verdict,
+                verdict_text(c),
                 _pct(c.mde).lstrip("+"),
                 f"{c.plan.launches} launches x {c.plan.runs}"
                 if c.plan
@@ -219,9 +223,10 @@ def _rich_table(
         )
     for row in rows:
         cells = list(row)
-        if verdict_column is not None and cells[verdict_column] in _VERDICT_STYLE:
-            style = _VERDICT_STYLE[cells[verdict_column]]
-            cells[verdict_column] = f"[{style}]{cells[verdict_column]}[/]"
+        if verdict_column is not None:
+            style = _VERDICT_STYLE.get(cells[verdict_column].split(" (")[0])
+            if style:
+                cells[verdict_column] = f"[{style}]{cells[verdict_column]}[/]"
         table.add_row(*cells)
     return table
 
@@ -315,7 +320,7 @@ def reproduction_rows(
                 _pct(check.published_ratio - 1),
                 _pct(c.change) if c else "-",
                 f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]" if c else "-",
-                c.verdict if c else "-",
+                verdict_text(c) if c else "-",
                 agreement,
                 check.status,
             ]

@@ -59,6 +59,8 @@ class Metric(StrEnum):
     server_ready_s = "server_ready_s"  # seconds from launch to ready, per launch
     wall_s = "wall_s"  # seconds one measured run took
     tok_per_s_mean = "tok_per_s_mean"
+    launches = "launches"  # server launches the run's values came from
+    measured_runs = "measured_runs"  # over all launches
     # Variance of tok/s within one launch and between launches (with several launches).
     var_within_launch = "tok_per_s_var_within_launch"
     var_between_launch = "tok_per_s_var_between_launch"

@@ -132,8 +132,8 @@ def summary_metrics(
     )
     tok = summarize(unit_values, confidence)
     metrics: dict[str, float] = tok.as_dict(Metric.tok_per_s) if tok else {}
-    metrics["launches"] = float(len(by_launch))
-    metrics["measured_runs"] = float(len(measured))
+    metrics[Metric.launches] = float(len(by_launch))
+    metrics[Metric.measured_runs] = float(len(measured))
     components = variance_components(list(by_launch.values()))
     if components:
         metrics[Metric.var_within_launch] = components.within_launch

@@ -309,6 +309,9 @@ class Comparison:
     power: float = 0.8
     # With both arms' launch and run variance known: the cheapest launches x runs per arm.
     plan: Optional[RepetitionPlan] = None
+    # The verdict holds for the launches measured only: one launch per arm, and no
+    # launch-to-launch variance known to widen the interval with.
+    launches_only: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -378,17 +381,34 @@ def compare(
         result.notes.append(f"cannot test: {reason}")
         return result
     result.log_diff, result.se, result.df = _welch_log(a, b)
-    result.p_welch = float(2 * scipy_stats.t.sf(abs(result.log_diff) / result.se, result.df))
-    bound = math.log1p(threshold)
-    result.p_equivalence = float(
-        max(
-            scipy_stats.t.sf((result.log_diff + bound) / result.se, result.df),
-            scipy_stats.t.cdf((result.log_diff - bound) / result.se, result.df),
-        )
-    )
+    _test(result)
     result.p_mannwhitney = float(scipy_stats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
     decide([result])
     return result
+
+
+def _test(c: Comparison) -> None:
+    """Welch's p-value and the equivalence (TOST) p-value from the difference of mean logs,
+    its standard error and degrees of freedom."""
+    c.p_welch = float(2 * scipy_stats.t.sf(abs(c.log_diff) / c.se, c.df))
+    bound = math.log1p(c.threshold)
+    c.p_equivalence = float(
+        max(
+            scipy_stats.t.sf((c.log_diff + bound) / c.se, c.df),
+            scipy_stats.t.cdf((c.log_diff - bound) / c.se, c.df),
+        )
+    )
+
+
+def use_launch_level_error(c: Comparison, variance: float, df: float) -> None:
+    """Test a comparison of single-launch arms against the variance of the difference of
+    their means as launches vary (``variance`` on logs, estimated with ``df`` degrees of
+    freedom by calibration runs), not against the run-to-run spread inside the two launches,
+    which leaves the launches' own offsets out. Call :func:`decide` afterwards."""
+    if not c.testable or variance <= 0:
+        return
+    c.se, c.df = math.sqrt(variance), df
+    _test(c)
 
 
 def decide(comparisons: Sequence[Comparison]) -> None:

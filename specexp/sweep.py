@@ -23,7 +23,14 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, open_dict
 
 from specexp import crossover, launchers, publish, report
-from specexp.analysis import SelectionError, Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis import (
+    SelectionError,
+    Selector,
+    baseline_pairs,
+    calibrations,
+    compare_arms,
+    make_arms,
+)
 from specexp.job import Job, prepare
 from specexp.launchers import LauncherKind, launcher_kind
 from specexp.results import Metric, RunKind, Tag
@@ -284,6 +291,7 @@ def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Opt
         try:
             comparisons = compare_arms(
                 baseline_pairs(arms, selector),
+                calibration=calibrations(store.job_runs()),
                 confidence=stats.confidence,
                 threshold=stats.threshold,
                 power=stats.power,
