@@ -64,6 +64,9 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store):
     (comparison,) = document["comparisons"]
     assert comparison["candidate"] == "speculative=draft"
     assert comparison["verdict"] == "faster"
+    # One launch per arm and no calibration run in the experiment: said plainly.
+    assert comparison["launches_only"] is True
+    assert any("holds for these launches only" in note for note in comparison["notes"])
     assert 1 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
     assert comparison["p_welch"] < 0.05 and 0 < comparison["p_mannwhitney"] < 1
     assert comparison["mde"] > 0
