@@ -303,8 +303,8 @@ def compare_arms(
     account_for_launches([(b.run, a.run) for b, a in pairs], comparisons, calibration or {})
     decide(comparisons)
     for (base, arm), comparison in zip(pairs, comparisons, strict=True):
-        if comparison.testable and base.unit == Unit.launch:
-            comparison.plan = repetition_plan(base.run, arm.run, comparison)
+        if comparison.testable:
+            comparison.plan = repetition_plan(base.run, arm.run, comparison, calibration or {})
         comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
         missed = [
             a.label
@@ -320,28 +320,45 @@ def compare_arms(
     return comparisons
 
 
-def repetition_plan(base: JobRun, arm: JobRun, comparison: Comparison) -> Optional[RepetitionPlan]:
-    """The cheapest launches x runs per arm that find the threshold effect, from the two
-    arms' measured variance within and between launches and their launch and run times."""
+def launch_spread(
+    base: JobRun, arm: JobRun, known: dict[tuple[str, ...], Calibration]
+) -> Optional[tuple[float, float]]:
+    """(within, between) launch CV of a pair: measured by the arms themselves when they had
+    several launches, else by their families' calibration runs; None when unknown."""
     runs = (base, arm)
-    needed = (
-        Metric.var_within_launch,
-        Metric.var_between_launch,
-        Metric.tok_per_s_mean,
-        Metric.server_ready_s,
-        Metric.wall_s,
-    )
-    if not all(name in run.metrics for run in runs for name in needed):
+    if all(r.unit == Unit.launch for r in runs):
+        names = (Metric.var_within_launch, Metric.var_between_launch, Metric.tok_per_s_mean)
+        if not all(name in r.metrics for r in runs for name in names):
+            return None
+
+        def pooled_cv(variance: str) -> float:
+            return math.sqrt(
+                sum(r.metrics[variance] / r.metrics[Metric.tok_per_s_mean] ** 2 for r in runs) / 2
+            )
+
+        return pooled_cv(Metric.var_within_launch), pooled_cv(Metric.var_between_launch)
+    families = [known.get(family_key(r)) for r in runs]
+    if any(f is None for f in families):
         return None
+    cals = [f for f in families if f is not None]
+    within = sum(c.within_var for c in cals) / 2
+    between = sum(max(c.launch_var - c.within_var / c.runs_per_launch, 0.0) for c in cals) / 2
+    return math.sqrt(within), math.sqrt(between)
 
-    def pooled_cv(variance: str) -> float:
-        return math.sqrt(
-            sum(r.metrics[variance] / r.metrics[Metric.tok_per_s_mean] ** 2 for r in runs) / 2
-        )
 
+def repetition_plan(
+    base: JobRun, arm: JobRun, comparison: Comparison, known: dict[tuple[str, ...], Calibration]
+) -> Optional[RepetitionPlan]:
+    """The cheapest launches x runs per arm that find the threshold effect, from the pair's
+    variance within and between launches and the arms' launch and run times."""
+    runs = (base, arm)
+    spread = launch_spread(base, arm, known)
+    costs = (Metric.server_ready_s, Metric.wall_s)
+    if spread is None or not all(name in r.metrics for r in runs for name in costs):
+        return None
     plan = plan_repetitions(
-        within_cv=pooled_cv(Metric.var_within_launch),
-        between_cv=pooled_cv(Metric.var_between_launch),
+        within_cv=spread[0],
+        between_cv=spread[1],
         effect=comparison.threshold,
         launch_s=sum(r.metrics[Metric.server_ready_s] for r in runs) / 2,
         run_s=sum(r.metrics[Metric.wall_s] for r in runs) / 2,

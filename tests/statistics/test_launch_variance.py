@@ -19,7 +19,10 @@ FAMILY = {"engine": "sglang", "model": "kimi-k2.5", "stack": "cu130", Tag.hardwa
 def single_launch_arm(rng, name: str) -> JobRun:
     (values,) = noise.launches(rng, 90, 1, 5, run_cv=0.02, launch_cv=0.02)
     tags = {**FAMILY, Tag.factors: f'{{"arm": "{name}"}}'}
-    return JobRun.from_store(name, None, "FINISHED", tags, {}, values, [])
+    costs = {"server_ready_s": 600.0, "wall_s": 25.0}  # a 10-minute launch, 25 s runs
+    return JobRun.from_store(
+        name, None, "FINISHED", tags, {"stats.warmup_runs": "2"}, values, [], costs
+    )
 
 
 def calibration_run(rng, launches: int = 5) -> JobRun:
@@ -76,4 +79,15 @@ def test_with_calibration_the_false_verdict_rate_stays_at_alpha():
         c = aa(rng, calibrated=True)
         assert not c.launches_only
         false += c.verdict in (FASTER, SLOWER)
+        # What finding the 1% threshold would take, in launches x runs at the measured costs.
+        assert c.plan is None or (c.plan.launches >= 2 and c.plan.power >= 0.8)
     assert false / trials <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
+
+
+def test_a_calibrated_comparison_plans_launches_not_just_runs():
+    rng = np.random.default_rng(19)
+    c = aa(rng, calibrated=True)
+    assert c.plan is not None and c.plan.launches >= 2
+    assert c.plan.cost_s == c.plan.launches * (600 + (2 + c.plan.runs) * 25)
+    uncalibrated = aa(rng, calibrated=False)
+    assert uncalibrated.plan is None and uncalibrated.runs_needed is not None
