@@ -142,7 +142,8 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
     assert stand_ins.returncode == 0, stand_ins.stdout[-3000:] + stand_ins.stderr[-3000:]
     result = compare(store, "--experiment", "repro", "--reference", "cuda13_story")
     assert result.returncode == 0, result.stderr
-    assert "Hardware differs" in result.stdout and "only ratios" in result.stdout
+    assert "Hardware differs" in result.stdout and "cannot be judged here" in result.stdout
+    assert "judged as ratios between configurations" in result.stdout
     document = json.loads(
         compare(
             store, "--experiment", "repro", "--reference", "cuda13_story", "--json", "--no-log"
@@ -163,3 +164,40 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
         for s in statuses.values()
     )
     assert statuses["eagle3-net-positive"] != "not measured"
+
+
+def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launches(store):
+    """A run with 3 launches of the same server family (engine, model, stack, hardware) in
+    the experiment: single-launch comparisons are tested against its launch variance."""
+    tmp, env = store
+    for overrides in (
+        ["-m", *QUICK, "speculative=none,draft"],
+        [*QUICK, "stats.launches=3", "stats.measured_runs=6"],
+    ):
+        result = run_cli(*overrides, "tracking.experiment=calibrated", cwd=tmp, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("calibrated").experiment_id
+    single = [
+        r.info.run_id
+        for r in client.search_runs([experiment])
+        if r.data.tags.get(Tag.kind) == RunKind.job and r.data.metrics.get("launches") == 1.0
+    ]
+    result = compare(
+        store,
+        "--experiment",
+        "calibrated",
+        "--run-ids",
+        *single,
+        "--baseline",
+        "speculative=none",
+        "--label",
+        "speculative",
+        "--json",
+        "--no-log",
+    )
+    assert result.returncode == 0, result.stderr
+    (comparison,) = json.loads(result.stdout)["comparisons"]
+    assert comparison["launches_only"] is False
+    assert any("launch-to-launch variance of calibration runs" in n for n in comparison["notes"])
+    assert comparison["df"] == 2.0  # one calibration run of 3 launches
