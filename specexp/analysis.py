@@ -31,6 +31,8 @@ from specexp.stats import (
     use_launch_level_error,
 )
 
+# Launches a run needs to calibrate its server family's launch-to-launch variance.
+CALIBRATION_MIN_LAUNCHES = 3
 REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = (
     "reproduced",
     "contradicted",
@@ -213,7 +215,11 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
     pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
     for run in runs:
         metrics = run.metrics
-        if run.status != "FINISHED" or run.unit != Unit.launch or len(run.values) < 3:
+        if (
+            run.status != "FINISHED"
+            or run.unit != Unit.launch
+            or len(run.values) < CALIBRATION_MIN_LAUNCHES
+        ):
             continue
         if not {Metric.var_within_launch, Metric.tok_per_s_mean, Metric.measured_runs} <= set(
             metrics

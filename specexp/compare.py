@@ -98,7 +98,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             raise SelectionError("no finished runs matched the selection")
         settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
         selector = Selector(args.baseline) if args.baseline else None
-        known = calibrations(store.job_runs(metric=args.metric))
+        known = calibrations(store.calibration_runs(metric=args.metric))
         comparisons = (
             compare_arms(
                 baseline_pairs(arms, selector),

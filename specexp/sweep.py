@@ -291,7 +291,7 @@ def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Opt
         try:
             comparisons = compare_arms(
                 baseline_pairs(arms, selector),
-                calibration=calibrations(store.job_runs()),
+                calibration=calibrations(store.calibration_runs()),
                 confidence=stats.confidence,
                 threshold=stats.threshold,
                 power=stats.power,

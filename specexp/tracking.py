@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from specexp.analysis import CALIBRATION_MIN_LAUNCHES
 from specexp.results import JobRun, RunKind, Tag, launch_metric
 from specexp.results import Metric as ResultMetric
 
@@ -139,6 +140,13 @@ class TrackingStore:
             for run in runs
             if run.data.tags.get(Tag.kind, RunKind.job) == RunKind.job
         ]
+
+    def calibration_runs(self, metric: str = ResultMetric.tok_per_s) -> list[JobRun]:
+        """Job runs with enough launches to calibrate launch-to-launch variance."""
+        return self.job_runs(
+            filter_string=f"metrics.{ResultMetric.launches} >= {CALIBRATION_MIN_LAUNCHES}",
+            metric=metric,
+        )
 
     def _job_run(self, run: Any, metric: str) -> JobRun:
         def history(name: str) -> list[float]:
