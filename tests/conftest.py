@@ -78,6 +78,26 @@ def runs_in(uri: str, experiment: str = "specexp") -> list:
     return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
+def start_cli(
+    *overrides: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    module: str = "specexp",
+    stdout: int = subprocess.PIPE,
+    stderr: int = subprocess.PIPE,
+) -> subprocess.Popen:
+    """`python -m MODULE OVERRIDES` started in the background, as a user would run it."""
+    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *overrides],
+        cwd=cwd,
+        env=full_env,
+        stdout=stdout,
+        stderr=stderr,
+        text=True,
+    )
+
+
 def run_cli(
     *overrides: str,
     cwd: Path,
@@ -85,11 +105,8 @@ def run_cli(
     timeout: float = 600,
     module: str = "specexp",
 ) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
-    args = [sys.executable, "-m", module, *overrides]
-    process = subprocess.Popen(
-        args, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    process = start_cli(*overrides, cwd=cwd, env=env, module=module)
+    args = process.args
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

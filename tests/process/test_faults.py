@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.conftest import (
     run_cli,
     runs_in,
     server_pids,
+    start_cli,
     sweep_parent,
 )
 
@@ -67,15 +67,7 @@ def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
 
 
 def _start_run(tmp_path, env, *overrides):
-    full_env = {**os.environ, **env}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specexp", *overrides],
-        cwd=tmp_path,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_cli(*overrides, cwd=tmp_path, env=env, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         records = list(Path(tmp_path).glob("outputs/*/*/requests.jsonl"))

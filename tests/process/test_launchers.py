@@ -15,7 +15,15 @@ from mlflow.tracking import MlflowClient
 
 from specexp.leases import gpu_ids, lease_gpus
 from specexp.results import Tag
-from tests.conftest import TINY, mlflow_process, run_cli, runs_in, server_pids, sweep_parent
+from tests.conftest import (
+    TINY,
+    mlflow_process,
+    run_cli,
+    runs_in,
+    server_pids,
+    start_cli,
+    sweep_parent,
+)
 from tests.slurm_cluster import PARTITION, one_node_cluster
 
 
@@ -167,12 +175,7 @@ def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path
         "workload.max_tokens=256",
         "stats.measured_runs=20",
     )
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "specexp", *args],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    sweep = start_cli(*args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 240
     while len(server_pids() - before) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 
 from mlflow.tracking import MlflowClient
 
 from specexp.engines.base import LaunchSpec
 from specexp.results import Tag
-from tests.conftest import TINY, is_sweep, run_cli, runs_in, server_pids, sweep_parent
+from tests.conftest import TINY, is_sweep, run_cli, runs_in, server_pids, start_cli, sweep_parent
 from tests.sglang_parser import check_with_real_parser, composed
 
 
@@ -55,16 +53,8 @@ def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking
 
 def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_env):
     args = ["-m", *TINY, "stats.measured_runs=4", "replicate=0,1,2,3"]
-    env = {**os.environ, **tracking_env}
     before = server_pids()
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "specexp", *args],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    sweep = start_cli(*args, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         finished = [
