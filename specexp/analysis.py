@@ -26,6 +26,7 @@ from specexp.stats import (
     Summary,
     compare,
     decide,
+    fit_time_drift,
     plan_repetitions,
     summarize,
     use_launch_level_error,
@@ -175,6 +176,36 @@ def baseline_pairs(arms: Sequence[Arm], selector: Selector) -> list[tuple[Arm, A
     return pairs
 
 
+def shared_timeline(base: JobRun, arm: JobRun) -> bool:
+    """Whether two runs' values lie on one timeline that a common drift could run through:
+    runs on one server instance, or launches alternating in time."""
+    if not (base.times and arm.times) or base.unit != arm.unit:
+        return False
+    return base.unit == Unit.launch or same_server(base, arm)
+
+
+def same_server(base: JobRun, arm: JobRun) -> bool:
+    """Whether two single-launch runs were measured on one server instance (a sweep's
+    shared server)."""
+    server = (Tag.server_url, Tag.server_started_at)
+    return all(base.tags.get(t) and base.tags.get(t) == arm.tags.get(t) for t in server)
+
+
+def time_drift(pairs: Sequence[tuple[JobRun, JobRun]], comparisons: Sequence[Comparison]) -> None:
+    """Before :func:`decide`: fit the drift of each pair on one timeline, so that a verdict
+    confounded with it is not given; say when such a pair was measured in blocks."""
+    for (base, arm), c in zip(pairs, comparisons, strict=True):
+        if not c.testable or not shared_timeline(base, arm):
+            continue
+        c.drift = fit_time_drift(base.values, base.times, arm.values, arm.times)
+        blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == "blocked"]
+        if blocked:
+            c.notes.append(
+                f"measured in blocks ({', '.join(blocked)}: multirun.order=blocked): drift is told "
+                "from the effect only as far as the trend inside each arm shows it"
+            )
+
+
 def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
     """Differences in captured stack and effective configuration other than the declared factor."""
     skip = {f"effective.{factor}", f"stack.{factor}"} if factor else set()
@@ -248,12 +279,18 @@ def account_for_launches(
     comparisons: Sequence[Comparison],
     known: dict[tuple[str, ...], Calibration],
 ) -> None:
-    """Before :func:`decide`: a comparison of single-launch arms is tested against the
+    """Before :func:`decide`: a comparison of single-launch arms on different servers is tested against the
     launch-to-launch variance of both arms' families when calibration runs measured it
     (Satterthwaite's degrees of freedom), else its verdict is marked as holding for these
     launches only."""
     for (base, arm), c in zip(pairs, comparisons, strict=True):
         if not c.testable or base.unit != Unit.run or arm.unit != Unit.run:
+            continue
+        if same_server(base, arm):
+            c.notes.append(
+                "both arms ran on one server launch: its offset is common to both, so "
+                "launch-to-launch variance does not enter their difference"
+            )
             continue
         first, second = known.get(family_key(base)), known.get(family_key(arm))
         if first is None or second is None:
@@ -306,7 +343,9 @@ def compare_arms(
                 f"{arm.unit}; their spreads differ in kind. Measure both with the same stats.launches"
             )
         comparisons.append(comparison)
-    account_for_launches([(b.run, a.run) for b, a in pairs], comparisons, calibration or {})
+    runs = [(b.run, a.run) for b, a in pairs]
+    account_for_launches(runs, comparisons, calibration or {})
+    time_drift(runs, comparisons)
     decide(comparisons)
     for (base, arm), comparison in zip(pairs, comparisons, strict=True):
         if comparison.testable:
@@ -467,9 +506,9 @@ def reproduce(
             comparisons.append(comparison)
         checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
     measured = [(by_point[c.baseline], by_point[c.candidate]) for c in comparisons]
-    account_for_launches(
-        [(b.run, a.run) for b, a in measured if a and b], comparisons, calibration or {}
-    )
+    runs = [(b.run, a.run) for b, a in measured if a and b]
+    account_for_launches(runs, comparisons, calibration or {})
+    time_drift(runs, comparisons)
     decide(comparisons)
     se_published, df_published = published_noise(reference)
     family = sum(c.testable for c in comparisons)

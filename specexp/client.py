@@ -164,7 +164,7 @@ class LoadClient:
         level = self.concurrency
         before = await self._counters(session)
         records: list[RequestRecord] = []
-        started = time.perf_counter()
+        started_unix, started = time.time(), time.perf_counter()
         deadline = started + level.duration_s if level.duration_s else None
 
         async def stream(index: int) -> None:
@@ -196,6 +196,7 @@ class LoadClient:
             records=records,
             counter_deltas=deltas,
             launch=launch,
+            started_unix=started_unix,
         )
 
 

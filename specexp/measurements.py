@@ -53,6 +53,12 @@ class RunResult:
     launch: int = 0
     # Deltas of the engine's cumulative speculative counters over the run.
     counter_deltas: dict[str, float] = field(default_factory=dict)
+    started_unix: float = 0.0
+
+    @property
+    def midpoint_unix(self) -> float:
+        """When the run happened, as one instant: the time axis of drift."""
+        return self.started_unix + self.wall_s / 2
 
     @property
     def ok(self) -> bool:

@@ -4,7 +4,8 @@ and the tests.
 
 A job's run carries its configuration as tags (the factors it was swept over as one JSON
 mapping), one :attr:`Metric.tok_per_s` value per measured run (step = run index) and, with
-several server launches, one :attr:`Metric.launch_tok_per_s` per launch. Reading a run back
+several server launches, one :attr:`Metric.launch_tok_per_s` per launch; each value has its
+time (:attr:`Metric.midpoint_unix`, per launch its mean), the axis along which drift is fitted. Reading a run back
 gives a :class:`JobRun`, immutable and checked; nothing downstream parses names or labels.
 """
 
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from specexp.engines.base import Engagement, Setting
 
@@ -35,6 +36,9 @@ class Tag(StrEnum):
     server_url = "server_url"
     server_started_at = "server_started_at"
     server_stopped_at = "server_stopped_at"
+    # How the job's runs were placed in time: "interleaved" with other jobs' runs or
+    # launches, or "blocked" (all of them back to back).
+    order = "specexp.order"
     gpus = "gpus"
     warnings = "warnings"
     failure = "failure"
@@ -58,6 +62,7 @@ class Metric(StrEnum):
     launch_tok_per_s = "launch_tok_per_s"  # mean of one launch's measured runs
     server_ready_s = "server_ready_s"  # seconds from launch to ready, per launch
     wall_s = "wall_s"  # seconds one measured run took
+    midpoint_unix = "midpoint_unix"  # when one measured run happened (Unix seconds)
     tok_per_s_mean = "tok_per_s_mean"
     launches = "launches"  # server launches the run's values came from
     measured_runs = "measured_runs"  # over all launches
@@ -129,6 +134,8 @@ class JobRun:
     # Independent values of the metric read back, and what each one is.
     values: tuple[float, ...] = ()
     unit: Unit = Unit.run
+    # When each value was measured (Unix seconds); empty if the run did not record it.
+    times: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", MappingProxyType(dict(self.factors)))
@@ -137,6 +144,10 @@ class JobRun:
         object.__setattr__(self, "metrics", MappingProxyType(dict(self.metrics)))
         if any(not isinstance(v, float) for v in self.values):
             raise TypeError(f"run {self.run_id}: values must be floats")
+        if self.times and len(self.times) != len(self.values):
+            raise ValueError(
+                f"run {self.run_id}: {len(self.times)} times for {len(self.values)} values"
+            )
 
     @classmethod
     def from_store(
@@ -149,11 +160,16 @@ class JobRun:
         run_values: list[float],
         launch_values: list[float],
         metrics: Optional[Mapping[str, float]] = None,
+        run_times: Sequence[float] = (),
+        launch_times: Sequence[float] = (),
     ) -> JobRun:
         """From what MLflow returns: per-launch values when there were several launches (runs
-        inside one launch share its launch-level variance), else the per-run values."""
-        values, unit = (
-            (launch_values, Unit.launch) if len(launch_values) > 1 else (run_values, Unit.run)
+        inside one launch share its launch-level variance), else the per-run values; their
+        times when every value has one."""
+        values, unit, times = (
+            (launch_values, Unit.launch, launch_times)
+            if len(launch_values) > 1
+            else (run_values, Unit.run, run_times)
         )
         factors = json.loads(tags.get(Tag.factors, "{}"))
         kind = RunKind(tags.get(Tag.kind, RunKind.job))
@@ -168,6 +184,7 @@ class JobRun:
             dict(metrics or {}),
             tuple(map(float, values)),
             unit,
+            tuple(map(float, times)) if len(times) == len(values) else (),
         )
 
     def engagement(self, setting: str) -> Optional[Engagement]:

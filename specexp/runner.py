@@ -48,7 +48,9 @@ Tracking = Union[RunLog, OfflineRun]
 
 @dataclass
 class JobResult:
-    status: str  # FINISHED | FAILED | KILLED | DRY_RUN
+    # FINISHED | FAILED | KILLED | DRY_RUN, or for one part of a job: MEASURING (parts to come)
+    # | SKIPPED (the job ended in an earlier part)
+    status: str
     run_id: Optional[str] = None
     summary: Optional[Summary] = None
     runs: list[RunResult] = field(default_factory=list)
@@ -98,6 +100,7 @@ def run_tags(job: Job) -> dict[str, str]:
             else {}
         ),
         **({Tag.factors: factors_tag(job.factors())} if cfg.multirun.factors else {}),
+        Tag.order: "blocked" if cfg.multirun.part is None else "interleaved",
     }
 
 
@@ -110,6 +113,7 @@ def run_metrics(result: RunResult) -> dict[str, float]:
         "requests": len(result.records),
         "output_tokens": result.output_tokens,
         Metric.wall_s: result.wall_s,
+        Metric.midpoint_unix: result.midpoint_unix,
         "ttft_s": sum(r.ttft_s or 0 for r in ok) / len(ok) if ok else None,
         "acceptance_length": result.acceptance_length,
         "acceptance_rate": result.acceptance_rate,
@@ -161,13 +165,98 @@ def runs_by_launch(runs: list[RunResult]) -> dict[int, list[float]]:
     return groups
 
 
+@dataclass
+class JobSession:
+    """A job being measured: in one go, or part by part between other jobs' parts (an
+    interleaved sweep), staying open in between."""
+
+    job: Job
+    files: dict[Artifact, Path]
+    tracker: Optional[Tracking]
+    result: JobResult
+    log_path: Path
+    server_logs: set[Path]  # a sweep's shared server writes to its first job's log
+    effective: dict[str, Setting] = field(default_factory=dict)
+    # The job's own server while its runs go on (a single launch measured part by part).
+    server: Optional[ServerProcess] = None
+
+
+# Jobs of this process measured part by part, between their parts, by output directory.
+_OPEN: dict[Path, JobSession] = {}
+
+
 def run_job(job: Job, output_dir: Path) -> JobResult:
-    cfg, engine = job.config, job.engine
+    """Run a job, or with ``multirun.part`` set one part of it (see ``StatsConfig.parts``):
+    the first part opens the job, the last one summarises and ends it."""
+    cfg = job.config
     launch = job.planned_launch()
     if cfg.dry_run:
         report.print_dry_run(job, launch)
         return JobResult(status="DRY_RUN", output_dir=output_dir)
+    part = cfg.multirun.part
+    if part:
+        session = _OPEN.pop(output_dir, None)
+        if session is None:  # it ended in an earlier part, which said why
+            return JobResult(status="SKIPPED", output_dir=output_dir)
+    else:
+        session = _open(job, launch, output_dir)
+    result = session.result
+    parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
+    try:
+        if cfg.stats.launches > 1:
+            for launch_index in parts:
+                runs = cfg.stats.measured_runs
+                _measure_part(
+                    session, launch_index, range(launch_index * runs, (launch_index + 1) * runs)
+                )
+        else:
+            _measure_part(session, 0, parts)
+        if parts.stop < cfg.stats.parts:
+            _OPEN[output_dir] = session
+            return dataclasses.replace(result, status="MEASURING")
+        measured = [r for r in result.runs if not r.warmup]
+        result.summary, metrics, notes = summary_metrics(measured, cfg)
+        if session.tracker:
+            session.tracker.log_metrics(metrics)
+            if notes:
+                session.tracker.set_tags({Tag.warnings: " | ".join(notes)[:5000]})
+        result.status = "FINISHED"
+        report.print_summary(cfg, result.summary, metrics, notes, result.runs)
+        if session.tracker:
+            report.console.print(f"MLflow: run {session.tracker.run_id} in {session.tracker.uri}")
+    except ServerError as exc:
+        result.error = str(exc)
+        report.console.print(f"[red]server failed:[/] {exc}\n[dim]{exc.log_tail}[/]")
+        if session.tracker:
+            session.tracker.set_tags({Tag.failure: exc.reason[:500] or str(exc)[:500]})
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
+        result.status, result.error = "KILLED", "interrupted"
+        report.console.print(
+            "[yellow]interrupted:[/] the server was stopped; records so far are kept"
+        )
+        raise
+    except Exception as exc:  # the run is marked failed; what was measured stays on disk
+        result.error = f"{type(exc).__name__}: {exc}"
+        report.console.print(f"[red]run failed:[/] {result.error}")
+        if session.tracker:
+            session.tracker.set_tags({Tag.failure: result.error[:500]})
+    finally:
+        if output_dir not in _OPEN:
+            _close(session)
+    return result
 
+
+def end_open_jobs(status: str) -> None:
+    """End the jobs still waiting for their next part (an interrupted or failed sweep)."""
+    while _OPEN:
+        session = _OPEN.popitem()[1]
+        session.result.status = status
+        _close(session)
+
+
+def _open(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
+    """Check what the job needs, write its files and start its tracked run."""
+    cfg, engine = job.config, job.engine
     output_dir.mkdir(parents=True, exist_ok=True)
     if cfg.model.generate is not None:
         with report.status(f"generating model {cfg.model.name} (cached after the first time)"):
@@ -185,116 +274,75 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
     if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     files = _write_job_files(job, launch, output_dir)
-
     tracker = _start_tracking(job, output_dir)
     result = JobResult(
         status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir
     )
     log_path = output_dir / Artifact.server_log
-    server_logs: set[Path] = {log_path}  # a sweep's shared server writes to its first job's log
-    effective: dict[str, Setting] = {}
-    try:
-        if tracker:
+    session = JobSession(job, files, tracker, result, log_path, {log_path})
+    if tracker:
+        try:
             _log_stack(job, tracker, output_dir)
-        for index in range(cfg.stats.launches):
-            result.runs += _one_launch(
-                job, index, log_path, files[Artifact.requests], tracker, server_logs, effective
-            )
-            _report_effective(effective, tracker, output_dir)
-        measured = [r for r in result.runs if not r.warmup]
-        result.summary, metrics, notes = summary_metrics(measured, cfg)
-        if tracker:
-            tracker.log_metrics(metrics)
-            if notes:
-                tracker.set_tags({Tag.warnings: " | ".join(notes)[:5000]})
-        result.status = "FINISHED"
-        report.print_summary(cfg, result.summary, metrics, notes, result.runs)
-        if tracker:
-            report.console.print(f"MLflow: run {tracker.run_id} in {tracker.uri}")
-    except ServerError as exc:
-        result.error = str(exc)
-        report.console.print(f"[red]server failed:[/] {exc}\n[dim]{exc.log_tail}[/]")
-        if tracker:
-            tracker.set_tags({Tag.failure: exc.reason[:500] or str(exc)[:500]})
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
-        result.status, result.error = "KILLED", "interrupted"
-        report.console.print(
-            "[yellow]interrupted:[/] the server was stopped; records so far are kept"
-        )
-        raise
-    except Exception as exc:  # the run is marked failed; what was measured stays on disk
-        result.error = f"{type(exc).__name__}: {exc}"
-        report.console.print(f"[red]run failed:[/] {result.error}")
-        if tracker:
-            tracker.set_tags({Tag.failure: result.error[:500]})
-    finally:
-        if tracker:
-            tracker.log_artifacts([*files.values(), *server_logs])
-            tracker.end(result.status)
-    return result
+        except BaseException:
+            _close(session)
+            raise
+    return session
 
 
-def _one_launch(
-    job: Job,
-    index: int,
-    log_path: Path,
-    records_path: Path,
-    tracker: Optional[Tracking],
-    server_logs: set[Path],
-    effective: dict[str, Setting],
-) -> list[RunResult]:
-    """Get a ready server (a sweep's shared one, or a new one), warm up, measure; raise if any
-    request failed. A server of its own is always stopped; a shared one on failure only."""
+def _close(session: JobSession) -> None:
+    """Stop the job's own server if it still runs, log its files, end its run."""
+    if session.server is not None:
+        _stop_own_server(session)
+    if session.tracker:
+        session.tracker.log_artifacts([*session.files.values(), *session.server_logs])
+        session.tracker.end(session.result.status)
+
+
+def _measure_part(session: JobSession, launch: int, runs: range) -> None:
+    """Measured runs ``runs`` of launch ``launch``: with several launches, all of a launch on
+    a new server; else some of the runs on the job's one server, the warm-ups before the
+    first. Raises if any request failed."""
+    job, tracker = session.job, session.tracker
     cfg, engine = job.config, job.engine
+    stats = cfg.stats
+    per_launch = stats.launches > 1
+    warmups = stats.warmup_runs if per_launch or runs.start == 0 else 0
+    last_of_launch = per_launch or runs.stop == stats.measured_runs
     shared = (
-        cfg.multirun.server_launch is not None
-        and cfg.multirun.reuse_servers
-        and cfg.stats.launches == 1
+        cfg.multirun.server_launch is not None and cfg.multirun.reuse_servers and not per_launch
     )
-    label = f"launch {index + 1}/{cfg.stats.launches}: " if cfg.stats.launches > 1 else ""
-    server: Optional[ServerProcess] = None
+    label = f"launch {launch + 1}/{stats.launches}: " if per_launch else ""
     try:
-        with report.status(f"{label}starting {engine.name} on {cfg.engine.host} (log: {log_path})"):
-            if shared:
+        if shared:
+            with report.status(f"starting {engine.name} on {cfg.engine.host}"):
                 server, reused, ready_s = POOL.acquire(
                     job.server_fingerprint(),
-                    lambda: _new_server(job, log_path),
+                    lambda: _new_server(job, session.log_path),
                     cfg.engine.ready_timeout_s,
                 )
-            else:
-                server = _new_server(job, log_path)
+        elif session.server is None:
+            with report.status(
+                f"{label}starting {engine.name} on {cfg.engine.host} (log: {session.log_path})"
+            ):
+                server = session.server = _new_server(job, session.log_path)
                 server.start()
                 reused, ready_s = False, server.wait_ready(cfg.engine.ready_timeout_s)
-        server_logs.add(server.log_path)
-        if reused:
-            report.console.print(
-                f"reusing the sweep's server {server.base_url} (log: {server.log_path})"
-            )
         else:
-            (log_path.parent / Artifact.command).write_text(
-                LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n"
-            )
-            report.console.print(
-                f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s"
-            )
-        if tracker:
-            gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES")
-            tracker.set_tags(
-                {
-                    Tag.server_reused: str(reused).lower(),
-                    Tag.server_url: server.base_url,
-                    **({Tag.gpus: gpus} if gpus is not None else {}),
-                }
-            )
-            if not reused:
-                tracker.log_metrics({Metric.server_ready_s: ready_s}, step=index)
-        runs = asyncio.run(_measure(job, server, index, records_path, tracker))
-        effective.update(
+            server, reused, ready_s = session.server, True, 0.0
+        if server.log_path not in session.server_logs or not reused:
+            _announce_server(session, server, reused, ready_s, label, launch)
+        records = asyncio.run(
+            _measure(job, server, launch, warmups, runs, session.files[Artifact.requests], tracker)
+        )
+        session.result.runs += records
+        session.effective.update(
             engine.effective(
-                job.server, server.base_url, server.log_path.read_text(errors="replace"), runs
+                job.server, server.base_url, server.log_path.read_text(errors="replace"), records
             )
         )
-        failed = [rec for r in runs for rec in r.records if not rec.ok]
+        if last_of_launch:
+            _report_effective(session.effective, tracker, session.log_path.parent)
+        failed = [rec for r in records for rec in r.records if not rec.ok]
         if failed:
             raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
     except BaseException:
@@ -302,21 +350,68 @@ def _one_launch(
             POOL.close()  # a failed job's server is not handed to the next one
         raise
     finally:
-        if server is not None and not shared:
-            server.stop()
-            if tracker and server.started_at:
-                tracker.set_tags(
-                    {
-                        Tag.server_started_at: f"{server.started_at:.3f}",
-                        Tag.server_stopped_at: f"{server.stopped_at:.3f}",
-                    }
-                )
-    if tracker and cfg.stats.launches > 1:
-        measured = [r.tok_per_s for r in runs if not r.warmup]
+        if session.server is not None and last_of_launch:
+            _stop_own_server(session)
+    if tracker and per_launch:
+        measured = [r for r in records if not r.warmup]
         tracker.log_metrics(
-            {launch_metric(Metric.tok_per_s): sum(measured) / len(measured)}, step=index
+            {
+                launch_metric(Metric.tok_per_s): sum(r.tok_per_s for r in measured) / len(measured),
+                launch_metric(Metric.midpoint_unix): sum(r.midpoint_unix for r in measured)
+                / len(measured),
+            },
+            step=launch,
         )
-    return runs
+
+
+def _announce_server(
+    session: JobSession,
+    server: ServerProcess,
+    reused: bool,
+    ready_s: float,
+    label: str,
+    launch: int,
+) -> None:
+    """Say which server the job measures on (a new one, or the sweep's), and record it."""
+    session.server_logs.add(server.log_path)
+    tracker = session.tracker
+    if reused:
+        report.console.print(
+            f"reusing the sweep's server {server.base_url} (log: {server.log_path})"
+        )
+    else:
+        (session.log_path.parent / Artifact.command).write_text(
+            LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n"
+        )
+        report.console.print(
+            f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s"
+        )
+    if tracker:
+        gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES")
+        tracker.set_tags(
+            {
+                Tag.server_reused: str(reused).lower(),
+                Tag.server_url: server.base_url,
+                # With the URL, which server instance the runs were on (shared ones included).
+                Tag.server_started_at: f"{server.started_at:.3f}",
+                **({Tag.gpus: gpus} if gpus is not None else {}),
+            }
+        )
+        if not reused:
+            tracker.log_metrics({Metric.server_ready_s: ready_s}, step=launch)
+
+
+def _stop_own_server(session: JobSession) -> None:
+    server, session.server = session.server, None
+    assert server is not None
+    server.stop()
+    if session.tracker and server.started_at:
+        session.tracker.set_tags(
+            {
+                Tag.server_started_at: f"{server.started_at:.3f}",
+                Tag.server_stopped_at: f"{server.stopped_at:.3f}",
+            }
+        )
 
 
 def _new_server(job: Job, log_path: Path) -> ServerProcess:
@@ -353,15 +448,21 @@ def _new_server(job: Job, log_path: Path) -> ServerProcess:
 
 
 async def _measure(
-    job: Job, server: ServerProcess, launch: int, records_path: Path, tracker: Optional[Tracking]
+    job: Job,
+    server: ServerProcess,
+    launch: int,
+    warmups: int,
+    runs: range,
+    records_path: Path,
+    tracker: Optional[Tracking],
 ) -> list[RunResult]:
+    """``warmups`` warm-up runs, then the measured runs numbered ``runs``."""
     cfg = job.config
     client = LoadClient(job.engine, server.base_url, job.server, cfg.workload, cfg.concurrency)
-    warmups, measured = cfg.stats.warmup_runs, cfg.stats.measured_runs
     results: list[RunResult] = []
     with (
         open(records_path, "a", buffering=1) as sink,
-        report.run_progress(warmups + measured) as progress,
+        report.run_progress(warmups + len(runs)) as progress,
     ):
 
         def write(record: RequestRecord) -> None:
@@ -370,9 +471,8 @@ async def _measure(
             os.fsync(sink.fileno())
 
         async with session() as http:
-            for index in range(warmups + measured):
-                warmup = index < warmups
-                run = index if warmup else launch * measured + index - warmups
+            schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
+            for run, warmup in schedule:
                 result = await client.run(run, warmup, http, write, launch=launch)
                 results.append(result)
                 if not warmup and tracker:

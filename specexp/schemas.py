@@ -55,10 +55,12 @@ class AllreduceBackend(StrEnum):
 
 
 class JobOrder(StrEnum):
-    # Jobs sharing a server run back to back, server configurations in the sweep's order...
-    grouped = "grouped"
-    # ...or in a seeded random order within each replicate block (bias control).
-    randomized = "randomized"
+    # Arms sharing a server take turns run by run, arms with several launches launch by
+    # launch, in seeded balanced rounds (ABBA): drift over time adds the same to every arm.
+    interleaved = "interleaved"
+    # Each job's runs back to back, jobs sharing a server next to each other: drift between
+    # the arms is part of their difference (reports say so).
+    blocked = "blocked"
 
 
 def _at_least(owner: str, minimum: float, **values: Any) -> None:
@@ -226,6 +228,13 @@ class StatsConfig:
         _at_least("stats", 0, warmup_runs=self.warmup_runs)
         _fraction("stats", confidence=self.confidence, threshold=self.threshold, power=self.power)
 
+    @property
+    def parts(self) -> int:
+        """The pieces a job is measured in, so that an interleaved sweep can alternate them
+        with other jobs' pieces: one per launch with several launches (each on a new server),
+        else one per measured run (the first with the warm-ups) on one server."""
+        return self.launches if self.launches > 1 else self.measured_runs
+
 
 @dataclass
 class TrackingConfig:
@@ -254,7 +263,8 @@ class MultirunConfig:
 
     # Selector of the sweep report's baseline: FACTOR=VALUE (e.g. speculative=none); null: no verdicts.
     baseline: Optional[str] = None
-    order: JobOrder = JobOrder.grouped
+    order: JobOrder = JobOrder.interleaved
+    # Seeds the order of each round of interleaved parts.
     seed: int = 0
     reuse_servers: bool = True
     # Skip jobs whose configuration already has a finished run in the experiment.
@@ -265,6 +275,8 @@ class MultirunConfig:
     parent_run_id: Optional[str] = None
     server_launch: Optional[int] = None
     job_label: Optional[str] = None
+    # Interleaved: the one part of the job (see StatsConfig.parts) this invocation measures.
+    part: Optional[int] = None
     # The job's swept settings as FACTOR=VALUE overrides (what sets it apart in the sweep).
     factors: list[str] = field(default_factory=list)
 

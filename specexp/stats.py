@@ -8,6 +8,9 @@
   interval with a practical threshold: faster / slower / equivalent (inside the threshold) /
   inconclusive, or "cannot test" (an arm with one value, or without spread). The
   comparisons of a sweep are one family: their intervals are simultaneous (Bonferroni).
+* Drift: when both arms were measured on one timeline (one shared server, or launches
+  alternating in time), a common linear trend in time is fitted with them (ANCOVA on
+  logs); a verdict that does not survive taking the trend out is "confounded by drift".
 * Planning: runs per arm needed for an effect, and the minimum detectable effect of the runs
   made, from the measured CV.
 
@@ -28,6 +31,7 @@ from scipy import stats as scipy_stats
 
 FASTER, SLOWER, EQUIVALENT, INCONCLUSIVE = "faster", "slower", "equivalent", "inconclusive"
 CANNOT_TEST = "cannot test"
+CONFOUNDED = "confounded by drift"
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,58 @@ def minimum_detectable_effect(
     )
 
 
+@dataclass(frozen=True)
+class TimeDrift:
+    """One linear trend in time shared by two arms' log values, fitted with a level per arm
+    (ANCOVA): how fast the server drifted, and the comparison with the trend taken out."""
+
+    slope_per_min: float  # change of log throughput per minute
+    slope_se: float
+    shift_s: float  # the candidate's mean time minus the baseline's
+    log_diff: float  # candidate - baseline on logs, the trend taken out
+    se: float
+    df: float
+
+    @property
+    def bias(self) -> float:
+        """What the drift alone adds to the unadjusted log ratio."""
+        return self.slope_per_min * self.shift_s / 60
+
+
+def fit_time_drift(
+    baseline: Sequence[float],
+    baseline_times: Sequence[float],
+    candidate: Sequence[float],
+    candidate_times: Sequence[float],
+) -> Optional[TimeDrift]:
+    """The trend and the adjusted difference, or None when they cannot be estimated (fewer
+    than 4 values, or no spread of time inside the arms)."""
+    groups = [
+        (np.log(np.asarray(v, float)), np.asarray(t, float) / 60)
+        for v, t in ((baseline, baseline_times), (candidate, candidate_times))
+    ]
+    n = sum(y.size for y, _ in groups)
+    if n < 4 or any(y.size != t.size or y.size < 2 for y, t in groups):
+        return None
+    centred = [(y - y.mean(), t - t.mean()) for y, t in groups]
+    spread = sum(float(t @ t) for _, t in centred)
+    if spread <= 0:
+        return None
+    slope = sum(float(t @ y) for y, t in centred) / spread
+    residual = sum(float(((y - slope * t) ** 2).sum()) for y, t in centred)
+    variance = residual / (n - 3)
+    (yb, tb), (yc, tc) = groups
+    shift = float(tc.mean() - tb.mean())
+    return TimeDrift(
+        slope_per_min=slope,
+        slope_se=math.sqrt(variance / spread),
+        shift_s=shift * 60,
+        log_diff=float(yc.mean() - yb.mean()) - slope * shift,
+        se=math.sqrt(variance * (1 / yb.size + 1 / yc.size + shift**2 / spread)),
+        df=float(n - 3),
+    )
+
+
 @dataclass
 class Comparison:
     """Candidate against baseline: the ratio of geometric means (candidate / baseline), its
@@ -312,6 +368,8 @@ class Comparison:
     # The verdict holds for the launches measured only: one launch per arm, and no
     # launch-to-launch variance known to widen the interval with.
     launches_only: bool = False
+    # The arms' common trend in time, when they were measured on one timeline.
+    drift: Optional[TimeDrift] = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -417,7 +475,9 @@ def decide(comparisons: Sequence[Comparison]) -> None:
     intervals hold together with probability >= 1 - alpha, and the verdict is read off the
     interval - faster (above 1), slower (below 1), equivalent (inside the threshold either
     way, which takes precedence), else inconclusive. A p-value below alpha after adjustment
-    and an interval that excludes 1 are the same statement."""
+    and an interval that excludes 1 are the same statement. With a fitted time drift, the
+    verdict must read the same off the drift-adjusted interval, else it is "confounded by
+    drift"."""
     testable = [c for c in comparisons if c.testable]
     family = len(testable)
     for c in testable:
@@ -435,13 +495,18 @@ def decide(comparisons: Sequence[Comparison]) -> None:
         c.notes = [
             n
             for n in c.notes
-            if not n.startswith(("difference below", "rank test disagrees", "cannot detect"))
+            if not n.startswith(
+                (
+                    "difference below",
+                    "rank test disagrees",
+                    "cannot detect",
+                    "time drift",
+                    "confounded:",
+                )
+            )
         ]
-        limit = 1 + c.threshold
-        if 1 / limit <= c.ci_low and c.ci_high <= limit:
-            c.verdict = EQUIVALENT
-        elif c.ci_low > 1 or c.ci_high < 1:
-            c.verdict = FASTER if c.ci_low > 1 else SLOWER
+        c.verdict = _read_verdict(c.ci_low, c.ci_high, c.threshold)
+        if c.verdict in (FASTER, SLOWER):
             if abs(c.change) < c.threshold:
                 c.notes.append(f"difference below the practical threshold ({c.threshold:.1%})")
             if c.p_mannwhitney >= alpha:
@@ -449,10 +514,43 @@ def decide(comparisons: Sequence[Comparison]) -> None:
                     f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it "
                     f"cannot reach {alpha:g})"
                 )
-        else:
-            c.verdict = INCONCLUSIVE
-            if c.mde is not None and c.mde > c.threshold:
-                c.notes.append(
-                    f"cannot detect effects below {c.mde:.1%} with these runs; "
-                    f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}"
-                )
+        elif c.verdict == INCONCLUSIVE and c.mde is not None and c.mde > c.threshold:
+            c.notes.append(
+                f"cannot detect effects below {c.mde:.1%} with these runs; "
+                f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}"
+            )
+        if c.drift is not None:
+            _judge_drift(c, c.drift, alpha / family)
+
+
+def _read_verdict(low: float, high: float, threshold: float) -> str:
+    """Equivalent (inside the threshold either way, which takes precedence), faster (above
+    1), slower (below 1), else inconclusive."""
+    limit = 1 + threshold
+    if 1 / limit <= low and high <= limit:
+        return EQUIVALENT
+    if low > 1:
+        return FASTER
+    if high < 1:
+        return SLOWER
+    return INCONCLUSIVE
+
+
+def _judge_drift(c: Comparison, drift: TimeDrift, alpha: float) -> None:
+    """A verdict stands only if the same interval, with the arms' common trend in time
+    taken out, reads the same; else the drift is confounded with the effect."""
+    half = float(scipy_stats.t.ppf(1 - alpha / 2, drift.df)) * drift.se
+    low, high = math.exp(drift.log_diff - half), math.exp(drift.log_diff + half)
+    adjusted = _read_verdict(low, high, c.threshold)
+    c.notes.append(
+        f"time drift {math.expm1(drift.slope_per_min):+.2%}/min (se {drift.slope_se:.2%}); the "
+        f"arms' mean times are {drift.shift_s:+.0f} s apart, which moves the ratio by "
+        f"{math.expm1(drift.bias):+.2%}; with the drift taken out: "
+        f"{math.exp(drift.log_diff):.4f} [{low:.4f}, {high:.4f}] ({adjusted})"
+    )
+    if c.verdict in (FASTER, SLOWER, EQUIVALENT) and adjusted != c.verdict:
+        c.notes.append(
+            f"confounded: {c.verdict} only before the drift is taken out, so the effect cannot be told "
+            "from the server's drift over time (interleave the arms: multirun.order=interleaved)"
+        )
+        c.verdict = CONFOUNDED

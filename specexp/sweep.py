@@ -22,7 +22,7 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, open_dict
 
-from specexp import crossover, launchers, publish, report
+from specexp import crossover, launchers, publish, report, runner
 from specexp.analysis import (
     SelectionError,
     Selector,
@@ -87,7 +87,11 @@ class Plan:
 
     @property
     def server_launches(self) -> int:
-        return len({j.server_launch for j in self.to_run})
+        """Servers the jobs to run start: one per shared configuration, one per launch of
+        jobs with several."""
+        launches = [j.job.config.stats.launches for j in self.to_run]
+        single = {j.server_launch for j, n in zip(self.to_run, launches, strict=True) if n == 1}
+        return len(single) + sum(n for n in launches if n > 1)
 
 
 def _quoted(value: str) -> str:
@@ -123,27 +127,109 @@ def compose_jobs(
     return Plan(jobs, errors)
 
 
-def order_jobs(plan: Plan, order: JobOrder, seed: int) -> None:
-    """Group jobs by server (first appearance order) inside each replicate block; randomized,
-    shuffle the order of server configurations within each block, for bias control."""
+def order_jobs(plan: Plan, order: JobOrder) -> None:
+    """Put jobs with the same server next to each other and number their server launches:
+    interleaved, one group per server configuration (replicates included); blocked, one
+    group per server configuration inside each replicate block."""
     blocks: dict[int, list[PlannedJob]] = {}
     for planned in plan.jobs:
-        blocks.setdefault(planned.job.config.replicate, []).append(planned)
+        block = planned.job.config.replicate if order == JobOrder.blocked else 0
+        blocks.setdefault(block, []).append(planned)
     ordered, launch = [], 0
-    rng = random.Random(seed)
-    for replicate in sorted(blocks):
+    for block in sorted(blocks):
         groups: dict[str, list[PlannedJob]] = {}
-        for planned in blocks[replicate]:
+        for planned in blocks[block]:
             groups.setdefault(planned.server, []).append(planned)
-        keys = list(groups)
-        if order == JobOrder.randomized:
-            rng.shuffle(keys)
-        for key in keys:
-            for planned in groups[key]:
+        for group in groups.values():
+            for planned in group:
                 planned.server_launch = launch
             launch += 1
-            ordered += groups[key]
+            ordered += group
     plan.jobs = ordered
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of a job by the sweep: the whole job, or one of its parts (interleaved)."""
+
+    planned: PlannedJob
+    part: Optional[int] = None
+
+
+def balanced_rounds(parts: Sequence[int], rng: random.Random) -> list[int]:
+    """Arms taking turns: round after round, every arm with parts left takes one, in a
+    seeded order that the next round reverses (ABBA for two arms). Over each pair of rounds
+    every arm sits at the same mean position, so a linear drift adds the same to each."""
+    left, forward = list(parts), list(range(len(parts)))
+    sequence: list[int] = []
+    for round_index in itertools.count():
+        if not any(left):
+            return sequence
+        if round_index % 2 == 0:
+            rng.shuffle(forward)
+        for arm in forward if round_index % 2 == 0 else reversed(forward):
+            if left[arm]:
+                sequence.append(arm)
+                left[arm] -= 1
+    raise AssertionError("unreachable")
+
+
+def plan_steps(
+    jobs: Sequence[PlannedJob], order: JobOrder, seed: int, in_process: bool
+) -> list[Step]:
+    """The sweep's launches in order. Interleaved (jobs in this process only: parts of a job
+    wait in it for their turn): jobs sharing a server take turns run by run; jobs with
+    several launches take turns launch by launch, where the first of them was; the rest run
+    whole. Blocked, or with jobs in other processes: every job whole, in plan order."""
+    if order == JobOrder.blocked or not in_process:
+        return [Step(planned) for planned in jobs]
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    groups: dict[str, list[PlannedJob]] = {}
+    for planned in jobs:
+        groups.setdefault(planned.server, []).append(planned)
+    by_launch = [j for j in jobs if j.job.config.stats.launches > 1]
+    for group in groups.values():
+        config = group[0].job.config
+        if config.stats.launches > 1:
+            if group[0] is by_launch[0]:
+                steps += _take_turns(by_launch, rng)
+        elif len(group) > 1 and config.multirun.reuse_servers:
+            steps += _take_turns(group, rng)
+        else:
+            steps += [Step(planned) for planned in group]
+    return steps
+
+
+def _take_turns(jobs: Sequence[PlannedJob], rng: random.Random) -> list[Step]:
+    if len(jobs) == 1:
+        return [Step(jobs[0])]
+    parts = [j.job.config.stats.parts for j in jobs]
+    taken = [0] * len(jobs)
+    steps = []
+    for arm in balanced_rounds(parts, rng):
+        steps.append(Step(jobs[arm], taken[arm]))
+        taken[arm] += 1
+    return steps
+
+
+def order_summary(steps: Sequence[Step], order: JobOrder, in_process: bool) -> str:
+    """How the sweep places its jobs' runs in time, for the plan and every report."""
+    turns = {id(s.planned) for s in steps if s.part is not None}
+    if order == JobOrder.blocked:
+        return (
+            "blocked: each job's runs back to back, so drift over time is part of the "
+            "differences between jobs (multirun.order=blocked)"
+        )
+    if not in_process:
+        return (
+            "whole jobs: this launcher runs jobs in their own processes, where parts of "
+            "different jobs cannot take turns on one server"
+        )
+    return (
+        f"interleaved: {len(turns)} job(s) take turns in balanced rounds (ABBA), run by run on "
+        "a shared server or launch by launch; the others have a server of their own"
+    )
 
 
 def mark_finished(plan: Plan, store: TrackingStore) -> None:
@@ -167,8 +253,11 @@ def describe(plan: Plan) -> list[str]:
     return lines
 
 
-def overrides_for(planned: PlannedJob, parent_run_id: Optional[str]) -> list[str]:
-    """The job's overrides plus what the sweep tells it: its factors, label, parent run and server launch."""
+def overrides_for(
+    planned: PlannedJob, parent_run_id: Optional[str], part: Optional[int] = None
+) -> list[str]:
+    """The job's overrides plus what the sweep tells it: its factors, label, parent run,
+    server launch and, interleaved, the part to measure."""
     extra = [
         f"multirun.server_launch={planned.server_launch}",
         f"multirun.job_label={_quoted(planned.label)}",
@@ -176,6 +265,8 @@ def overrides_for(planned: PlannedJob, parent_run_id: Optional[str]) -> list[str
     ]
     if parent_run_id:
         extra.append(f"multirun.parent_run_id={parent_run_id}")
+    if part is not None:
+        extra.append(f"multirun.part={part}")
     return planned.overrides + extra
 
 
@@ -221,7 +312,7 @@ def run_sweep(
         report.console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
         return []
     settings = first.multirun
-    order_jobs(plan, settings.order, settings.seed)
+    order_jobs(plan, settings.order)
     kind = launcher_kind(launcher)
     if first.dry_run and kind != LauncherKind.in_process:
         dry_run_elsewhere(plan, launcher)
@@ -230,7 +321,10 @@ def run_sweep(
     store = TrackingStore(first.tracking.uri, first.tracking.experiment) if tracked else None
     if store and settings.resume:
         mark_finished(plan, store)
-    for line in describe(plan):
+    in_process = kind == LauncherKind.in_process
+    steps = plan_steps(plan.to_run, settings.order, settings.seed, in_process)
+    order = order_summary(steps, settings.order, in_process)
+    for line in [*describe(plan), f"order: {order}"]:
         report.console.print(line)
     parent = None
     if store:
@@ -241,18 +335,23 @@ def run_sweep(
                 Tag.jobs: str(len(plan.jobs)),
                 Tag.jobs_to_run: str(len(plan.to_run)),
                 Tag.planned_server_launches: str(plan.server_launches),
+                Tag.order: str(settings.order),
             },
         )
         parent.log_params({"overrides": " ".join(sys.argv[1:])})
     status, returns = "FAILED", []
     try:
         extra = launchers.job_overrides(launcher, store.uri if store else uri)
-        batch = max_batch_size or len(plan.to_run) or 1
-        for start in range(0, len(plan.to_run), batch):
-            jobs = plan.to_run[start : start + batch]
+        numbers = {id(j): i for i, j in enumerate(plan.to_run)}
+        batch = 1 if in_process else max_batch_size or len(steps) or 1
+        for start in range(0, len(steps), batch):
             returns += launcher.launch(
-                [overrides_for(j, parent.run_id if parent else None) + extra for j in jobs],
-                initial_job_idx=start,
+                [
+                    overrides_for(s.planned, parent.run_id if parent else None, s.part) + extra
+                    for s in steps[start : start + batch]
+                ],
+                # Hydra numbers the job's directory; every part of a job goes to the same one.
+                initial_job_idx=numbers[id(steps[start].planned)],
             )
         status = "FINISHED"
     except KeyboardInterrupt:
@@ -261,19 +360,23 @@ def run_sweep(
             launchers.stop_local_jobs()
         raise
     finally:
+        runner.end_open_jobs("FAILED" if status == "FINISHED" else status)
         POOL.close()
         if store and parent:
             if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
                 # A job process that was killed could not end its run; its server is gone with it.
                 store.end_children(parent.run_id, "FAILED" if status == "FINISHED" else status)
-            sweep_report(store, parent, plan, settings.baseline)
+            sweep_report(store, parent, plan, settings.baseline, order)
             parent.end(status)
     return [returns]
 
 
-def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Optional[str]) -> None:
+def sweep_report(
+    store: TrackingStore, parent: RunLog, plan: Plan, baseline: Optional[str], order: str
+) -> None:
     """The sweep's report on its parent run: every job's run (resumed ones too), compared
-    with the baseline when one is configured. Written also when jobs failed."""
+    with the baseline when one is configured, and how their runs were ordered in time.
+    Written also when jobs failed."""
     settings = plan.jobs[0].job.config
     stats = settings.stats
     children = store.job_runs(parent=parent.run_id)
@@ -301,7 +404,7 @@ def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Opt
             notes.append(str(exc))
     report.console.print(
         f"[bold]sweep report[/] (parent run {parent.run_id}): {len(children)} job runs, "
-        f"{len(failed)} failed, {launched} server launch(es)"
+        f"{len(failed)} failed, {launched} server launch(es)\norder: {order}"
     )
     if arms:
         report.print_comparison(arms, comparisons, skipped, Metric.tok_per_s)
@@ -327,12 +430,13 @@ def sweep_report(store: TrackingStore, parent: RunLog, plan: Plan, baseline: Opt
         "server_launches": launched,
         "crossovers": [c.to_json() for c in crossovers],
         "baseline": baseline,
+        "order": order,
         "arms": [a.to_json() for a in arms],
         "comparisons": [c.to_json() for c in comparisons],
         "skipped": skipped,
         "notes": notes,
     }
-    markdown = (
+    markdown = f"Order: {order}.\n\n" + (
         report.comparison_markdown(arms, comparisons, Metric.tok_per_s)
         if arms
         else "No finished runs.\n"

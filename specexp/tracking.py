@@ -166,6 +166,8 @@ class TrackingStore:
             history(metric),
             history(launch_metric(metric)),
             run.data.metrics,
+            history(ResultMetric.midpoint_unix),
+            history(launch_metric(ResultMetric.midpoint_unix)),
         )
 
 

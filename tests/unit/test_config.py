@@ -110,7 +110,7 @@ def test_good_configs_pass():
     [
         ("speculative.method=medusa", "none, eagle3, ngram, draft"),
         ("attention_backend.name=flashinfr", "flashinfer"),
-        ("multirun.order=shuffled", "grouped, randomized"),
+        ("multirun.order=shuffled", "interleaved, blocked"),
     ],
 )
 def test_an_unknown_choice_fails_at_composition_listing_the_choices(override, choices):
@@ -128,7 +128,7 @@ def test_the_config_is_converted_once_into_its_schemas():
     assert isinstance(config.stats, StatsConfig) and isinstance(config.model.generate, TinyPairSpec)
     assert config.speculative.method is SpeculativeMethod.draft
     assert config.attention_backend.name is AttentionBackend.flash_attn
-    assert config.multirun.order is JobOrder.grouped
+    assert config.multirun.order is JobOrder.interleaved
     # The generated pair's paths are filled in before conversion, so the draft's
     # ${model.draft_path} interpolation sees them.
     assert (

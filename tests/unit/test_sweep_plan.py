@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import random
+
 from specexp.schemas import JobOrder
-from specexp.sweep import Plan, PlannedJob, describe, expand_overrides, order_jobs, overrides_for
+from specexp.sweep import (
+    Plan,
+    PlannedJob,
+    balanced_rounds,
+    describe,
+    expand_overrides,
+    order_jobs,
+    overrides_for,
+    plan_steps,
+)
 from tests.conftest import compose_job
 
 
@@ -31,7 +42,7 @@ def test_expansion_is_the_product_and_a_later_value_of_a_key_wins_in_its_first_p
     ]
 
 
-def test_jobs_sharing_a_server_run_back_to_back_within_replicate_blocks():
+def test_blocked_jobs_sharing_a_server_run_back_to_back_within_replicate_blocks():
     jobs = [
         planned(f"speculative={s}", f"concurrency.streams={c}", f"replicate={r}")
         for r in (0, 1)
@@ -39,7 +50,7 @@ def test_jobs_sharing_a_server_run_back_to_back_within_replicate_blocks():
         for s in ("none", "draft")
     ]
     plan = Plan(jobs)
-    order_jobs(plan, JobOrder.grouped, seed=0)
+    order_jobs(plan, JobOrder.blocked)
     order = [
         (j.job.config.replicate, str(j.job.config.speculative.method), j.server_launch)
         for j in plan.jobs
@@ -47,27 +58,56 @@ def test_jobs_sharing_a_server_run_back_to_back_within_replicate_blocks():
     # llama.cpp's --parallel follows the streams, so each (method, streams) pair is a server.
     assert [launch for *_, launch in order] == [0, 1, 2, 3, 4, 5, 6, 7]
     assert [r for r, *_ in order] == [0, 0, 0, 0, 1, 1, 1, 1]
+    steps = plan_steps(plan.jobs, JobOrder.blocked, seed=0, in_process=True)
+    assert [(s.planned, s.part) for s in steps] == [(j, None) for j in plan.jobs]
     shared = [
         planned("speculative=none", f"concurrency.requests_per_stream={n}") for n in (1, 2, 3)
     ]
     plan = Plan(shared)
-    order_jobs(plan, JobOrder.grouped, seed=0)
+    order_jobs(plan, JobOrder.blocked)
     assert {j.server_launch for j in plan.jobs} == {0} and plan.server_launches == 1
 
 
-def test_randomized_order_shuffles_servers_only_within_a_block():
-    jobs = [
-        planned(f"speculative={s}", f"replicate={r}")
-        for r in (0, 1, 2)
-        for s in ("none", "draft", "ngram")
-    ]
-    orders = set()
-    for seed in range(6):
-        plan = Plan(list(jobs))
-        order_jobs(plan, JobOrder.randomized, seed=seed)
-        assert [j.job.config.replicate for j in plan.jobs] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
-        orders.add(tuple(str(j.job.config.speculative.method) for j in plan.jobs))
-    assert len(orders) > 1
+def test_interleaved_jobs_sharing_a_server_take_turns_run_by_run_in_balanced_rounds():
+    jobs = [planned("speculative=none", f"replicate={r}") for r in (0, 1)]
+    jobs.append(planned("speculative=draft"))  # a server of its own: runs whole
+    plan = Plan(jobs)
+    order_jobs(plan, JobOrder.interleaved)
+    assert [j.server_launch for j in plan.jobs] == [0, 0, 1] and plan.server_launches == 2
+    steps = plan_steps(plan.jobs, JobOrder.interleaved, seed=0, in_process=True)
+    turns = [(s.planned.job.config.replicate, s.part) for s in steps[:-1]]
+    # Five measured runs each, in pairs of rounds that mirror each other (ABBA or BAAB), and
+    # a last round; every job's parts in their order.
+    order = [r for r, _ in turns]
+    assert len(order) == 10 and all(
+        order[i : i + 4] in ([0, 1, 1, 0], [1, 0, 0, 1]) for i in (0, 4)
+    )
+    assert [p for r, p in turns if r == 0] == [0, 1, 2, 3, 4] == [p for r, p in turns if r == 1]
+    assert (steps[-1].planned, steps[-1].part) == (jobs[2], None)
+    # Jobs in other processes cannot take turns on one server.
+    assert all(s.part is None for s in plan_steps(plan.jobs, JobOrder.interleaved, 0, False))
+
+
+def test_balanced_rounds_give_every_arm_the_same_mean_position_whatever_the_seed():
+    for seed in range(20):
+        sequence = balanced_rounds([4, 4, 4], random.Random(seed))
+        positions = {arm: [i for i, a in enumerate(sequence) if a == arm] for arm in range(3)}
+        assert {len(p) for p in positions.values()} == {4}
+        assert len({sum(p) for p in positions.values()}) == 1  # a linear drift adds the same
+    orders = {tuple(balanced_rounds([2, 2, 2], random.Random(seed))) for seed in range(20)}
+    assert len(orders) > 1  # seeded, not fixed
+    assert balanced_rounds([1, 3], random.Random(0)).count(1) == 3  # unequal parts: all taken
+
+
+def test_jobs_with_several_launches_take_turns_launch_by_launch():
+    jobs = [planned(f"speculative={s}", "stats.launches=3") for s in ("none", "draft")]
+    plan = Plan(jobs)
+    order_jobs(plan, JobOrder.interleaved)
+    assert plan.server_launches == 6
+    steps = plan_steps(plan.jobs, JobOrder.interleaved, seed=0, in_process=True)
+    methods = [str(s.planned.job.config.speculative.method) for s in steps]
+    assert methods[0] != methods[1] and methods[:2] == methods[3:1:-1]  # ABBA
+    assert sorted(s.part for s in steps if s.planned is jobs[0]) == [0, 1, 2]
 
 
 def test_a_job_is_told_its_factors_label_and_server_launch():
