@@ -10,7 +10,8 @@
   comparisons of a sweep are one family: their intervals are simultaneous (Bonferroni).
 * Drift: when both arms were measured on one timeline (one shared server, or launches
   alternating in time), a common linear trend in time is fitted with them (ANCOVA on
-  logs); a verdict that does not survive taking the trend out is "confounded by drift".
+  logs) and the comparison is made with it taken out; where the values as measured would
+  have said something else, the verdict is "confounded by drift".
 * Planning: runs per arm needed for an effect, and the minimum detectable effect of the runs
   made, from the measured CV.
 
@@ -334,7 +335,8 @@ def fit_time_drift(
 @dataclass
 class Comparison:
     """Candidate against baseline: the ratio of geometric means (candidate / baseline), its
-    interval, tests and verdict - one model (Welch's t on log values) for all of them."""
+    interval, tests and verdict - one model for all of them: Welch's t on log values, or
+    with the arms' time drift fitted, the drift-adjusted difference (ANCOVA)."""
 
     baseline: str
     candidate: str
@@ -446,14 +448,15 @@ def compare(
 
 
 def _test(c: Comparison) -> None:
-    """Welch's p-value and the equivalence (TOST) p-value from the difference of mean logs,
-    its standard error and degrees of freedom."""
-    c.p_welch = float(2 * scipy_stats.t.sf(abs(c.log_diff) / c.se, c.df))
+    """The difference's p-value and the equivalence (TOST) p-value from its estimate (see
+    :func:`_estimate`)."""
+    log_diff, se, df = _estimate(c)
+    c.p_welch = float(2 * scipy_stats.t.sf(abs(log_diff) / se, df))
     bound = math.log1p(c.threshold)
     c.p_equivalence = float(
         max(
-            scipy_stats.t.sf((c.log_diff + bound) / c.se, c.df),
-            scipy_stats.t.cdf((c.log_diff - bound) / c.se, c.df),
+            scipy_stats.t.sf((log_diff + bound) / se, df),
+            scipy_stats.t.cdf((log_diff - bound) / se, df),
         )
     )
 
@@ -475,20 +478,21 @@ def decide(comparisons: Sequence[Comparison]) -> None:
     intervals hold together with probability >= 1 - alpha, and the verdict is read off the
     interval - faster (above 1), slower (below 1), equivalent (inside the threshold either
     way, which takes precedence), else inconclusive. A p-value below alpha after adjustment
-    and an interval that excludes 1 are the same statement. With a fitted time drift, the
-    verdict must read the same off the drift-adjusted interval, else it is "confounded by
-    drift"."""
+    and an interval that excludes 1 are the same statement. With the arms' time drift
+    fitted, all of them come from the drift-adjusted estimate (see :func:`_judge_drift`)."""
     testable = [c for c in comparisons if c.testable]
     family = len(testable)
     for c in testable:
         alpha = _alpha(c.confidence)
+        log_diff, se, df = _estimate(c)
+        _test(c)
+        c.ratio = math.exp(log_diff)
         c.family, c.ci_level = family, 1 - alpha / family
-        half = float(scipy_stats.t.ppf(1 - alpha / (2 * family), c.df)) * c.se
-        c.ci_low, c.ci_high = math.exp(c.log_diff - half), math.exp(c.log_diff + half)
+        c.ci_low, c.ci_high = _interval(log_diff, se, df, alpha / family)
         c.p_welch_adjusted = min(1.0, family * c.p_welch)
         c.p_equivalence_adjusted = min(1.0, 2 * family * c.p_equivalence)
         # Effects the family's test finds with the asked power, at the spread measured.
-        cv = float(c.se / math.sqrt(1 / c.n_baseline + 1 / c.n_candidate))
+        cv = float(se / math.sqrt(1 / c.n_baseline + 1 / c.n_candidate))
         n = min(c.n_baseline, c.n_candidate)
         c.mde = minimum_detectable_effect(cv, n, alpha / family, c.power)
         c.runs_needed = runs_needed(cv, c.threshold, alpha / family, c.power)
@@ -509,7 +513,7 @@ def decide(comparisons: Sequence[Comparison]) -> None:
         if c.verdict in (FASTER, SLOWER):
             if abs(c.change) < c.threshold:
                 c.notes.append(f"difference below the practical threshold ({c.threshold:.1%})")
-            if c.p_mannwhitney >= alpha:
+            if c.p_mannwhitney >= alpha and c.drift is None:  # ranks of drifting values mislead
                 c.notes.append(
                     f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it "
                     f"cannot reach {alpha:g})"
@@ -521,6 +525,19 @@ def decide(comparisons: Sequence[Comparison]) -> None:
             )
         if c.drift is not None:
             _judge_drift(c, c.drift, alpha / family)
+
+
+def _estimate(c: Comparison) -> tuple[float, float, float]:
+    """(log ratio, standard error, degrees of freedom) that the interval, p-values and
+    verdict rest on: with the arms' time drift fitted, the drift-adjusted ones."""
+    if c.drift is not None:
+        return c.drift.log_diff, c.drift.se, c.drift.df
+    return c.log_diff, c.se, c.df
+
+
+def _interval(log_diff: float, se: float, df: float, alpha: float) -> tuple[float, float]:
+    half = float(scipy_stats.t.ppf(1 - alpha / 2, df)) * se
+    return math.exp(log_diff - half), math.exp(log_diff + half)
 
 
 def _read_verdict(low: float, high: float, threshold: float) -> str:
@@ -537,20 +554,20 @@ def _read_verdict(low: float, high: float, threshold: float) -> str:
 
 
 def _judge_drift(c: Comparison, drift: TimeDrift, alpha: float) -> None:
-    """A verdict stands only if the same interval, with the arms' common trend in time
-    taken out, reads the same; else the drift is confounded with the effect."""
-    half = float(scipy_stats.t.ppf(1 - alpha / 2, drift.df)) * drift.se
-    low, high = math.exp(drift.log_diff - half), math.exp(drift.log_diff + half)
-    adjusted = _read_verdict(low, high, c.threshold)
+    """The verdict comes from the drift-adjusted interval; if the interval without the
+    adjustment claims something else, the difference between the arms cannot be told from
+    the server's drift: "confounded by drift", with the figures."""
+    low, high = _interval(c.log_diff, c.se, c.df, alpha)
+    unadjusted = _read_verdict(low, high, c.threshold)
     c.notes.append(
-        f"time drift {math.expm1(drift.slope_per_min):+.2%}/min (se {drift.slope_se:.2%}); the "
-        f"arms' mean times are {drift.shift_s:+.0f} s apart, which moves the ratio by "
-        f"{math.expm1(drift.bias):+.2%}; with the drift taken out: "
-        f"{math.exp(drift.log_diff):.4f} [{low:.4f}, {high:.4f}] ({adjusted})"
+        f"time drift {math.expm1(drift.slope_per_min):+.2%}/min (se {drift.slope_se:.2%}), taken "
+        f"out of the ratio; the arms' mean times are {drift.shift_s:+.0f} s apart, which moved "
+        f"it by {math.expm1(drift.bias):+.2%}: {math.exp(c.log_diff):.4f} [{low:.4f}, {high:.4f}] "
+        f"({unadjusted}) before"
     )
-    if c.verdict in (FASTER, SLOWER, EQUIVALENT) and adjusted != c.verdict:
+    if unadjusted in (FASTER, SLOWER, EQUIVALENT) and unadjusted != c.verdict:
         c.notes.append(
-            f"confounded: {c.verdict} only before the drift is taken out, so the effect cannot be told "
-            "from the server's drift over time (interleave the arms: multirun.order=interleaved)"
+            f"confounded: {unadjusted} only with the drift left in, so the difference cannot be "
+            "told from the server's drift over time (interleave the arms: multirun.order=interleaved)"
         )
         c.verdict = CONFOUNDED

@@ -326,6 +326,8 @@ def run_sweep(
     order = order_summary(steps, settings.order, in_process)
     for line in [*describe(plan), f"order: {order}"]:
         report.console.print(line)
+    if first.dry_run:  # nothing is measured: each job's command once
+        steps = [Step(planned) for planned in plan.to_run]
     parent = None
     if store:
         parent = store.start_run(

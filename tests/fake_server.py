@@ -2,6 +2,10 @@
 the load client's limits and for faults. It never stands in for a measurement.
 
     python -m tests.fake_server --port P [--itl-ms 10] [--stall-after N] [--die-after N]
+        [--slowdown-per-request F]
+
+``--slowdown-per-request`` injects a known drift: each request is paced ``1 + F * served``
+times slower than the first, ``served`` counting the requests before it.
 """
 
 from __future__ import annotations
@@ -15,12 +19,21 @@ from aiohttp import web
 
 
 def make_app(
-    itl_ms: float = 0.0, stall_after: int = -1, die_after: int = -1, tokens_per_event: int = 1
+    itl_ms: float = 0.0,
+    stall_after: int = -1,
+    die_after: int = -1,
+    tokens_per_event: int = 1,
+    slowdown_per_request: float = 0.0,
 ) -> web.Application:
+    served = 0
+
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def completion(request: web.Request) -> web.StreamResponse:
+        nonlocal served
+        gap_ms = itl_ms * (1 + slowdown_per_request * served)
+        served += 1
         body = await request.json()
         n_predict = int(body.get("n_predict", 16))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -32,9 +45,9 @@ def make_app(
                 await asyncio.sleep(3600)  # connection open, nothing sent
             if produced == die_after:
                 os._exit(1)  # the whole server dies mid-stream
-            if itl_ms:
+            if gap_ms:
                 # Paced against the start, so timer overshoot does not add up: the mean gap is exact.
-                due = start + (produced + tokens_per_event) * itl_ms / 1000
+                due = start + (produced + tokens_per_event) * gap_ms / 1000
                 await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
             step = min(tokens_per_event, n_predict - produced)
             produced += step
@@ -69,9 +82,17 @@ def main() -> None:
     parser.add_argument("--tokens-per-event", type=int, default=1)
     parser.add_argument("--stall-after", type=int, default=-1)
     parser.add_argument("--die-after", type=int, default=-1)
-    args = parser.parse_args()
+    parser.add_argument("--slowdown-per-request", type=float, default=0.0)
+    # Started in llama-server's place, it is given llama-server's flags: only these matter.
+    args = parser.parse_known_args()[0]
     web.run_app(
-        make_app(args.itl_ms, args.stall_after, args.die_after, args.tokens_per_event),
+        make_app(
+            args.itl_ms,
+            args.stall_after,
+            args.die_after,
+            args.tokens_per_event,
+            args.slowdown_per_request,
+        ),
         host=args.host,
         port=args.port,
         print=None,
