@@ -44,6 +44,7 @@ def comparison_plot(
             "slower": "tab:red",
             "equivalent": "tab:blue",
             "inconclusive": "tab:orange",
+            "confounded by drift": "tab:purple",
         }
         for y, c in enumerate(comparisons):
             if not c.testable:  # no interval to draw; the label says why

@@ -140,6 +140,7 @@ _VERDICT_STYLE = {
     "inconclusive": "yellow",
     "cannot test": "magenta",
     "not attributable": "magenta",
+    "confounded by drift": "magenta",
     "reproduced": "green",
     "contradicted": "red",
     "not measured": "dim",
@@ -191,7 +192,9 @@ def comparison_rows(
         ]
         if c:
             row += [
-                _pct(c.change) + ("" if len(baselines) == 1 else f" vs {c.baseline}"),
+                _pct(c.change)
+                + (" (drift out)" if c.drift else "")
+                + ("" if len(baselines) == 1 else f" vs {c.baseline}"),
                 f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
                 f"{_p(c.p_welch)} ({_p(c.p_welch_adjusted)})",
                 _p(c.p_mannwhitney),
@@ -248,8 +251,8 @@ def print_comparison(
     headers, rows = comparison_rows(arms, comparisons)
     console.print(
         _rich_table(
-            f"{metric}: ratio of geometric means vs baseline, Welch t on logs; simultaneous "
-            f"intervals (Bonferroni) over "
+            f"{metric}: ratio of geometric means vs baseline, Welch t on logs (with the time "
+            f"drift taken out where arms share a timeline); simultaneous intervals (Bonferroni) over "
             f"{len(comparisons)} comparison(s)",
             headers,
             rows,
