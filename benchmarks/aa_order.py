@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=512)
     args = parser.parse_args()
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     print("order        as measured (no drift fitted)              drift        specexp")
     with tempfile.TemporaryDirectory() as directory:
         for index in range(args.repeats):
