@@ -24,6 +24,8 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
+from specexp.stats import interval, read_verdict
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -63,19 +65,9 @@ def aa_sweep(workdir: Path, order: str, max_tokens: int, index: int) -> dict:
 
 def as_measured(c: dict) -> str:
     """The ratio, interval and verdict of the values as measured (no drift fitted)."""
-    half = stats.t.ppf(1 - (1 - c["confidence"]) / 2, c["df"]) * c["se"]
-    low, high = math.exp(c["log_diff"] - half), math.exp(c["log_diff"] + half)
+    low, high = interval(c["log_diff"], c["se"], c["df"], 1 - c["confidence"])
     p = 2 * stats.t.sf(abs(c["log_diff"]) / c["se"], c["df"])
-    limit = 1 + c["threshold"]
-    verdict = (
-        "equivalent"
-        if 1 / limit <= low and high <= limit
-        else "faster"
-        if low > 1
-        else "slower"
-        if high < 1
-        else "inconclusive"
-    )
+    verdict = read_verdict(low, high, c["threshold"])
     ratio = math.exp(c["log_diff"])
     return f"{ratio - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}] p={p:.3f} {verdict}"
 

@@ -488,7 +488,7 @@ def decide(comparisons: Sequence[Comparison]) -> None:
         _test(c)
         c.ratio = math.exp(log_diff)
         c.family, c.ci_level = family, 1 - alpha / family
-        c.ci_low, c.ci_high = _interval(log_diff, se, df, alpha / family)
+        c.ci_low, c.ci_high = interval(log_diff, se, df, alpha / family)
         c.p_welch_adjusted = min(1.0, family * c.p_welch)
         c.p_equivalence_adjusted = min(1.0, 2 * family * c.p_equivalence)
         # Effects the family's test finds with the asked power, at the spread measured.
@@ -509,7 +509,7 @@ def decide(comparisons: Sequence[Comparison]) -> None:
                 )
             )
         ]
-        c.verdict = _read_verdict(c.ci_low, c.ci_high, c.threshold)
+        c.verdict = read_verdict(c.ci_low, c.ci_high, c.threshold)
         if c.verdict in (FASTER, SLOWER):
             if abs(c.change) < c.threshold:
                 c.notes.append(f"difference below the practical threshold ({c.threshold:.1%})")
@@ -535,12 +535,13 @@ def _estimate(c: Comparison) -> tuple[float, float, float]:
     return c.log_diff, c.se, c.df
 
 
-def _interval(log_diff: float, se: float, df: float, alpha: float) -> tuple[float, float]:
+def interval(log_diff: float, se: float, df: float, alpha: float) -> tuple[float, float]:
+    """Two-sided 1 - alpha Student-t interval of a log ratio, as a ratio."""
     half = float(scipy_stats.t.ppf(1 - alpha / 2, df)) * se
     return math.exp(log_diff - half), math.exp(log_diff + half)
 
 
-def _read_verdict(low: float, high: float, threshold: float) -> str:
+def read_verdict(low: float, high: float, threshold: float) -> str:
     """Equivalent (inside the threshold either way, which takes precedence), faster (above
     1), slower (below 1), else inconclusive."""
     limit = 1 + threshold
@@ -557,8 +558,8 @@ def _judge_drift(c: Comparison, drift: TimeDrift, alpha: float) -> None:
     """The verdict comes from the drift-adjusted interval; if the interval without the
     adjustment claims something else, the difference between the arms cannot be told from
     the server's drift: "confounded by drift", with the figures."""
-    low, high = _interval(c.log_diff, c.se, c.df, alpha)
-    unadjusted = _read_verdict(low, high, c.threshold)
+    low, high = interval(c.log_diff, c.se, c.df, alpha)
+    unadjusted = read_verdict(low, high, c.threshold)
     c.notes.append(
         f"time drift {math.expm1(drift.slope_per_min):+.2%}/min (se {drift.slope_se:.2%}), taken "
         f"out of the ratio; the arms' mean times are {drift.shift_s:+.0f} s apart, which moved "
