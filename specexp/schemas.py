@@ -102,6 +102,9 @@ class ModelConfig:
     # Tensor-parallel sizes the model can be served with (memory and head-count limits).
     tensor_parallel_sizes: list[int] = field(default_factory=lambda: [1])
     trust_remote_code: bool = False
+    # The Hugging Face architecture (config.json "architectures"), for engines' rules that
+    # depend on it, answered without fetching the model.
+    architecture: Optional[str] = None
     # Set for models generated locally; path and draft_path then come from the cache.
     generate: Optional[TinyPairSpec] = None
 
@@ -151,20 +154,44 @@ class SpeculativeConfig:
     method: SpeculativeMethod = SpeculativeMethod.none
     # Draft weights; eagle3 and draft default to the model's own via interpolation.
     draft_model: Optional[str] = None
-    num_steps: int = 3
-    eagle_topk: int = 1
+    # Tokens drafted per verification, not counting the token the target verifies them
+    # after: llama.cpp's --spec-draft-n-max, vLLM's num_speculative_tokens. (SGLang counts
+    # that token too; its engine adds it.)
     num_draft_tokens: int = 4
+    # Branches per draft step (SGLang's top-k; for n-grams, its BFS breadth); 1 is a chain.
+    eagle_topk: int = 1
+    # Draft steps (the draft tree's depth). A chain drafts one token per step, so with
+    # eagle_topk 1 the steps are num_draft_tokens (null: derived so); a tree needs them set.
+    num_steps: Optional[int] = None
+    # Length of the n-gram matched against the prompt and output (n-gram speculation).
     ngram_size: int = 4
 
     def __post_init__(self) -> None:
         _at_least(
             "speculative",
             1,
-            num_steps=self.num_steps,
             num_draft_tokens=self.num_draft_tokens,
             eagle_topk=self.eagle_topk,
             ngram_size=self.ngram_size,
+            **({} if self.num_steps is None else {"num_steps": self.num_steps}),
         )
+        if self.eagle_topk == 1 and self.num_steps not in (None, self.num_draft_tokens):
+            raise ConfigError(
+                f"speculative.num_steps={self.num_steps} with eagle_topk=1 drafts "
+                f"{self.num_steps} tokens (a chain: one per step), not num_draft_tokens="
+                f"{self.num_draft_tokens}; SGLang would silently reset its draft tokens to "
+                "steps + 1. Set num_steps to num_draft_tokens (or null), or eagle_topk > 1"
+            )
+        if self.eagle_topk > 1 and self.num_steps is None:
+            raise ConfigError(
+                f"speculative.eagle_topk={self.eagle_topk} drafts a tree: set "
+                "speculative.num_steps (its depth)"
+            )
+
+    @property
+    def steps(self) -> int:
+        """Draft steps: as set, or for a chain one per drafted token."""
+        return self.num_steps if self.num_steps is not None else self.num_draft_tokens
 
 
 @dataclass

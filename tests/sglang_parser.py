@@ -28,7 +28,7 @@ def parser_dir(version: str):
     return path
 
 
-def composed(stack: str, attention: str, allreduce: str, speculative: str):
+def composed(stack: str, attention: str, allreduce: str, speculative: str, *extra: str):
     overrides = [
         "engine=sglang",
         "model=kimi-k2.5",
@@ -42,7 +42,7 @@ def composed(stack: str, attention: str, allreduce: str, speculative: str):
     ]
     if stack == "local":  # pin the spelling instead of probing this machine's interpreter
         overrides.append(f"+stack.versions.sglang={STACKS[stack]}")
-    job = compose_job(*overrides)
+    job = compose_job(*overrides, *extra)
     return job, ENGINE.launch_spec(job.server, 30000)
 
 
@@ -51,6 +51,17 @@ def check_with_real_parser(version: str, job: Job, launches) -> list:
     command[0] = (
         sys.executable
     )  # the stacks' interpreters live on GPU nodes; this one has the parser
+    env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def resolve_with_real_code(version: str, job: Job, launches) -> list[dict]:
+    """SGLang's own speculative resolution of each composed command (see
+    ``SGLangEngine.speculative_resolution_command``), run by this interpreter on the release."""
+    command = ENGINE.speculative_resolution_command(job.server, launches)
+    command[0] = sys.executable
     env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -42,6 +42,11 @@ from specexp.schemas import (
 
 # Newest release whose flags specexp composes; a stack without a known version gets these.
 NEWEST_KNOWN = "0.5.23"
+# Last release whose n-gram speculation matches a window of n-gram sizes
+# (--speculative-ngram-{min,max}-match-window-size, 0.5.9 server_args.py); from 0.5.10 a
+# suffix trie (--speculative-ngram-max-trie-depth) replaces it, with no n-gram size to set
+# (checked in the 0.5.10, 0.5.12, 0.5.14, 0.5.18, 0.5.21 and 0.5.23 wheels).
+NGRAM_WINDOW_UNTIL = Version("0.5.9")
 # First release that spells FlashInfer allreduce fusion as a backend choice (0.5.13 does not).
 FUSION_BACKEND_SINCE = Version("0.5.14")
 
@@ -63,6 +68,57 @@ for flags in json.loads(sys.argv[1]):
         errors.append(stderr.getvalue().strip().splitlines()[-1])
 print(json.dumps(errors))
 """
+
+
+# Runs in the stack's interpreter: SGLang's own speculative resolution (0.5.9's
+# ServerArgs._handle_speculative_decoding, 0.5.23's arg_groups.speculative_hook) on each
+# flag list, the model's config answered from the declared architecture, the device from
+# the declared GPUs, the page size as SGLang's default (1) unless set (and the draft's
+# algorithm taken as given); prints the resolved
+# settings, one object per list.
+_RESOLVE_SPECULATIVE = """
+import argparse, dataclasses, json, logging, sys, types
+from sglang.srt.server_args import ServerArgs
+logging.disable(logging.CRITICAL)
+model = types.SimpleNamespace(hf_config=types.SimpleNamespace(architectures=[sys.argv[2]]))
+fields = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+          "max_running_requests")
+try:
+    from sglang.srt.arg_groups import speculative_hook
+    from sglang.srt.arg_groups.overrides import resolving_view
+except ImportError:
+    speculative_hook = None
+resolved = []
+for flags in json.loads(sys.argv[1]):
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = parser.parse_args(flags)
+    args.device = args.device or sys.argv[3]
+    args.page_size = args.page_size or 1  # resolved by earlier hooks: 1 unless set
+    if speculative_hook is not None:
+        server_args = ServerArgs.from_cli_args(args)
+        speculative_hook.model_config_of = lambda *a, **k: model
+        speculative_hook._resolve_speculative_algorithm_alias = lambda algorithm, *a, **k: algorithm
+        speculative_hook.handle_speculative_decoding(server_args)
+        view = resolving_view(server_args)
+    else:
+        view = object.__new__(ServerArgs)
+        for f in dataclasses.fields(ServerArgs):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            setattr(view, f.name, getattr(args, f.name, default))
+        view.get_model_config = lambda: model
+        ServerArgs._handle_speculative_decoding(view)
+    resolved.append({f: getattr(view, f) for f in fields})
+print(json.dumps(resolved))
+"""
+
+# SGLang's flags for the settings its speculative resolution may rewrite.
+SPECULATIVE_FLAGS = {
+    "speculative_num_steps": "--speculative-num-steps",
+    "speculative_eagle_topk": "--speculative-eagle-topk",
+    "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
+    "max_running_requests": "--max-running-requests",
+}
 
 
 # Log lines by which SGLang says it turned FlashInfer's allreduce fusion off (or never on).
@@ -141,18 +197,7 @@ class SGLangEngine(Engine):
         if server.attention_backend.name != AttentionBackend.auto:
             argv += ["--attention-backend", server.attention_backend.name]
         argv += self._allreduce_flags(server.allreduce_backend, version)
-        if spec.method != "none":
-            argv += ["--speculative-algorithm", self._algorithm[spec.method]]
-            if spec.method in ("eagle3", "draft"):
-                argv += ["--speculative-draft-model-path", str(spec.draft_model)]
-            argv += [
-                "--speculative-num-steps",
-                str(spec.num_steps),
-                "--speculative-eagle-topk",
-                str(spec.eagle_topk),
-                "--speculative-num-draft-tokens",
-                str(spec.num_draft_tokens),
-            ]
+        argv += self._speculative_flags(spec, version)
         if engine.mem_fraction_static is not None:
             argv += ["--mem-fraction-static", str(engine.mem_fraction_static)]
         if engine.random_seed is not None:
@@ -160,6 +205,39 @@ class SGLangEngine(Engine):
         if engine.enable_metrics:
             argv.append("--enable-metrics")
         return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
+
+    def _speculative_flags(self, spec: SpeculativeConfig, version: Version) -> list[str]:
+        """SGLang's draft tokens count the verified root too (one more than specexp's); with
+        top-k 1 it resets them to steps + 1 (0.5.9 server_args.py _handle_speculative_decoding,
+        0.5.23 arg_groups/speculative_hook.py _handle_eagle_family), so a chain gets as many
+        steps as drafted tokens. N-grams: the match window is the n-gram size, the BFS breadth
+        is the top-k (SGLang overwrites --speculative-eagle-topk with it; steps are derived)."""
+        if spec.method == SpeculativeMethod.none:
+            return []
+        flags = ["--speculative-algorithm", self._algorithm[spec.method]]
+        if spec.method == SpeculativeMethod.ngram:
+            window = [f"--speculative-ngram-{end}-match-window-size" for end in ("min", "max")]
+            return flags + [
+                "--speculative-num-draft-tokens",
+                str(spec.num_draft_tokens + 1),
+                *(
+                    [window[0], str(spec.ngram_size), window[1], str(spec.ngram_size)]
+                    if version <= NGRAM_WINDOW_UNTIL
+                    else []
+                ),
+                "--speculative-ngram-max-bfs-breadth",
+                str(spec.eagle_topk),
+            ]
+        return flags + [
+            "--speculative-draft-model-path",
+            str(spec.draft_model),
+            "--speculative-num-steps",
+            str(spec.steps),
+            "--speculative-eagle-topk",
+            str(spec.eagle_topk),
+            "--speculative-num-draft-tokens",
+            str(spec.num_draft_tokens + 1),
+        ]
 
     @staticmethod
     def _allreduce_flags(allreduce: AllreduceBackendConfig, version: Version) -> list[str]:
@@ -185,6 +263,38 @@ class SGLangEngine(Engine):
         ]  # after: python -m sglang.launch_server
         return [stack_python(server), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
 
+    def speculative_resolution_command(
+        self, server: ServerSettings, launches: list[LaunchSpec]
+    ) -> list[str]:
+        """Run SGLang's own speculative resolution on composed flags, in the stack's
+        interpreter, without a GPU; prints the resolved settings per flag list."""
+        flag_lists = [launch.argv[3:] for launch in launches]
+        return [
+            stack_python(server),
+            "-c",
+            _RESOLVE_SPECULATIVE,
+            json.dumps(flag_lists),
+            server.model.architecture or "unknown",
+            "cuda" if server.engine.gpus else "cpu",
+        ]
+
+    @staticmethod
+    def rewrites(launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """What SGLang's resolution changed of the command's settings, and what it filled in
+        that the command left unset."""
+        argv = launch.argv
+        changed, filled = [], []
+        for field_name, flag in SPECULATIVE_FLAGS.items():
+            given = argv[argv.index(flag) + 1] if flag in argv else None
+            value = resolved.get(field_name)
+            if value is None or str(value) == given:
+                continue
+            if given is None:
+                filled.append(f"{flag} {value}")
+            else:
+                changed.append(f"{flag} {given} -> {value}")
+        return changed, filled
+
     def doctor_checks(self, server: ServerSettings) -> list[Check]:
         """SGLang's compiled kernels must import against the stack's torch."""
         name = "compiled kernels (sgl_kernel)"
@@ -209,7 +319,7 @@ class SGLangEngine(Engine):
             {"1": {"candidate_steps": [0]}}
             if threshold == 1
             else {
-                "1": {"candidate_steps": [speculative.num_steps]},
+                "1": {"candidate_steps": [speculative.steps]},
                 str(threshold): {"candidate_steps": [0]},
             }
         )

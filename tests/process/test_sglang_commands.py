@@ -10,7 +10,14 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from tests.sglang_parser import ENGINE, STACKS, check_with_real_parser, composed
+from specexp.engines.base import LaunchSpec
+from tests.sglang_parser import (
+    ENGINE,
+    STACKS,
+    check_with_real_parser,
+    composed,
+    resolve_with_real_code,
+)
 
 ATTENTION = list(ENGINE.attention_backends)
 ALLREDUCE = list(ENGINE.allreduce_backends)
@@ -60,3 +67,46 @@ def test_fusion_flag_is_spelled_for_the_stacks_release():
         new.argv.index("--flashinfer-allreduce-fusion-backend") :
     ][:2]
     assert "--enable-flashinfer-allreduce-fusion" not in new.argv
+
+
+# Speculative settings beyond each method's defaults: chains of other lengths, a tree.
+VARIANTS = {
+    "eagle3": ([], ["speculative.num_draft_tokens=5"]),
+    "draft": ([], ["speculative.num_draft_tokens=2"]),
+    "ngram": ([], ["speculative.eagle_topk=3", "speculative.num_steps=2"]),
+}
+
+
+def test_sglang_resolves_every_speculative_command_to_what_the_config_says():
+    """SGLang's own resolution code (0.5.9 and 0.5.23) on every speculative command: steps,
+    top-k and draft tokens stay as composed, and the tokens drafted per verification are the
+    config's num_draft_tokens (SGLang counts the verified token too)."""
+    for version in sorted(set(STACKS.values())):
+        stack = next(s for s, v in STACKS.items() if v == version)
+        jobs = []
+        for method, variants in VARIANTS.items():
+            for extra in variants:
+                jobs.append(composed(stack, "flashinfer", "auto", method, *extra))
+        resolved = resolve_with_real_code(version, jobs[0][0], [launch for _, launch in jobs])
+        for (job, launch), settings in zip(jobs, resolved, strict=True):
+            changed, _ = ENGINE.rewrites(launch, settings)
+            assert not changed, f"SGLang {version} rewrites {changed}: {_flags(launch)}"
+            spec = job.config.speculative
+            assert settings["speculative_num_draft_tokens"] - 1 == spec.num_draft_tokens
+            assert settings["speculative_eagle_topk"] == spec.eagle_topk, _flags(launch)
+
+
+def test_the_resolution_check_can_fail():
+    """Yesterday's command for speculative=draft: 8 draft tokens over 3 steps at top-k 1,
+    which SGLang silently cut to 4 (3 drafted)."""
+    job, launch = composed("cu130", "flashinfer", "auto", "draft")
+    argv = list(launch.argv)
+    argv[argv.index("--speculative-num-steps") + 1] = "3"
+    argv[argv.index("--speculative-num-draft-tokens") + 1] = "8"
+    old = LaunchSpec(argv, {})
+    (settings,) = resolve_with_real_code("0.5.9", job, [old])
+    assert ENGINE.rewrites(old, settings)[0] == ["--speculative-num-draft-tokens 8 -> 4"]
+
+
+def _flags(launch: LaunchSpec) -> str:
+    return " ".join(launch.argv[3:])

@@ -3,6 +3,8 @@ fails before anything launches, naming the option and what to change."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
@@ -152,3 +154,33 @@ def test_fingerprints_separate_what_is_measured_from_how_it_is_tracked():
         == base.server_fingerprint()
     )
     assert compose_job("speculative=draft").server_fingerprint() != base.server_fingerprint()
+
+
+def test_draft_tokens_mean_one_thing_on_every_engine():
+    """Tokens drafted per verification, not counting the verified one: llama.cpp and vLLM
+    take the number as it is, SGLang counts the verified token too and, with top-k 1, drafts
+    one token per step."""
+    overrides = ("model=tiny-pair", "speculative=draft", "speculative.num_draft_tokens=6")
+    llamacpp = compose_job(*overrides)
+    argv = llamacpp.engine.launch_spec(llamacpp.server, 8080).argv
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "6"
+    vllm = compose_job(*overrides, "engine=vllm")
+    argv = vllm.engine.launch_spec(vllm.server, 8000).argv
+    assert '"num_speculative_tokens":6' in argv[argv.index("--speculative-config") + 1]
+    sglang = compose_job(*overrides, "engine=sglang", "stack=cu130")
+    argv = sglang.engine.launch_spec(sglang.server, 30000).argv
+    flags = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--spec")}
+    assert flags["--speculative-num-draft-tokens"] == "7"
+    assert flags["--speculative-num-steps"] == "6" and flags["--speculative-eagle-topk"] == "1"
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (("speculative.num_steps=3",), "drafts 3 tokens (a chain: one per step)"),
+        (("speculative.eagle_topk=4",), "set speculative.num_steps (its depth)"),
+    ],
+)
+def test_draft_steps_that_an_engine_would_silently_change_are_refused(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        prepare(compose_run("speculative=draft", *overrides))
