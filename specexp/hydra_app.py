@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
+from rich.markup import escape
 
 from specexp import launchers
 from specexp.engines import engines
@@ -47,7 +48,7 @@ def run_one(cfg: DictConfig) -> str:
     try:
         result = run_job(prepare(cfg), Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as exc:
-        console.print(f"[red]config error:[/] {exc}")
+        console.print(f"[red]config error:[/] {escape(str(exc))}")
         sys.exit(2)
     if result.status == "FAILED" and HydraConfig.get().mode == RunMode.RUN:
         sys.exit(1)

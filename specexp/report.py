@@ -38,6 +38,8 @@ def print_dry_run(job: Job, launch: LaunchSpec) -> None:
         "# environment set by specexp: "
         + (", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)")
     )
+    for note in engine.plan_notes(job.server):
+        console.print(f"# [yellow]note:[/] {note}")
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
     print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 

@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, open_dict
+from rich.markup import escape
 
 from specexp import crossover, launchers, publish, report, runner
 from specexp.analysis import (
@@ -300,7 +301,7 @@ def run_sweep(
     )
     if errors:
         for error in errors:
-            report.console.print(f"[red]config error:[/] {error}")
+            report.console.print(f"[red]config error:[/] {escape(error)}")
         what = (
             f"{len(plan.errors)} of {len(job_overrides)} jobs cannot run"
             if plan.errors

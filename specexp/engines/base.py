@@ -181,6 +181,11 @@ class Engine:
         """Files that must exist before launch (weights served from local disk)."""
         return []
 
+    def plan_notes(self, server: ServerSettings) -> list[str]:
+        """What a person should know before the launch about how the engine will take the
+        command (dry run and doctor print them)."""
+        return []
+
     def effective(
         self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
     ) -> dict[str, Setting]:

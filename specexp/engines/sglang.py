@@ -11,9 +11,9 @@ import os
 import re
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from specexp.engines.base import (
     Check,
@@ -33,6 +33,7 @@ from specexp.schemas import (
     AllreduceBackend,
     AllreduceBackendConfig,
     AttentionBackend,
+    ConfigError,
     EngineConfig,
     ServerSettings,
     SpeculativeConfig,
@@ -40,8 +41,9 @@ from specexp.schemas import (
     WorkloadConfig,
 )
 
-# Newest release whose flags specexp composes; a stack without a known version gets these.
-NEWEST_KNOWN = "0.5.23"
+# Releases whose flags specexp composes (checked by their own parsers in the tests); a
+# stack without a known version gets the newest's spellings, and says so.
+OLDEST_KNOWN, NEWEST_KNOWN = Version("0.5.9"), Version("0.5.23")
 # Last release whose n-gram speculation matches a window of n-gram sizes
 # (--speculative-ngram-{min,max}-match-window-size, 0.5.9 server_args.py); from 0.5.10 a
 # suffix trie (--speculative-ngram-max-trie-depth) replaces it, with no n-gram size to set
@@ -49,6 +51,33 @@ NEWEST_KNOWN = "0.5.23"
 NGRAM_WINDOW_UNTIL = Version("0.5.9")
 # First release that spells FlashInfer allreduce fusion as a backend choice (0.5.13 does not).
 FUSION_BACKEND_SINCE = Version("0.5.14")
+
+
+KIMI_K25 = "KimiK25ForConditionalGeneration"
+
+
+@dataclass(frozen=True)
+class Feature:
+    """An SGLang capability a configuration needs, the first release that has it, and where
+    that is read in SGLang's code."""
+
+    name: str
+    since: Version
+    source: str
+    needed: Callable[[ServerSettings], bool]
+
+
+FEATURES = (
+    Feature(
+        "kimi_k25_eagle3",
+        Version("0.5.10"),
+        "the EAGLE-3 worker calls model.get_embed_and_head() (speculative/eagle_worker.py), "
+        "which models/kimi_k25.py defines from 0.5.10 (not in 0.5.9)",
+        lambda s: (
+            s.speculative.method == SpeculativeMethod.eagle3 and s.model.architecture == KIMI_K25
+        ),
+    ),
+)
 
 
 # Runs in the stack's interpreter: parse each flag list, print one error (or null) per list.
@@ -144,6 +173,11 @@ class SGLangConfig(EngineConfig):
     port: int = 30000
     # A real Kimi-K2.5 load takes about ten minutes.
     ready_timeout_s: float = 1800.0
+    # Requests the server runs at once, pinned for every arm: left unset, SGLang caps
+    # EAGLE-3, STANDALONE and NGRAM at 48 and sizes the baseline by memory (0.5.9
+    # server_args.py _handle_speculative_decoding, 0.5.23 arg_groups/speculative_hook.py),
+    # so arms above 48 streams would differ in capacity, not only in speculation.
+    max_running_requests: int = 64
     mem_fraction_static: Optional[float] = None
     random_seed: Optional[int] = None
     enable_metrics: bool = True
@@ -172,9 +206,65 @@ class SGLangEngine(Engine):
     }
     _algorithm = {"eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM"}
 
+    def release(self, server: ServerSettings) -> Optional[Version]:
+        """The stack's SGLang version (declared, else detected), or None when unknown."""
+        text, source = self.version(server)
+        if text is None:
+            return None
+        try:
+            return Version(text)
+        except InvalidVersion:
+            raise ConfigError(
+                f"SGLang version {text!r} ({source}) is not a version; set stack.versions.sglang "
+                "to a release such as 0.5.9"
+            ) from None
+
     def spelling_version(self, server: ServerSettings) -> Version:
         """The SGLang version whose flag spellings to use; the newest known if none is found."""
-        return Version(self.version(server)[0] or NEWEST_KNOWN)
+        return self.release(server) or NEWEST_KNOWN
+
+    def validate(self, server: ServerSettings) -> None:
+        """Beyond the choices: a release specexp composes flags for, with the features the
+        configuration needs (or the stack's declared backports of them)."""
+        super().validate(server)
+        version = self.release(server)
+        if version is None:
+            return
+        if version < OLDEST_KNOWN:
+            raise ConfigError(
+                f"SGLang {version} (stack {server.stack.name}) is older than {OLDEST_KNOWN}, the "
+                f"oldest release specexp composes flags for ({OLDEST_KNOWN}..{NEWEST_KNOWN})"
+            )
+        for feature in FEATURES:
+            if (
+                feature.needed(server)
+                and version < feature.since
+                and feature.name not in server.stack.backports
+            ):
+                raise ConfigError(
+                    f"this configuration needs SGLang >= {feature.since} ({feature.source}); "
+                    f"stack {server.stack.name} has {version}. Use a stack with SGLang >= "
+                    f"{feature.since}, or declare stack.backports=[{feature.name}] if its build "
+                    "carries the change"
+                )
+
+    def plan_notes(self, server: ServerSettings) -> list[str]:
+        notes = []
+        version = self.release(server)
+        if version is None:
+            notes.append(
+                f"SGLang version unknown ({self.version(server)[1]}): flags are spelled for "
+                f"{NEWEST_KNOWN}, the newest release specexp knows; declare "
+                "stack.versions.sglang for the stack's own"
+            )
+        spelling = version or NEWEST_KNOWN
+        if server.speculative.method == SpeculativeMethod.ngram and spelling > NGRAM_WINDOW_UNTIL:
+            notes.append(
+                f"speculative.ngram_size={server.speculative.ngram_size} has no SGLang "
+                f"{spelling} equivalent: since 0.5.10 SGLang matches suffixes of any length up "
+                "to --speculative-ngram-max-trie-depth (18) instead of an n-gram window"
+            )
+        return notes
 
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         engine, model, spec = server.engine, server.model, server.speculative
@@ -198,6 +288,7 @@ class SGLangEngine(Engine):
             argv += ["--attention-backend", server.attention_backend.name]
         argv += self._allreduce_flags(server.allreduce_backend, version)
         argv += self._speculative_flags(spec, version)
+        argv += ["--max-running-requests", str(engine.max_running_requests)]
         if engine.mem_fraction_static is not None:
             argv += ["--mem-fraction-static", str(engine.mem_fraction_static)]
         if engine.random_seed is not None:
