@@ -54,6 +54,11 @@ class AllreduceBackend(StrEnum):
     torch_symm_mem = "torch_symm_mem"
 
 
+class GpuInterconnect(StrEnum):
+    nvlink = "nvlink"
+    pcie = "pcie"
+
+
 class JobOrder(StrEnum):
     # Arms sharing a server take turns run by run, arms with several launches launch by
     # launch, in seeded balanced rounds (ABBA): drift over time adds the same to every arm.
@@ -285,6 +290,11 @@ class HostConfig:
     lease_dir: str = "/tmp/specexp-leases"
     # How long a job waits for GPUs that other jobs on the host hold.
     gpu_wait_s: float = 86400.0
+    # The GPUs' compute capability (e.g. "9.0" H100/H200, "10.0" B200, "12.0" RTX PRO 6000)
+    # and how they are connected, so that what an engine decides by itself from them can be
+    # predicted before launch; null: unknown (the dry run says what that leaves open).
+    gpu_compute_capability: Optional[str] = None
+    gpu_interconnect: Optional[GpuInterconnect] = None
 
 
 @dataclass
@@ -340,6 +350,7 @@ class RunConfig:
             self.allreduce_backend,
             self.speculative,
             self.concurrency.streams,
+            self.host,
         )
 
 
@@ -355,6 +366,8 @@ class ServerSettings:
     speculative: SpeculativeConfig
     # Concurrent streams the server must serve at once (engines that size slots by it).
     streams: int
+    # The host's declared GPUs (what engines' own resolution depends on).
+    host: Optional[HostConfig] = None
 
     def requested(self) -> dict[str, str]:
         """The settings whose engagement is checked on the live server."""

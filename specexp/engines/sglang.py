@@ -35,6 +35,7 @@ from specexp.schemas import (
     AttentionBackend,
     ConfigError,
     EngineConfig,
+    GpuInterconnect,
     ServerSettings,
     SpeculativeConfig,
     SpeculativeMethod,
@@ -54,6 +55,13 @@ FUSION_BACKEND_SINCE = Version("0.5.14")
 
 
 KIMI_K25 = "KimiK25ForConditionalGeneration"
+# For these GPUs (SM90, SM100) SGLang turns FlashInfer allreduce fusion on by itself for
+# Kimi-K2.5 and a few other MoE models (0.5.9 server_args.py
+# _handle_model_specific_adjustments; 0.5.23 arg_groups/model_hook.py) ...
+FUSION_AUTO_ON_CAPABILITIES = ("9.0", "10.0")
+# ... and from 0.5.10 --enforce-disable-flashinfer-allreduce-fusion keeps it off (checked
+# in the 0.5.10 to 0.5.23 wheels; 0.5.9 has no off switch).
+ENFORCE_NO_FUSION_SINCE = Version("0.5.10")
 
 
 @dataclass(frozen=True)
@@ -224,9 +232,23 @@ class SGLangEngine(Engine):
         return self.release(server) or NEWEST_KNOWN
 
     def validate(self, server: ServerSettings) -> None:
-        """Beyond the choices: a release specexp composes flags for, with the features the
-        configuration needs (or the stack's declared backports of them)."""
+        """Beyond the choices: settings SGLang would silently run otherwise on the declared
+        GPUs, and a release specexp composes flags for, with the features the configuration
+        needs (or the stack's declared backports of them)."""
         super().validate(server)
+        host = server.host
+        if (
+            server.allreduce_backend.name == AllreduceBackend.custom
+            and host is not None
+            and host.gpu_interconnect == GpuInterconnect.pcie
+            and server.engine.tensor_parallel_size > 2
+        ):
+            raise ConfigError(
+                "allreduce_backend=custom on more than two PCIe-connected GPUs: SGLang turns "
+                "custom all-reduce off there itself (device_communicators/custom_all_reduce.py "
+                "in 0.5.9, custom_all_reduce_utils.py in 0.5.23), so this arm would run NCCL "
+                "like allreduce_backend=nccl"
+            )
         version = self.release(server)
         if version is None:
             return
@@ -234,6 +256,19 @@ class SGLangEngine(Engine):
             raise ConfigError(
                 f"SGLang {version} (stack {server.stack.name}) is older than {OLDEST_KNOWN}, the "
                 f"oldest release specexp composes flags for ({OLDEST_KNOWN}..{NEWEST_KNOWN})"
+            )
+        if (
+            self._fusion_would_turn_itself_on(server)
+            and host is not None
+            and host.gpu_compute_capability in FUSION_AUTO_ON_CAPABILITIES
+            and version < ENFORCE_NO_FUSION_SINCE
+        ):
+            raise ConfigError(
+                f"SGLang {version} turns FlashInfer allreduce fusion on by itself for "
+                f"{server.model.architecture} on SM {host.gpu_compute_capability} and has no "
+                f"switch to keep it off (--enforce-disable-flashinfer-allreduce-fusion arrived "
+                f"in {ENFORCE_NO_FUSION_SINCE}): allreduce_backend="
+                f"{server.allreduce_backend.name} would run fused, like flashinfer_fusion"
             )
         for feature in FEATURES:
             if (
@@ -248,9 +283,39 @@ class SGLangEngine(Engine):
                     "carries the change"
                 )
 
+    @staticmethod
+    def _fusion_would_turn_itself_on(server: ServerSettings) -> bool:
+        """An arm that does not ask for fusion, of a model SGLang fuses by itself on some GPUs."""
+        return (
+            server.model.architecture == KIMI_K25
+            and server.allreduce_backend.name != AllreduceBackend.flashinfer_fusion
+        )
+
     def plan_notes(self, server: ServerSettings) -> list[str]:
         notes = []
         version = self.release(server)
+        host = server.host
+        if server.allreduce_backend.name == AllreduceBackend.custom:
+            notes.append(
+                "allreduce_backend=custom passes no flag: custom all-reduce is SGLang's default "
+                "where the GPUs allow it, so this is the server of allreduce_backend=auto"
+                + (
+                    ""
+                    if host and host.gpu_interconnect
+                    else "; on more than two PCIe-only GPUs SGLang turns it off (declare "
+                    "host.gpu_interconnect to have that checked)"
+                )
+            )
+        if (
+            self._fusion_would_turn_itself_on(server)
+            and (version or NEWEST_KNOWN) < ENFORCE_NO_FUSION_SINCE
+            and not (host and host.gpu_compute_capability)
+        ):
+            notes.append(
+                f"on SM90/SM100 GPUs SGLang {version} turns FlashInfer allreduce fusion on by "
+                f"itself for {KIMI_K25}, with no switch to keep it off: declare "
+                "host.gpu_compute_capability to have that checked"
+            )
         if version is None:
             notes.append(
                 f"SGLang version unknown ({self.version(server)[1]}): flags are spelled for "
@@ -287,6 +352,8 @@ class SGLangEngine(Engine):
         if server.attention_backend.name != AttentionBackend.auto:
             argv += ["--attention-backend", server.attention_backend.name]
         argv += self._allreduce_flags(server.allreduce_backend, version)
+        if self._fusion_would_turn_itself_on(server) and version >= ENFORCE_NO_FUSION_SINCE:
+            argv.append("--enforce-disable-flashinfer-allreduce-fusion")
         argv += self._speculative_flags(spec, version)
         argv += ["--max-running-requests", str(engine.max_running_requests)]
         if engine.mem_fraction_static is not None:

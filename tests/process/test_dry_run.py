@@ -12,7 +12,8 @@ REFERENCE_COMMAND = (
     "--host 127.0.0.1 --port 30000 --trust-remote-code --attention-backend flashinfer "
     "--enable-flashinfer-allreduce-fusion --enable-torch-symm-mem --speculative-algorithm EAGLE3 "
     "--speculative-draft-model-path AQ-MedAI/Kimi-K25-eagle3 --speculative-num-steps 3 "
-    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --enable-metrics"
+    "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --max-running-requests 64 "
+    "--enable-metrics"
 )
 
 

@@ -54,7 +54,8 @@ def test_an_unknown_version_and_an_untranslatable_knob_are_said_before_launch():
     assert any("SGLang version unknown" in n and "spelled for 0.5.23" in n for n in notes)
     assert any("ngram_size=4 has no SGLang 0.5.23 equivalent" in n for n in notes)
     known = compose_job(*KIMI, "stack=cu130", "speculative=ngram")
-    assert known.engine.plan_notes(known.server) == []  # 0.5.9 has the n-gram window
+    notes = known.engine.plan_notes(known.server)
+    assert not [n for n in notes if "ngram" in n]  # 0.5.9 has the n-gram window
     argv = known.engine.launch_spec(known.server, 30000).argv
     assert argv[argv.index("--speculative-ngram-max-match-window-size") + 1] == "4"
 
@@ -66,3 +67,50 @@ def test_every_arm_runs_with_the_same_request_cap():
         argv = job.engine.launch_spec(job.server, 30000).argv
         caps.add(argv[argv.index("--max-running-requests") + 1])
     assert caps == {"64"}  # unset, SGLang would hold the speculative arms to 48
+
+
+def test_custom_allreduce_on_many_pcie_gpus_is_refused_and_otherwise_named_the_same_as_auto():
+    with pytest.raises(ConfigError, match="SGLang turns custom all-reduce off there itself"):
+        prepare(
+            compose_run(
+                *KIMI, "stack=cu130", "allreduce_backend=custom", "host.gpu_interconnect=pcie"
+            )
+        )
+    job = compose_job(*KIMI, "stack=cu130", "allreduce_backend=custom")
+    (note,) = [n for n in job.engine.plan_notes(job.server) if "custom" in n]
+    assert "the server of allreduce_backend=auto" in note and "host.gpu_interconnect" in note
+    nvlink = compose_job(
+        *KIMI, "stack=cu130", "allreduce_backend=custom", "host.gpu_interconnect=nvlink"
+    )
+    auto = compose_job(*KIMI, "stack=cu130", "allreduce_backend=auto")
+    assert nvlink.server_fingerprint() == auto.server_fingerprint()
+
+
+def test_fusion_that_sglang_would_turn_on_by_itself_is_kept_off_or_refused():
+    # 0.5.23 has the off switch: every Kimi-K2.5 arm that did not ask for fusion passes it.
+    job = compose_job(
+        *KIMI, "stack=local", "+stack.versions.sglang=0.5.23", "allreduce_backend=nccl"
+    )
+    assert "--enforce-disable-flashinfer-allreduce-fusion" in job.planned_launch().argv
+    fused = compose_job(*KIMI, "stack=local", "+stack.versions.sglang=0.5.23")
+    assert "--enforce-disable-flashinfer-allreduce-fusion" in fused.planned_launch().argv
+    asked = compose_job(
+        *KIMI, "stack=local", "+stack.versions.sglang=0.5.23", "allreduce_backend=flashinfer_fusion"
+    )
+    assert "--enforce-disable-flashinfer-allreduce-fusion" not in asked.planned_launch().argv
+    # 0.5.9 has none: on SM90 the arm is refused; unknown GPUs are named in the dry run.
+    with pytest.raises(ConfigError, match="has no switch to keep it off"):
+        prepare(
+            compose_run(
+                *KIMI, "stack=cu130", "allreduce_backend=nccl", "host.gpu_compute_capability='9.0'"
+            )
+        )
+    prepare(
+        compose_run(
+            *KIMI, "stack=cu130", "allreduce_backend=nccl", "host.gpu_compute_capability='12.0'"
+        )
+    )
+    job = compose_job(*KIMI, "stack=cu130", "allreduce_backend=nccl")
+    assert any(
+        "declare host.gpu_compute_capability" in n for n in job.engine.plan_notes(job.server)
+    )
