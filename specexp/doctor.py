@@ -35,7 +35,12 @@ from specexp.report import console
 from specexp.schemas import AllreduceBackend, ConfigError
 from specexp.sweep import expand_overrides
 
-PASS, FAIL, SKIP = CheckStatus.passed, CheckStatus.failed, CheckStatus.skipped
+PASS, FAIL, SKIP, NOTE = (
+    CheckStatus.passed,
+    CheckStatus.failed,
+    CheckStatus.skipped,
+    CheckStatus.noted,
+)
 # Compute capabilities the features are known to engage on (SGLang 0.5.9's capability maps).
 NEEDS_CAPABILITY = {
     AllreduceBackend.flashinfer_fusion: ("9.0", "10.0"),
@@ -127,7 +132,8 @@ def check_job(job: Job) -> list[Check]:
                     "visible (ldconfig, or the stack's LD_LIBRARY_PATH)",
                 )
             )
-    return checks + engine.doctor_checks(server)
+    notes = [Check("how the engine takes it", NOTE, n) for n in engine.plan_notes(server)]
+    return checks + engine.doctor_checks(server) + notes
 
 
 def _gpu_checks(job: Job) -> list[Check]:
@@ -211,7 +217,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             for column in ("check", "result", "detail"):
                 table.add_column(column)
             for check in checks:
-                style = {PASS: "green", FAIL: "red", SKIP: "yellow"}[check.status]
+                style = {PASS: "green", FAIL: "red", SKIP: "yellow", NOTE: "cyan"}[check.status]
                 table.add_row(check.name, f"[{style}]{check.status}[/]", check.detail)
             console.print(table)
             failed += sum(c.status == FAIL for c in checks)

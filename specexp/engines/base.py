@@ -93,6 +93,7 @@ class CheckStatus(StrEnum):
     passed = "pass"
     failed = "fail"
     skipped = "skip"
+    noted = "note"  # nothing wrong, something to know
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
@@ -454,18 +455,44 @@ class SGLangEngine(Engine):
         return changed, filled
 
     def doctor_checks(self, server: ServerSettings) -> list[Check]:
-        """SGLang's compiled kernels must import against the stack's torch."""
-        name = "compiled kernels (sgl_kernel)"
+        """SGLang's compiled kernels must import against the stack's torch, and SGLang's own
+        speculative resolution must leave the command's settings as composed."""
+        kernels, resolution = "compiled kernels (sgl_kernel)", "speculative resolution"
         if not os.access(stack_python(server), os.X_OK):
-            return [Check(name, CheckStatus.skipped, "no stack interpreter to import them with")]
+            reason = "no stack interpreter to import SGLang with"
+            return [Check(kernels, CheckStatus.skipped, reason)]
         out = run_in_stack(server, "import torch, sgl_kernel")
-        if out.returncode == 0:
-            return [Check(name, CheckStatus.passed, "import against the stack's torch")]
-        return [
-            Check(
-                name,
+        checks = [
+            Check(kernels, CheckStatus.passed, "import against the stack's torch")
+            if out.returncode == 0
+            else Check(
+                kernels,
                 CheckStatus.failed,
                 f"{last_line(out.stderr)}: install the sgl-kernel build made for this torch/CUDA",
+            )
+        ]
+        if server.speculative.method == SpeculativeMethod.none:
+            return checks
+        launch = self.launch_spec(server, server.engine.port or 30000)
+        command = self.speculative_resolution_command(server, [launch])
+        out = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **stack_env(server)},
+        )
+        if out.returncode != 0:
+            return checks + [Check(resolution, CheckStatus.failed, last_line(out.stderr))]
+        (resolved,) = json.loads(out.stdout.strip().splitlines()[-1])
+        changed, _ = self.rewrites(launch, resolved)
+        return checks + [
+            Check(
+                resolution,
+                CheckStatus.failed if changed else CheckStatus.passed,
+                "SGLang would change " + "; ".join(changed)
+                if changed
+                else "SGLang's own code keeps the command's speculative settings",
             )
         ]
 
@@ -494,6 +521,14 @@ class SGLangEngine(Engine):
         log's known fallback messages, and the speculative figures of the measured requests."""
         result = super().effective(server, base_url, log_text, runs)
         info = _get_json(base_url, ("/server_info", "/get_server_info"))
+        if info:
+            changed, _ = self.rewrites(self.launch_spec(server, 0), info)
+            result["resolution"] = Setting(
+                "as composed",
+                "; ".join(changed) or "as composed",
+                Engagement.not_engaged if changed else Engagement.engaged,
+                "/server_info against the command's speculative settings and request cap",
+            )
         requested_attention = server.attention_backend.name
         if info and info.get("attention_backend"):
             actual = str(info["attention_backend"])

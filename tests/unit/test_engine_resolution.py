@@ -3,8 +3,14 @@ configuration needs, notes on settings it will take differently, capacity pinned
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
+import threading
+
 import pytest
 
+from specexp.engines.base import Engagement
 from specexp.job import prepare
 from specexp.schemas import ConfigError
 from tests.conftest import compose_job, compose_run
@@ -114,3 +120,46 @@ def test_fusion_that_sglang_would_turn_on_by_itself_is_kept_off_or_refused():
     assert any(
         "declare host.gpu_compute_capability" in n for n in job.engine.plan_notes(job.server)
     )
+
+
+def test_what_the_live_server_reports_is_checked_against_the_command():
+    """SGLang's /server_info (its resolved arguments) after a run: a rewrite of the
+    command's speculative settings or request cap is a not-engaged setting with the change."""
+    job = compose_job(*KIMI, "stack=cu130", "speculative=eagle3")
+    composed = {
+        "attention_backend": "flashinfer",
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+        "max_running_requests": 64,
+    }
+    for info, status, actual in (
+        (composed, Engagement.engaged, "as composed"),
+        ({**composed, "max_running_requests": 48}, Engagement.not_engaged, "-requests 64 -> 48"),
+    ):
+        with serving({"/server_info": info}) as url:
+            setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        assert setting.status == status and setting.actual.endswith(actual)
+
+
+@contextlib.contextmanager
+def serving(documents: dict):
+    """A local HTTP server answering GET PATH with the JSON document for it."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            body = json.dumps(documents.get(self.path)).encode()
+            self.send_response(200 if self.path in documents else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
