@@ -11,12 +11,14 @@ run config. Process lifecycle, load generation, statistics and tracking are engi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import cache
@@ -294,6 +296,17 @@ def python_package_version(
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (result.stdout.strip() or None) if result.returncode == 0 else None
+
+
+def get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
+    """The first of ``paths`` on the server that answers with JSON, or None."""
+    for path in paths:
+        try:
+            with urllib.request.urlopen(base_url + path, timeout=10) as response:
+                return json.loads(response.read())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def parse_prometheus(text: str) -> dict[str, float]:

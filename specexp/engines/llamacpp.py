@@ -14,6 +14,7 @@ from specexp.engines.base import (
     LaunchSpec,
     Setting,
     StreamChunk,
+    get_json,
     speculation_from_counters,
     stack_env,
     which,
@@ -115,7 +116,34 @@ class LlamaCppEngine(Engine):
             "llama.cpp serves from a single process",
         )
         result["speculative"] = speculation_from_counters(server, runs)
+        props = get_json(base_url, ("/props",))
+        if props:
+            result["resolution"] = self._slots(server, props)
         return result
+
+    @staticmethod
+    def _slots(server: ServerSettings, props: dict[str, Any]) -> Setting:
+        """The server's slots and each one's context against the command's: llama.cpp splits
+        --ctx-size among the --parallel slots and rounds each share up to a multiple of 256
+        tokens (measured: 1000 over 3 slots gives 512 each, 4096 over 3 gives 1536)."""
+        slots = server.engine.parallel_slots or server.streams
+        context = -(-(server.engine.ctx_size // slots) // 256) * 256
+        actual_slots = props.get("total_slots")
+        actual_context = props.get("default_generation_settings", {}).get("n_ctx")
+        changed = [
+            f"{what} {wanted} -> {actual}"
+            for what, wanted, actual in (
+                ("slots", slots, actual_slots),
+                ("context per slot", context, actual_context),
+            )
+            if actual is not None and actual != wanted
+        ]
+        return Setting(
+            f"{slots} slots x {context} tokens of context",
+            "; ".join(changed) or f"{actual_slots} slots x {actual_context} tokens of context",
+            Engagement.not_engaged if changed else Engagement.engaged,
+            "/props total_slots and default_generation_settings.n_ctx",
+        )
 
     def local_files(self, server: ServerSettings) -> list[str]:
         files = [str(server.model.path)]

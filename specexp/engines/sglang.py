@@ -10,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -24,6 +23,7 @@ from specexp.engines.base import (
     LaunchSpec,
     Setting,
     StreamChunk,
+    get_json,
     last_line,
     run_in_stack,
     stack_env,
@@ -164,16 +164,6 @@ _FUSION_OFF = re.compile(
     r"(?i)(disabl\w*[^\n]{0,80}flashinfer[^\n]{0,40}allreduce[^\n]{0,20}fusion"
     r"|allreduce[^\n]{0,20}fusion[^\n]{0,80}(not supported|disabled|skipp))"
 )
-
-
-def _get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
-    for path in paths:
-        try:
-            with urllib.request.urlopen(base_url + path, timeout=10) as response:
-                return json.loads(response.read())
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 @dataclass
@@ -520,7 +510,7 @@ class SGLangEngine(Engine):
         """From /server_info (the effective server args; /get_server_info before 0.5.10), the
         log's known fallback messages, and the speculative figures of the measured requests."""
         result = super().effective(server, base_url, log_text, runs)
-        info = _get_json(base_url, ("/server_info", "/get_server_info"))
+        info = get_json(base_url, ("/server_info", "/get_server_info"))
         if info:
             changed, _ = self.rewrites(self.launch_spec(server, 0), info)
             result["resolution"] = Setting(

@@ -163,3 +163,24 @@ def serving(documents: dict):
         yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
+
+
+def test_llamacpp_slots_and_their_context_are_checked_against_the_command():
+    job = compose_job("concurrency.streams=2", "engine.ctx_size=1024")
+    props = {"total_slots": 2, "default_generation_settings": {"n_ctx": 512}}  # as /props says
+    with serving({"/props": props}) as url:
+        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+    assert (
+        setting.status == Engagement.engaged and setting.actual == "2 slots x 512 tokens of context"
+    )
+    with serving({"/props": {**props, "total_slots": 1}}) as url:
+        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+    assert setting.status == Engagement.not_engaged and setting.actual == "slots 2 -> 1"
+
+
+def test_llamacpp_rounds_each_slots_context_up_to_256_tokens():
+    job = compose_job("concurrency.streams=3", "engine.ctx_size=4096")
+    props = {"total_slots": 3, "default_generation_settings": {"n_ctx": 1536}}  # as /props says
+    with serving({"/props": props}) as url:
+        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+    assert setting.status == Engagement.engaged, setting
