@@ -116,8 +116,8 @@ def _flags(launch: LaunchSpec) -> str:
 
 
 def test_the_doctor_runs_sglangs_own_resolution_on_the_job(tmp_path):
-    """The doctor, with the stack's interpreter able to import SGLang 0.5.9: the composed
-    draft command resolves as composed; a flag that makes SGLang reset the draft is named."""
+    """The doctor, with the stack's interpreter able to import SGLang 0.5.9, names the
+    setting SGLang's own code would change (a flag that makes it reset the draft)."""
     stack = [
         "engine=sglang",
         "model=kimi-k2.5",
@@ -127,9 +127,6 @@ def test_the_doctor_runs_sglangs_own_resolution_on_the_job(tmp_path):
         f"stack.python={sys.executable}",
         f"+stack.env.PYTHONPATH={parser_dir('0.5.9')}",
     ]
-    wide = {"COLUMNS": "400"}  # one table row per check
-    result = run_cli(*stack, cwd=tmp_path, env=wide, module="specexp.doctor", timeout=300)
-    assert "SGLang's own code keeps the command's speculative settings" in result.stdout
     result = run_cli(
         *stack,
         "engine.extra_args=[--speculative-num-steps,2]",

@@ -37,7 +37,7 @@ def test_no_crossover_in_range_is_stated():
     assert result.no_crossing_share > 0.95
     assert "no crossover in concurrency 1..64" in result.statement
     assert (
-        recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))["threshold"] is None
+        recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))["threshold"] is None
     )
 
 
@@ -50,7 +50,7 @@ def test_never_paying_is_stated():
 def test_recommendation_is_each_engines_own_setting():
     cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(4))
     result = find_crossover("speculative=eagle3", "speculative=none", LEVELS, cand, base)
-    advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=4))
+    advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))
     threshold = advice["threshold"]
     # The conservative end: switched off from the interval's lower end, below the estimate.
     assert threshold == math.ceil(result.ci_low) <= math.ceil(result.estimate)
@@ -61,7 +61,7 @@ def test_recommendation_is_each_engines_own_setting():
     }
     assert "--speculative-adaptive" in advice["sglang"]["flags"]
     ranges = advice["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"]
-    assert ranges == [[1, threshold - 1, 4], [threshold, 1024, 0]]
+    assert ranges == [[1, threshold - 1, 3], [threshold, 1024, 0]]
 
 
 def test_the_interval_covers_the_true_crossover_mid_range_and_near_the_edge():
