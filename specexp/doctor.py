@@ -25,6 +25,8 @@ from specexp import capture, hydra_app
 from specexp.engines.base import (
     Check,
     CheckStatus,
+    Engine,
+    LaunchSpec,
     last_line,
     run_in_stack,
     stack_env,
@@ -32,7 +34,7 @@ from specexp.engines.base import (
 )
 from specexp.job import Job, prepare
 from specexp.report import console
-from specexp.schemas import AllreduceBackend, ConfigError
+from specexp.schemas import AllreduceBackend, ConfigError, ServerSettings
 from specexp.sweep import expand_overrides
 
 PASS, FAIL, SKIP, NOTE = (
@@ -112,6 +114,8 @@ def check_job(job: Job) -> list[Check]:
                     f"accepted by {engine.name} {version}'s own parser" if error is None else error,
                 )
             )
+            if error is None:
+                checks.append(_resolution_check(engine, server, launch))
     checks += _gpu_checks(job)
     cuda = cfg.stack.versions.get("cuda")
     if cuda and engine.runs_in_stack_python:
@@ -134,6 +138,21 @@ def check_job(job: Job) -> list[Check]:
             )
     notes = [Check("how the engine takes it", NOTE, n) for n in engine.plan_notes(server)]
     return checks + engine.doctor_checks(server) + notes
+
+
+def _resolution_check(engine: Engine, server: ServerSettings, launch: LaunchSpec) -> Check:
+    """The engine's own resolution of the parsed command, run without serving: it must keep
+    every setting the command gives."""
+    name = "resolution"
+    resolved = engine.resolve(server, [launch])
+    if resolved is None:
+        return Check(name, SKIP, f"engine={engine.name} has no resolution-only mode")
+    (resolution,) = resolved
+    if resolution.error:
+        return Check(name, FAIL, resolution.error)
+    if resolution.changed:
+        return Check(name, FAIL, f"{engine.name} would change " + "; ".join(resolution.changed))
+    return Check(name, PASS, f"{engine.name}'s own code keeps the command's settings")
 
 
 def _gpu_checks(job: Job) -> list[Check]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from specexp import launchers
@@ -28,7 +28,7 @@ CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 def register() -> None:
     """Put the schemas into Hydra's ConfigStore (YAML options extend them by name) and
-    register the resolvers the launcher presets use."""
+    register the resolvers the launcher presets and stacks use."""
     store = ConfigStore.instance()
     store.store(name="run_schema", node=RunConfig)
     for group, node in GROUP_SCHEMAS.items():
@@ -37,6 +37,9 @@ def register() -> None:
         store.store(group="engine", name=f"{engine.name}_schema", node=engine.config_class)
     launchers.register_resolvers()
     launchers.quiet_preset_validation()
+    if not OmegaConf.has_resolver("specexp.project"):
+        # Where scripts/install.sh puts engines of their own (.engines/): the project root.
+        OmegaConf.register_new_resolver("specexp.project", lambda: str(Path(CONFIG_DIR).parent))
 
 
 def run_one(cfg: DictConfig) -> str:

@@ -12,12 +12,12 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from specexp.engines import get_engine
-from specexp.engines.base import Engine, LaunchSpec
+from specexp.engines.base import Engine, LaunchSpec, Resolution
 from specexp.leases import free_port
 from specexp.schemas import ConfigError, RunConfig, ServerSettings, SpeculativeMethod, to_run_config
 from specexp.tinymodels import TinyPairSpec, pair_paths
@@ -56,6 +56,12 @@ class Job:
             self.server, self.config.engine.port or free_port(self.config.engine.host)
         )
 
+    def predicted_resolution(self, launch: LaunchSpec) -> Optional[Resolution]:
+        """What the engine's own resolution would do to ``launch``, where the stack's
+        interpreter can run it here (the dry run shows it)."""
+        resolved = self.engine.resolve(self.server, [launch])
+        return resolved[0] if resolved else None
+
     def factors(self) -> dict[str, str]:
         """The job's swept settings, FACTOR -> VALUE (empty outside a sweep)."""
         return dict(factor.split("=", 1) for factor in self.config.multirun.factors)
@@ -74,7 +80,7 @@ def prepare(cfg: DictConfig) -> Job:
             spec.validate()
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"model.generate: {exc}") from None
-        paths = pair_paths(spec)
+        paths = pair_paths(spec, get_engine(cfg.engine.name).model_format)
         cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
     run = to_run_config(cfg)
     engine = get_engine(run.engine.name)

@@ -7,11 +7,12 @@ import sys
 from typing import Any, Iterator, Optional, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from specexp.analysis import Arm, ClaimCheck
-from specexp.engines.base import LaunchSpec
+from specexp.engines.base import LaunchSpec, Resolution
 from specexp.job import Job
 from specexp.measurements import RunResult
 from specexp.redaction import redact_env
@@ -24,7 +25,9 @@ from specexp.stats import Comparison, Summary
 console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 
 
-def print_dry_run(job: Job, launch: LaunchSpec) -> None:
+def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]) -> None:
+    """The job, how the engine will take it (notes, and its own resolution where the stack's
+    interpreter can run it here), then the command."""
     cfg, engine = job.config, job.engine
     version, source = engine.version(job.server)
     console.print(
@@ -40,6 +43,16 @@ def print_dry_run(job: Job, launch: LaunchSpec) -> None:
     )
     for note in engine.plan_notes(job.server):
         console.print(f"# [yellow]note:[/] {note}")
+    if resolution is None:
+        pass  # the engine has none, or its stack's interpreter is not on this machine
+    elif resolution.error:
+        console.print(f"# resolution not run: {escape(resolution.error)}")
+    elif resolution.changed:
+        console.print(
+            f"# [red]{engine.name} would change:[/] {escape('; '.join(resolution.changed))}"
+        )
+    else:
+        console.print(f"# {engine.name}'s own resolution keeps the command's settings")
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
     print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 

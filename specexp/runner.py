@@ -191,7 +191,7 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
     cfg = job.config
     launch = job.planned_launch()
     if cfg.dry_run:
-        report.print_dry_run(job, launch)
+        report.print_dry_run(job, launch, job.predicted_resolution(launch))
         return JobResult(status="DRY_RUN", output_dir=output_dir)
     part = cfg.multirun.part
     if part:
@@ -260,7 +260,7 @@ def _open(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
     output_dir.mkdir(parents=True, exist_ok=True)
     if cfg.model.generate is not None:
         with report.status(f"generating model {cfg.model.name} (cached after the first time)"):
-            ensure_pair(cfg.model.generate)
+            ensure_pair(cfg.model.generate, engine.model_format)
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
     if missing:
         raise ConfigError(

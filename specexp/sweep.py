@@ -275,7 +275,8 @@ def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
     """Dry run of a sweep for a launcher that runs jobs elsewhere: every job's server command,
     composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
     for planned in plan.to_run:
-        report.print_dry_run(planned.job, planned.job.planned_launch())
+        launch = planned.job.planned_launch()
+        report.print_dry_run(planned.job, launch, planned.job.predicted_resolution(launch))
     report.console.print(
         f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
         f"{launcher.params.get('timeout_min')} min each"

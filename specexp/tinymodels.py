@@ -19,11 +19,15 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import gguf
 import numpy as np
+import safetensors.numpy
+import tokenizers
 
 # Bumped whenever the file layout written below changes, so cached files are regenerated.
 _FORMAT_VERSION = 1
@@ -72,32 +76,55 @@ class TinyPairSpec:
             raise ValueError(f"divergence must be >= 0, got {self.divergence}")
 
 
+class ModelFormat(StrEnum):
+    """How an engine loads weights: llama.cpp's single GGUF file, or a Hugging Face model
+    directory (config.json, safetensors, tokenizer.json) as vLLM and SGLang load."""
+
+    gguf = "gguf"
+    hf = "hf"
+
+
 @dataclass(frozen=True)
 class TinyPairPaths:
     target: Path
     draft: Path
 
+    def exist(self) -> bool:
+        return all(
+            (p / "config.json" if p.suffix != ".gguf" else p).is_file()
+            for p in (self.target, self.draft)
+        )
 
-def pair_paths(spec: TinyPairSpec, cache_dir: Path | None = None) -> TinyPairPaths:
-    """Where the pair for ``spec`` lives; deterministic, so a dry run can print it."""
+
+def pair_paths(
+    spec: TinyPairSpec, model_format: ModelFormat = ModelFormat.gguf, cache_dir: Path | None = None
+) -> TinyPairPaths:
+    """Where the pair for ``spec`` lives in ``model_format`` (the same weights in either);
+    deterministic, so a dry run can print it."""
     directory = Path(cache_dir or _DEFAULT_CACHE) / f"tiny-pair-{spec.fingerprint()}"
+    if model_format == ModelFormat.hf:
+        return TinyPairPaths(target=directory / "target-hf", draft=directory / "draft-hf")
     return TinyPairPaths(target=directory / "target.gguf", draft=directory / "draft.gguf")
 
 
-def ensure_pair(spec: TinyPairSpec, cache_dir: Path | None = None) -> TinyPairPaths:
-    """Generate the pair unless an identical one is cached already."""
+def ensure_pair(
+    spec: TinyPairSpec, model_format: ModelFormat = ModelFormat.gguf, cache_dir: Path | None = None
+) -> TinyPairPaths:
+    """Generate the pair in ``model_format`` unless an identical one is cached already."""
     spec.validate()
-    paths = pair_paths(spec, cache_dir)
-    if paths.target.is_file() and paths.draft.is_file():
+    paths = pair_paths(spec, model_format, cache_dir)
+    if paths.exist():
         return paths
     paths.target.parent.mkdir(parents=True, exist_ok=True)
     layers = _generate_layers(spec)
     embeddings = _generate_embeddings(spec)
+    write = _write_hf if model_format == ModelFormat.hf else _write_gguf
     # Write to temporary names first: an interrupted generation must not leave a file
     # that a later run would take for a finished model.
     for path, n_layers in ((paths.draft, spec.draft_layers), (paths.target, spec.target_layers)):
-        partial = path.with_suffix(".partial")
-        _write_gguf(partial, spec, embeddings, layers[:n_layers], name=path.stem)
+        partial = path.with_name(path.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        write(partial, spec, embeddings, layers[:n_layers], name=path.stem)
         partial.replace(path)
     (paths.target.parent / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=2))
     return paths
@@ -167,6 +194,89 @@ def _generate_layers(spec: TinyPairSpec) -> list[dict[str, np.ndarray]]:
     return layers
 
 
+# GGUF tensor names -> Hugging Face Llama names (per layer after "blk.N." / "model.layers.N.").
+_HF_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_HF_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def _write_hf(
+    directory: Path,
+    spec: TinyPairSpec,
+    embeddings: dict[str, np.ndarray],
+    layers: list[dict[str, np.ndarray]],
+    name: str,
+) -> None:
+    """The same model as a Hugging Face Llama directory with a byte-level BPE tokenizer of the
+    same vocabulary. (Its rotary layout differs from the GGUF's, so the two formats do not
+    produce the same text; each format's target and draft agree with each other.)"""
+    directory.mkdir(parents=True)
+    tensors = {_HF_NAMES[k]: v.astype(np.float16) for k, v in embeddings.items()}
+    for index, layer in enumerate(layers):
+        for tensor_name, array in layer.items():
+            tensors[f"model.layers.{index}.{_HF_LAYER_NAMES[tensor_name]}"] = array.astype(
+                np.float16
+            )
+    safetensors.numpy.save_file(tensors, str(directory / "model.safetensors"))
+    tokens, merges = _vocabulary(spec.vocab_size)
+    bos, eos = len(tokens) - 2, len(tokens) - 1
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": spec.embedding_length,
+        "intermediate_size": spec.feed_forward_length,
+        "num_attention_heads": spec.head_count,
+        "num_key_value_heads": spec.head_count,
+        "num_hidden_layers": len(layers),
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.context_length,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "torch_dtype": "float16",
+        "name_or_path": f"specexp-tiny-{name}",
+    }
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    tokenizer = tokenizers.Tokenizer(
+        tokenizers.models.BPE(
+            vocab={token: index for index, token in enumerate(tokens)},
+            merges=[(a, b) for a, b in (merge.split(" ") for merge in merges)],
+        )
+    )
+    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = tokenizers.decoders.ByteLevel()
+    tokenizer.add_special_tokens(["<s>", "</s>"])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "add_bos_token": False,
+                "model_max_length": spec.context_length,
+            },
+            indent=2,
+        )
+    )
+
+
 def _write_gguf(
     path: Path,
     spec: TinyPairSpec,
@@ -223,9 +333,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--out", type=Path, default=None, help=f"cache directory (default {_DEFAULT_CACHE})"
     )
+    parser.add_argument(
+        "--format", type=ModelFormat, choices=list(ModelFormat), default=ModelFormat.gguf
+    )
     args = vars(parser.parse_args(argv))
-    cache_dir = args.pop("out")
-    paths = ensure_pair(TinyPairSpec(**args), cache_dir)
+    cache_dir, model_format = args.pop("out"), args.pop("format")
+    paths = ensure_pair(TinyPairSpec(**args), model_format, cache_dir)
     print(f"target: {paths.target}\ndraft:  {paths.draft}")
 
 

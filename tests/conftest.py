@@ -67,7 +67,7 @@ def llamacpp_launch(*overrides: str) -> tuple[LaunchSpec, int]:
     """llama-server's command for the small pair on a free port."""
     job = compose_job(*QUICK, *overrides)
     if job.config.model.generate is not None:
-        ensure_pair(job.config.model.generate)
+        ensure_pair(job.config.model.generate, job.engine.model_format)
     port = free_port()
     return job.engine.launch_spec(job.server, port), port
 

@@ -59,8 +59,8 @@ def check_with_real_parser(version: str, job: Job, launches) -> list:
 
 def resolve_with_real_code(version: str, job: Job, launches) -> list[dict]:
     """SGLang's own speculative resolution of each composed command (see
-    ``SGLangEngine.speculative_resolution_command``), run by this interpreter on the release."""
-    command = ENGINE.speculative_resolution_command(job.server, launches)
+    ``SGLangEngine.resolution_command``), run by this interpreter on the release."""
+    command = ENGINE.resolution_command(job.server, launches)
     command[0] = sys.executable
     env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)

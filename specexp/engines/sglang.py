@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
@@ -53,6 +52,10 @@ OLDEST_KNOWN, NEWEST_KNOWN = Version("0.5.9"), Version("0.5.23")
 NGRAM_WINDOW_UNTIL = Version("0.5.9")
 # First release that spells FlashInfer allreduce fusion as a backend choice (0.5.13 does not).
 FUSION_BACKEND_SINCE = Version("0.5.14")
+# First release that spells the decode CUDA-graph batch sizes --cuda-graph-bs-decode
+# (arg_groups/fields/exec_.py); --cuda-graph-bs until 0.5.13 (checked in the 0.5.10 to
+# 0.5.23 wheels).
+CUDA_GRAPH_BS_DECODE_SINCE = Version("0.5.14")
 
 
 KIMI_K25 = "KimiK25ForConditionalGeneration"
@@ -150,13 +153,24 @@ for flags in json.loads(sys.argv[1]):
 print(json.dumps(resolved))
 """
 
-# SGLang's flags for the settings its speculative resolution may rewrite.
-SPECULATIVE_FLAGS = {
+# SGLang's flags for the settings its resolution may rewrite, by its server-args field name.
+RESOLVED_FLAGS = {
     "speculative_num_steps": "--speculative-num-steps",
     "speculative_eagle_topk": "--speculative-eagle-topk",
     "speculative_num_draft_tokens": "--speculative-num-draft-tokens",
     "max_running_requests": "--max-running-requests",
+    "cuda_graph_bs": "--cuda-graph-bs",
+    "cuda_graph_bs_decode": "--cuda-graph-bs-decode",
 }
+
+
+def _flag_value(argv: list[str], flag: str) -> Optional[str]:
+    """The value(s) given to ``flag`` in ``argv``, space-joined; None when it is absent."""
+    if flag not in argv:
+        return None
+    start = argv.index(flag) + 1
+    end = next((i for i in range(start, len(argv)) if argv[i].startswith("--")), len(argv))
+    return " ".join(argv[start:end])
 
 
 # Log lines by which SGLang says it turned FlashInfer's allreduce fusion off (or never on).
@@ -177,9 +191,24 @@ class SGLangConfig(EngineConfig):
     # server_args.py _handle_speculative_decoding, 0.5.23 arg_groups/speculative_hook.py),
     # so arms above 48 streams would differ in capacity, not only in speculation.
     max_running_requests: int = 64
+    # Batch sizes captured as CUDA graphs, pinned for every arm: left unset, SGLang captures
+    # a different list with speculation than without (0.5.9 server_args.py
+    # _generate_cuda_graph_batch_sizes, 0.5.23 arg_groups/cuda_graph_hook.py). This is its
+    # speculative list up to the request cap: every batch the cap allows is captured.
+    cuda_graph_batch_sizes: list[int] = field(
+        default_factory=lambda: [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)]
+    )
     mem_fraction_static: Optional[float] = None
     random_seed: Optional[int] = None
     enable_metrics: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.cuda_graph_batch_sizes or min(self.cuda_graph_batch_sizes) < 1:
+            raise ConfigError(
+                "engine.cuda_graph_batch_sizes must list positive batch sizes, got "
+                f"{self.cuda_graph_batch_sizes}"
+            )
 
 
 class SGLangEngine(Engine):
@@ -347,6 +376,12 @@ class SGLangEngine(Engine):
             argv.append("--enforce-disable-flashinfer-allreduce-fusion")
         argv += self._speculative_flags(spec, version)
         argv += ["--max-running-requests", str(engine.max_running_requests)]
+        argv += [
+            "--cuda-graph-bs-decode"
+            if version >= CUDA_GRAPH_BS_DECODE_SINCE
+            else "--cuda-graph-bs",
+            *map(str, engine.cuda_graph_batch_sizes),
+        ]
         if engine.mem_fraction_static is not None:
             argv += ["--mem-fraction-static", str(engine.mem_fraction_static)]
         if engine.random_seed is not None:
@@ -412,9 +447,7 @@ class SGLangEngine(Engine):
         ]  # after: python -m sglang.launch_server
         return [stack_python(server), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
 
-    def speculative_resolution_command(
-        self, server: ServerSettings, launches: list[LaunchSpec]
-    ) -> list[str]:
+    def resolution_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
         """Run SGLang's own speculative resolution on composed flags, in the stack's
         interpreter, without a GPU; prints the resolved settings per flag list."""
         flag_lists = [launch.argv[3:] for launch in launches]
@@ -427,16 +460,16 @@ class SGLangEngine(Engine):
             "cuda" if server.engine.gpus else "cpu",
         ]
 
-    @staticmethod
-    def rewrites(launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
-        """What SGLang's resolution changed of the command's settings, and what it filled in
-        that the command left unset."""
+    def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
         argv = launch.argv
         changed, filled = [], []
-        for field_name, flag in SPECULATIVE_FLAGS.items():
-            given = argv[argv.index(flag) + 1] if flag in argv else None
+        for field_name, flag in RESOLVED_FLAGS.items():
+            given = _flag_value(argv, flag)
             value = resolved.get(field_name)
-            if value is None or str(value) == given:
+            if value is None:
+                continue
+            value = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+            if value == given:
                 continue
             if given is None:
                 filled.append(f"{flag} {value}")
@@ -445,44 +478,20 @@ class SGLangEngine(Engine):
         return changed, filled
 
     def doctor_checks(self, server: ServerSettings) -> list[Check]:
-        """SGLang's compiled kernels must import against the stack's torch, and SGLang's own
-        speculative resolution must leave the command's settings as composed."""
-        kernels, resolution = "compiled kernels (sgl_kernel)", "speculative resolution"
+        """SGLang's compiled kernels must import against the stack's torch."""
+        kernels = "compiled kernels (sgl_kernel)"
         if not os.access(stack_python(server), os.X_OK):
-            reason = "no stack interpreter to import SGLang with"
-            return [Check(kernels, CheckStatus.skipped, reason)]
+            return [
+                Check(kernels, CheckStatus.skipped, "no stack interpreter to import SGLang with")
+            ]
         out = run_in_stack(server, "import torch, sgl_kernel")
-        checks = [
-            Check(kernels, CheckStatus.passed, "import against the stack's torch")
-            if out.returncode == 0
-            else Check(
+        if out.returncode == 0:
+            return [Check(kernels, CheckStatus.passed, "import against the stack's torch")]
+        return [
+            Check(
                 kernels,
                 CheckStatus.failed,
                 f"{last_line(out.stderr)}: install the sgl-kernel build made for this torch/CUDA",
-            )
-        ]
-        if server.speculative.method == SpeculativeMethod.none:
-            return checks
-        launch = self.launch_spec(server, server.engine.port or 30000)
-        command = self.speculative_resolution_command(server, [launch])
-        out = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, **stack_env(server)},
-        )
-        if out.returncode != 0:
-            return checks + [Check(resolution, CheckStatus.failed, last_line(out.stderr))]
-        (resolved,) = json.loads(out.stdout.strip().splitlines()[-1])
-        changed, _ = self.rewrites(launch, resolved)
-        return checks + [
-            Check(
-                resolution,
-                CheckStatus.failed if changed else CheckStatus.passed,
-                "SGLang would change " + "; ".join(changed)
-                if changed
-                else "SGLang's own code keeps the command's speculative settings",
             )
         ]
 
@@ -517,7 +526,7 @@ class SGLangEngine(Engine):
                 "as composed",
                 "; ".join(changed) or "as composed",
                 Engagement.not_engaged if changed else Engagement.engaged,
-                "/server_info against the command's speculative settings and request cap",
+                "/server_info against the command's speculative settings, request cap and CUDA graphs",
             )
         requested_attention = server.attention_backend.name
         if info and info.get("attention_backend"):

