@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import time
 from typing import Callable, Optional
 
@@ -19,11 +18,10 @@ from specexp.engines.base import Engine, parse_prometheus
 from specexp.measurements import RequestRecord, RunResult
 from specexp.schemas import ConcurrencyConfig, ServerSettings, WorkloadConfig
 
+
 # Seeded prompt prefixes draw from these words (any words would do; these are readable).
-_WORDS = (
-    "system latency token draft verify batch cache kernel memory stream tensor parallel "
-    "request server model decode prefill accept reject queue engine throughput"
-).split()
+class TruncatedError(RuntimeError):
+    """A request returned fewer tokens than it had to."""
 
 
 class StallError(RuntimeError):
@@ -35,8 +33,17 @@ class StreamTimer:
     them, time to the first token, and inter-token latencies. Pure: the caller supplies each
     line with the time it arrived."""
 
-    def __init__(self, engine: Engine, record: RequestRecord, start: float):
+    def __init__(
+        self,
+        engine: Engine,
+        record: RequestRecord,
+        start: float,
+        expected_tokens: Optional[int] = None,
+    ):
+        """``expected_tokens``: the tokens the request must return (max_tokens when EOS is
+        ignored); fewer means the server cut it short."""
         self.engine, self.record, self.start = engine, record, start
+        self.expected_tokens = expected_tokens
         self.last_event_at, self.last_count = start, 0
 
     def line(self, raw: bytes, now: float) -> bool:
@@ -74,10 +81,18 @@ class StreamTimer:
 
     def finish(self, now: float) -> None:
         """The stream has ended: the request is complete if the server gave its token count."""
-        self.record.e2e_s = now - self.start
-        if self.record.output_tokens is None:
+        record = self.record
+        record.e2e_s = now - self.start
+        if record.output_tokens is None:
             raise RuntimeError("stream ended without the server's final token count")
-        self.record.ok = True
+        if self.expected_tokens is not None and record.output_tokens < self.expected_tokens:
+            record.truncated = True
+            raise TruncatedError(
+                f"truncated: {record.output_tokens} of {self.expected_tokens} tokens with EOS "
+                "ignored (the server cut the request short: its context per request, or a "
+                "length limit)"
+            )
+        record.ok = True
 
 
 class LoadClient:
@@ -96,13 +111,13 @@ class LoadClient:
         self.server, self.workload, self.concurrency = server, workload, concurrency
 
     async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
-        stall = self.workload.stall_timeout_s
+        workload = self.workload
+        stall = workload.stall_timeout_s
         start = time.perf_counter()
-        timer = StreamTimer(self.engine, record, start)
+        expected = workload.max_tokens if workload.ignore_eos else None
+        timer = StreamTimer(self.engine, record, start, expected)
         try:
-            path, body = self.engine.completion_request(
-                self.server, self.workload, self.prompt(record)
-            )
+            path, body = self.engine.completion_request(self.server, workload, self.prompt(record))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
             timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
             async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
@@ -127,14 +142,9 @@ class LoadClient:
             record.error = f"{type(exc).__name__}: {exc}"
 
     def prompt(self, record: RequestRecord) -> str:
-        """The workload's prompt, behind a seeded prefix of its own when prompts vary."""
-        workload = self.workload
-        if not workload.vary_prompt:
-            return workload.prompt
-        rng = random.Random(
-            f"{workload.seed}/{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}"
+        return self.workload.prompt_for(
+            f"{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}"
         )
-        return " ".join(rng.choices(_WORDS, k=12)) + ". " + workload.prompt
 
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
         if not self.engine.speculative_counters or not self.engine.metrics_path:

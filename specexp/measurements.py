@@ -22,6 +22,8 @@ class RequestRecord:
     index: int = 0  # request number within its stream
     ok: bool = False
     error: Optional[str] = None
+    # Fewer tokens than the request had to return (EOS ignored): kept, and not ok.
+    truncated: bool = False
     ttft_s: Optional[float] = None
     e2e_s: Optional[float] = None
     output_tokens: Optional[int] = None

@@ -10,6 +10,7 @@ Engines subclass :class:`EngineConfig` with their own settings.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Optional
@@ -202,6 +203,14 @@ class SpeculativeConfig:
         return self.num_steps if self.num_steps is not None else self.num_draft_tokens
 
 
+# The seeded prefix that gives each request a prompt of its own (workload.vary_prompt).
+_PREFIX_WORDS = (
+    "system latency token draft verify batch cache kernel memory stream tensor parallel "
+    "request server model decode prefill accept reject queue engine throughput"
+).split()
+_PREFIX_LENGTH = 12
+
+
 @dataclass
 class WorkloadConfig:
     name: str = MISSING
@@ -216,6 +225,22 @@ class WorkloadConfig:
     vary_prompt: bool = False
     # A request that sends nothing for this long is ended and reported as stalled.
     stall_timeout_s: float = 120.0
+
+    def prompt_for(self, key: str) -> str:
+        """The prompt of the request ``key`` names: the workload's prompt, behind a seeded
+        prefix of the request's own when prompts vary (the same key, the same prompt)."""
+        if not self.vary_prompt:
+            return self.prompt
+        rng = random.Random(f"{self.seed}/{key}")
+        return " ".join(rng.choices(_PREFIX_WORDS, k=_PREFIX_LENGTH)) + ". " + self.prompt
+
+    def request_tokens_bound(self) -> int:
+        """Most context one request can take, in tokens: max_tokens, plus the prompt counted
+        as its UTF-8 bytes (no tokenizer makes more tokens than bytes) with its longest
+        prefix, plus a BOS token."""
+        longest = max(_PREFIX_WORDS, key=len)
+        prefix = len(" ".join([longest] * _PREFIX_LENGTH) + ". ") if self.vary_prompt else 0
+        return self.max_tokens + len(self.prompt.encode()) + prefix + 1
 
     def __post_init__(self) -> None:
         _at_least("workload", 1, max_tokens=self.max_tokens)
@@ -351,6 +376,7 @@ class RunConfig:
             self.speculative,
             self.concurrency.streams,
             self.host,
+            self.workload.request_tokens_bound(),
         )
 
 
@@ -368,6 +394,9 @@ class ServerSettings:
     streams: int
     # The host's declared GPUs (what engines' own resolution depends on).
     host: Optional[HostConfig] = None
+    # Most context one request can take (prompt + max_tokens; engines that split their
+    # context among requests size or check it by this).
+    request_tokens: int = 0
 
     def requested(self) -> dict[str, str]:
         """The settings whose engagement is checked on the live server."""

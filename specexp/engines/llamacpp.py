@@ -23,6 +23,7 @@ from specexp.measurements import RunResult
 from specexp.schemas import (
     AllreduceBackend,
     AttentionBackend,
+    ConfigError,
     EngineConfig,
     ServerSettings,
     SpeculativeMethod,
@@ -37,10 +38,17 @@ class LlamaCppConfig(EngineConfig):
     ready_timeout_s: float = 60.0
     # Null: every core the machine has.
     threads: Optional[int] = None
-    ctx_size: int = 4096
+    # Context in tokens, split evenly over the slots (each share rounded up to 256 tokens).
+    # Null: sized so that every slot holds a whole request (prompt + workload.max_tokens);
+    # set, it must hold one too, or the configuration is refused before launch.
+    ctx_size: Optional[int] = None
     # Server slots; null means one per concurrent stream.
     parallel_slots: Optional[int] = None
     seed: int = 0
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
 
 
 def llama_server_binary(bin_dir: Optional[str]) -> str:
@@ -124,12 +132,18 @@ class LlamaCppEngine(Engine):
         return result
 
     @staticmethod
-    def _slots(server: ServerSettings, props: dict[str, Any]) -> Setting:
-        """The server's slots and each one's context against the command's: llama.cpp splits
-        --ctx-size among the --parallel slots and rounds each share up to a multiple of 256
-        tokens (measured: 1000 over 3 slots gives 512 each, 4096 over 3 gives 1536)."""
+    def context(server: ServerSettings) -> tuple[int, int, int]:
+        """(slots, --ctx-size, each slot's context): llama.cpp splits --ctx-size among the
+        --parallel slots and rounds each share up to a multiple of 256 tokens (measured:
+        1000 over 3 slots gives 512 each, 4096 over 3 gives 1536)."""
         slots = server.engine.parallel_slots or server.streams
-        context = -(-(server.engine.ctx_size // slots) // 256) * 256
+        total = server.engine.ctx_size or slots * _round_up(server.request_tokens, 256)
+        return slots, total, _round_up(total // slots, 256)
+
+    @classmethod
+    def _slots(cls, server: ServerSettings, props: dict[str, Any]) -> Setting:
+        """The server's slots and each one's context against the command's."""
+        slots, _, context = cls.context(server)
         actual_slots = props.get("total_slots")
         actual_context = props.get("default_generation_settings", {}).get("n_ctx")
         changed = [
@@ -146,6 +160,19 @@ class LlamaCppEngine(Engine):
             Engagement.not_engaged if changed else Engagement.engaged,
             "/props total_slots and default_generation_settings.n_ctx",
         )
+
+    def validate(self, server: ServerSettings) -> None:
+        """Each slot must hold a whole request: llama.cpp stops one that outgrows its slot
+        early (finish_reason "length"), even with EOS ignored."""
+        super().validate(server)
+        slots, total, context = self.context(server)
+        if context < server.request_tokens:
+            raise ConfigError(
+                f"engine.ctx_size={total} over {slots} slots gives each request {context} tokens "
+                f"of context, and one can take {server.request_tokens} (workload.max_tokens plus "
+                f"the prompt): set engine.ctx_size >= {slots * _round_up(server.request_tokens, 256)}"
+                ", or null to size it so"
+            )
 
     def local_files(self, server: ServerSettings) -> list[str]:
         files = [str(server.model.path)]
@@ -164,7 +191,7 @@ class LlamaCppEngine(Engine):
             "--port",
             str(port),
             "--ctx-size",
-            str(engine.ctx_size),
+            str(self.context(server)[1]),
             "--parallel",
             str(engine.parallel_slots or server.streams),
             "--threads",

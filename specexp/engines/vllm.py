@@ -232,13 +232,14 @@ class VLLMEngine(Engine):
             "temperature": workload.temperature,
             "seed": workload.seed,
             "stream": True,
-            # Stream events are not tokens; the usage block gives the server's count.
-            "stream_options": {"include_usage": True},
+            # Stream events are not tokens (a speculative step sends several at once): with
+            # continuous usage every event carries the completion's token count so far.
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
-        usage = event.get("usage")
-        if usage and not event.get("choices"):
+        usage = event.get("usage") or {}
+        if usage and not event.get("choices"):  # the closing usage event: no new tokens
             return StreamChunk(
                 done=True,
                 final={
@@ -246,4 +247,4 @@ class VLLMEngine(Engine):
                     "prompt_tokens": usage.get("prompt_tokens"),
                 },
             )
-        return StreamChunk()
+        return StreamChunk(tokens_so_far=usage.get("completion_tokens"))

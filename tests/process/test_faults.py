@@ -98,6 +98,31 @@ def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_p
     assert uploaded.read_text() == records.read_text()
 
 
+def test_requests_the_server_cuts_short_fail_the_run_and_keep_their_records(tmp_path, tracking_env):
+    """A context smaller than the command's, slipped in behind specexp's back (an extra
+    --ctx-size, which llama.cpp takes last): 256 tokens per slot for 400 new ones. Every
+    request stops early; the run fails saying so, and the records keep the figures."""
+    result = run_cli(
+        *QUICK,
+        "stats.warmup_runs=0",
+        "stats.measured_runs=1",
+        "concurrency.streams=2",
+        "workload.max_tokens=400",
+        "engine.extra_args=[--ctx-size,512]",
+        cwd=tmp_path,
+        env=tracking_env,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout[-2000:]
+    (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    failure = run.data.tags[Tag.failure]
+    assert run.info.status == "FAILED" and "truncated: " in failure and "of 400 tokens" in failure
+    (records,) = Path(tmp_path).glob("outputs/*/*/requests.jsonl")
+    kept = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(kept) == 2 and all(r["truncated"] and not r["ok"] for r in kept)
+    assert all(0 < r["output_tokens"] < 400 and r["itl_s"] for r in kept)
+
+
 def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, tracking_env):
     process, _ = _start_run(
         tmp_path,

@@ -184,3 +184,16 @@ def test_draft_tokens_mean_one_thing_on_every_engine():
 def test_draft_steps_that_an_engine_would_silently_change_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         prepare(compose_run("speculative=draft", *overrides))
+
+
+def test_llamacpp_context_holds_a_whole_request_in_every_slot():
+    """The issue's case: 4096 tokens over 8 slots is 512 per request, too few for 512 new
+    tokens after the prompt; refused with the numbers. Left unset, it is sized to fit."""
+    with pytest.raises(
+        ConfigError, match=r"engine.ctx_size=4096 over 8 slots gives each request 512"
+    ):
+        compose_job("concurrency.streams=8", "workload.max_tokens=512", "engine.ctx_size=4096")
+    job = compose_job("concurrency.streams=8", "workload.max_tokens=512")
+    argv = job.engine.launch_spec(job.server, 8080).argv
+    per_slot = int(argv[argv.index("--ctx-size") + 1]) // 8
+    assert per_slot >= job.server.request_tokens > 512 and per_slot % 256 == 0

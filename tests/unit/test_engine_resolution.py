@@ -176,7 +176,7 @@ def serving(documents: dict):
 
 
 def test_llamacpp_slots_and_their_context_are_checked_against_the_command():
-    job = compose_job("concurrency.streams=2", "engine.ctx_size=1024")
+    job = compose_job("concurrency.streams=2", "engine.ctx_size=1024", "workload=short")
     props = {"total_slots": 2, "default_generation_settings": {"n_ctx": 512}}  # as /props says
     with serving({"/props": props}) as url:
         setting = job.engine.effective(job.server, url, "", [])["resolution"]
@@ -189,7 +189,7 @@ def test_llamacpp_slots_and_their_context_are_checked_against_the_command():
 
 
 def test_llamacpp_rounds_each_slots_context_up_to_256_tokens():
-    job = compose_job("concurrency.streams=3", "engine.ctx_size=4096")
+    job = compose_job("concurrency.streams=3", "engine.ctx_size=4096", "workload=short")
     props = {"total_slots": 3, "default_generation_settings": {"n_ctx": 1536}}  # as /props says
     with serving({"/props": props}) as url:
         setting = job.engine.effective(job.server, url, "", [])["resolution"]

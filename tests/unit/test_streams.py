@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specexp.client import StreamTimer
+from specexp.client import StreamTimer, TruncatedError
 from specexp.engines import get_engine
 from specexp.measurements import RequestRecord
 
@@ -70,3 +70,16 @@ def test_a_stream_without_the_final_count_is_not_a_finished_request():
     with pytest.raises(RuntimeError, match="without the server's final token count"):
         timer.finish(2 * GAP_S)
     assert not record.ok
+
+
+def test_a_request_cut_short_with_eos_ignored_is_kept_as_truncated():
+    """12 tokens where 16 were due (EOS ignored): the record keeps every figure and says why
+    it is not ok."""
+    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
+    timer = StreamTimer(get_engine("llamacpp"), record, start=0.0, expected_tokens=16)
+    for events, line in enumerate((STREAMS / "llamacpp_draft.sse").read_bytes().splitlines()):
+        timer.line(line, events * GAP_S)
+    with pytest.raises(TruncatedError, match="truncated: 12 of 16 tokens"):
+        timer.finish(1.0)
+    assert record.truncated and not record.ok
+    assert record.output_tokens == 12 and len(record.itl_s) == 11 and record.e2e_s == 1.0
