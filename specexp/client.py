@@ -61,16 +61,19 @@ class StreamTimer:
         if produced is None and chunk.tokens_so_far is not None:
             produced = chunk.tokens_so_far - self.last_count
             self.last_count = chunk.tokens_so_far
+        gap = now - self.last_event_at
         if produced and record.ttft_s is None:
             record.ttft_s = now - self.start
         elif produced:
-            record.itl_s.extend([(now - self.last_event_at) / produced] * produced)
+            record.itl_s.extend([gap / produced] * produced)
+            record.chunk_gaps_s.append(gap)
         elif produced is None and not chunk.done:
             # The engine gives no per-event counts: time events instead.
             if record.ttft_s is None:
                 record.ttft_s = now - self.start
             else:
-                record.itl_s.append(now - self.last_event_at)
+                record.itl_s.append(gap)
+                record.chunk_gaps_s.append(gap)
         if produced or produced is None:
             self.last_event_at = now
         if chunk.done:

@@ -29,8 +29,12 @@ class RequestRecord:
     output_tokens: Optional[int] = None
     prompt_tokens: Optional[int] = None
     events: int = 0
-    # Per-token inter-token latencies (seconds), from event gaps and tokens per event.
+    # Per-token inter-token latencies (seconds): each event's gap shared by its tokens (the
+    # mean is exact; a stall that delivers several tokens is spread over them)...
     itl_s: list[float] = field(default_factory=list)
+    # ...and the gaps between the events that carried tokens, after the first (AIPerf's
+    # inter-chunk latency): the tail shows stalls whole.
+    chunk_gaps_s: list[float] = field(default_factory=list)
     # Speculative figures the server reported for this request.
     speculative: dict[str, Any] = field(default_factory=dict)
 

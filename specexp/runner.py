@@ -149,8 +149,9 @@ def summary_metrics(
     request = summarize([r.request_tok_per_s for r in measured if r.request_tok_per_s], confidence)
     if request:
         metrics["request_tok_per_s_mean"] = request.mean
-    itl = [x for r in measured for rec in r.records if rec.ok for x in rec.itl_s]
-    metrics.update({f"itl_s_{k}": v for k, v in percentiles(itl).items()})
+    for name in ("itl_s", "chunk_gaps_s"):
+        values = [x for r in measured for rec in r.records if rec.ok for x in getattr(rec, name)]
+        metrics.update({f"{name}_{k}": v for k, v in percentiles(values).items()})
     for name in ("acceptance_length", "acceptance_rate"):
         values = [getattr(r, name) for r in measured if getattr(r, name) is not None]
         if values:

@@ -42,6 +42,7 @@ def test_run_lands_in_mlflow_with_params_metrics_tags(draft_run):
         "ttft_s_mean",
         "itl_s_p50",
         "itl_s_p99",
+        "chunk_gaps_s_p99",
         "acceptance_length_mean",
         "server_ready_s",
     ):

@@ -38,6 +38,8 @@ def test_llamacpp_counts_tokens_per_event_and_reads_the_drafts():
     # One latency per token after the first; the two-token event splits its gap in two.
     assert len(record.itl_s) == 11
     assert sorted(record.itl_s)[:2] == pytest.approx([GAP_S / 2, GAP_S / 2])
+    # One gap per token-carrying event after the first: the stall stays whole.
+    assert record.chunk_gaps_s == pytest.approx([GAP_S] * 10)
     assert record.speculative == {"spec_draft_tokens": 9, "spec_accepted_tokens": 9}
 
 
@@ -83,3 +85,14 @@ def test_a_request_cut_short_with_eos_ignored_is_kept_as_truncated():
         timer.finish(1.0)
     assert record.truncated and not record.ok
     assert record.output_tokens == 12 and len(record.itl_s) == 11 and record.e2e_s == 1.0
+
+
+def test_a_stall_that_delivers_two_tokens_shows_whole_in_the_chunk_gaps():
+    """Tokens at 10 ms, then a 20 ms stall that delivers two at once: the per-token ITL
+    shares it out (two 10 ms gaps, as if nothing happened); the chunk gaps keep the 20 ms."""
+    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
+    timer = StreamTimer(get_engine("sglang"), record, start=0.0)
+    for count, at in ((1, 0.010), (2, 0.020), (3, 0.030), (5, 0.050)):
+        timer.line(b'data: {"text": "", "meta_info": {"completion_tokens": %d}}' % count, at)
+    assert record.itl_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
+    assert record.chunk_gaps_s == pytest.approx([0.010, 0.010, 0.020])
