@@ -213,9 +213,11 @@ class LoadClient:
         )
 
 
-def session(timeout_s: Optional[float] = None) -> aiohttp.ClientSession:
+def session(
+    timeout_s: Optional[float] = None, headers: Optional[dict[str, str]] = None
+) -> aiohttp.ClientSession:
     """A session without total timeout (a 2048-token request is long); stalls are per read."""
     connector = aiohttp.TCPConnector(limit=0)
     return aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)
+        connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
     )

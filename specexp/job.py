@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -61,6 +62,17 @@ class Job:
         interpreter can run it here (the dry run shows it)."""
         resolved = self.engine.resolve(self.server, [launch])
         return resolved[0] if resolved else None
+
+    def request_headers(self) -> dict[str, str]:
+        """Headers every request to the server carries: the bearer token from the variable
+        engine.api_key_env names, if any."""
+        name = self.config.engine.api_key_env
+        if not name:
+            return {}
+        key = os.environ.get(name)
+        if not key:
+            raise ConfigError(f"engine.api_key_env={name}, and ${name} is not set")
+        return {"Authorization": f"Bearer {key}"}
 
     def factors(self) -> dict[str, str]:
         """The job's swept settings, FACTOR -> VALUE (empty outside a sweep)."""

@@ -53,6 +53,9 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
         )
     else:
         console.print(f"# {engine.name}'s own resolution keeps the command's settings")
+    if cfg.engine.url:
+        console.print(f"# measures the running server at {cfg.engine.url}: nothing is launched")
+        return
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
     print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 

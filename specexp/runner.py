@@ -37,7 +37,7 @@ from specexp.results import (
     launch_metric,
 )
 from specexp.schemas import ConfigError, RunConfig
-from specexp.server import POOL, ServerError, ServerProcess
+from specexp.server import POOL, ExternalServer, ServerError, ServerProcess
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
 from specexp.tinymodels import ensure_pair
 from specexp.tracking import OfflineRun, RunLog, TrackingStore, flatten
@@ -267,7 +267,9 @@ def _open(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
         raise ConfigError(
             f"model file not found: {', '.join(missing)}; check model.path / model.draft_path"
         )
-    if not os.access(launch.argv[0], os.X_OK):
+    if cfg.engine.url:
+        job.request_headers()  # its key must be there before anything is tracked
+    elif not os.access(launch.argv[0], os.X_OK):
         raise ConfigError(
             f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
             "create the stack's environment, or set stack.python / stack.bin_dir"
@@ -382,7 +384,9 @@ def _announce_server(
         )
     else:
         (session.log_path.parent / Artifact.command).write_text(
-            LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n"
+            f"# not started by specexp: measured the running server at {server.base_url}\n"
+            if isinstance(server, ExternalServer)
+            else LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n"
         )
         report.console.print(
             f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s"
@@ -419,6 +423,8 @@ def _new_server(job: Job, log_path: Path) -> ServerProcess:
     """A server with a port and GPUs of its own, leased so that jobs sharing this host
     (parallel launchers) never get the same ones. Nothing is started yet."""
     cfg, engine = job.config, job.engine
+    if cfg.engine.url:
+        return ExternalServer(cfg.engine.url, engine.health_path, log_path, job.request_headers())
     host, lease_dir = cfg.engine.host, Path(cfg.host.lease_dir)
     leases = []
     try:
@@ -471,7 +477,7 @@ async def _measure(
             sink.flush()
             os.fsync(sink.fileno())
 
-        async with session() as http:
+        async with session(headers=job.request_headers()) as http:
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:
                 result = await client.run(run, warmup, http, write, launch=launch)
@@ -485,7 +491,9 @@ async def _measure(
 
 
 def _log_stack(job: Job, tracker: Tracking, output_dir: Path) -> None:
-    info = capture.stack(job.server, job.engine)
+    url = job.config.engine.url
+    # A server specexp did not start runs on a stack it cannot see: nothing is guessed.
+    info = {"external_server": url} if url else capture.stack(job.server, job.engine)
     (output_dir / Artifact.stack).write_text(json.dumps(info, indent=2, sort_keys=True))
     tracker.set_tags({f"stack.{k}": v[:5000] for k, v in info.items()})
     tracker.log_artifacts([output_dir / Artifact.stack])

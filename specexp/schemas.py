@@ -11,6 +11,7 @@ Engines subclass :class:`EngineConfig` with their own settings.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Optional
@@ -134,8 +135,18 @@ class EngineConfig:
     # Flags appended verbatim, for options specexp does not model.
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # A running server to measure (http[s]://host:port) instead of starting one: nothing is
+    # launched, and what specexp cannot see of a server it did not start is reported unknown.
+    url: Optional[str] = None
+    # The environment variable that holds the server's API key, sent as a bearer token; the
+    # key itself is never written anywhere.
+    api_key_env: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.url is not None and not re.fullmatch(r"https?://[^/\s]+/?", self.url):
+            raise ConfigError(
+                f"engine.url must be http://HOST:PORT or https://HOST:PORT, got {self.url!r}"
+            )
         _at_least("engine", 0, gpus=self.gpus, port=self.port)
         _at_least("engine", 1, tensor_parallel_size=self.tensor_parallel_size)
         if self.port > 65535 or self.ready_timeout_s <= 0:

@@ -84,6 +84,16 @@ def _die_with_parent() -> None:
 _PR_SET_PDEATHSIG = 1
 
 
+def healthy(url: str, headers: Optional[dict[str, str]] = None) -> bool:
+    """The health endpoint answers 200 (not listening yet, or 503 while loading: False)."""
+    try:
+        request = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
 class ServerProcess:
     """One launched inference server. Use as a context manager: it is always stopped."""
 
@@ -151,13 +161,9 @@ class ServerProcess:
                     reason=reason,
                     log_tail=log,
                 )
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        self.ready_after_s = time.monotonic() - started
-                        return self.ready_after_s
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass  # not listening yet, or 503 while loading
+            if healthy(url):
+                self.ready_after_s = time.monotonic() - started
+                return self.ready_after_s
             if time.monotonic() - started > timeout_s:
                 log = tail(self.log_path)
                 raise ServerError(
@@ -246,3 +252,40 @@ class ServerPool:
 
 # Shared by the jobs of one multirun process (Hydra's basic launcher runs them in-process).
 POOL = ServerPool()
+
+
+class ExternalServer(ServerProcess):
+    """A running server specexp did not start (``engine.url``): measured, never started or
+    stopped; its log says so."""
+
+    def __init__(self, url: str, health_path: str, log_path: Path, headers: dict[str, str]):
+        super().__init__(LaunchSpec([], {}), "", 0, health_path, log_path)
+        self.base_url = url.rstrip("/")
+        self.headers = headers
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text(
+            f"{self.base_url} was not started by specexp: no log of its own here\n"
+        )
+        self.started_at = time.time()
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.25) -> float:
+        started = time.monotonic()
+        url = self.base_url + self.health_path
+        while not healthy(url, self.headers):
+            if time.monotonic() - started > timeout_s:
+                raise ServerError(
+                    f"{url} did not answer 200 within {timeout_s:.0f} s (engine.ready_timeout_s):"
+                    " is the server up, and engine.api_key_env set if it wants a key?",
+                    reason="endpoint not ready",
+                )
+            time.sleep(poll_s)
+        self.ready_after_s = time.monotonic() - started
+        return self.ready_after_s
+
+    def alive(self) -> bool:
+        return True
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        self.stopped_at = time.time()

@@ -197,3 +197,9 @@ def test_llamacpp_context_holds_a_whole_request_in_every_slot():
     argv = job.engine.launch_spec(job.server, 8080).argv
     per_slot = int(argv[argv.index("--ctx-size") + 1]) // 8
     assert per_slot >= job.server.request_tokens > 512 and per_slot % 256 == 0
+
+
+def test_an_endpoint_is_a_url():
+    with pytest.raises(ConfigError, match="engine.url must be http://HOST:PORT"):
+        compose_job("engine.url=localhost:8000")
+    assert compose_job("engine.url=https://serving.example:443").config.engine.url

@@ -1,0 +1,72 @@
+"""Measuring a server specexp did not start (engine.url): a llama.cpp server started here
+behind an API key, measured with the same statistics and tracking, and left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY, llamacpp_launch, run_cli, runs_in
+
+KEY = "sk-specexp-test-4f7c2a"  # a made-up key: it must appear nowhere specexp writes
+
+
+@pytest.fixture
+def keyed_server():
+    launch, port = llamacpp_launch("concurrency.streams=2")
+    process = subprocess.Popen(
+        [*launch.argv, "--api-key", KEY],
+        env={**os.environ, **launch.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):
+                break
+        except OSError:
+            time.sleep(0.2)
+    try:
+        yield url, process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_a_running_server_is_measured_and_left_running(keyed_server, tmp_path, tracking_env):
+    url, process = keyed_server
+    overrides = (*TINY, f"engine.url={url}", "engine.api_key_env=SPECEXP_TEST_KEY")
+    result = run_cli(*overrides, cwd=tmp_path, env={**tracking_env, "SPECEXP_TEST_KEY": KEY})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert process.poll() is None  # not specexp's to stop
+    (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    tags, metrics = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED" and metrics["tok_per_s_mean"] > 0
+    assert tags["stack.external_server"] == url and tags["server_url"] == url
+    # What a server it did not start cannot show is unknown, not guessed.
+    assert tags["engaged.attention_backend"] == "unknown"
+    written = "".join(
+        p.read_text(errors="replace") for p in Path(tmp_path).rglob("*") if p.is_file()
+    )
+    assert KEY not in written + result.stdout + result.stderr
+    assert KEY not in json.dumps([run.data.params, tags])
+    records = next(Path(tmp_path).glob("outputs/*/*/requests.jsonl")).read_text().splitlines()
+    assert all(json.loads(line)["ok"] for line in records)
+
+
+def test_a_missing_or_wrong_key_is_said(keyed_server, tmp_path, tracking_env):
+    url, _ = keyed_server
+    overrides = (*TINY, f"engine.url={url}", "engine.api_key_env=SPECEXP_TEST_KEY")
+    missing = run_cli(*overrides, cwd=tmp_path, env=tracking_env)
+    assert missing.returncode == 2 and "$SPECEXP_TEST_KEY is not set" in missing.stdout
+    wrong = run_cli(*overrides, cwd=tmp_path, env={**tracking_env, "SPECEXP_TEST_KEY": "nope"})
+    assert wrong.returncode == 1 and "HTTP 401" in wrong.stdout, wrong.stdout[-2000:]
