@@ -37,6 +37,12 @@ def register() -> None:
         store.store(group="engine", name=f"{engine.name}_schema", node=engine.config_class)
     launchers.register_resolvers()
     launchers.quiet_preset_validation()
+    if not OmegaConf.has_resolver("specexp.server_gpus"):
+        # GPUs one server takes: its tensor-parallel size, none on a CPU-only stack.
+        OmegaConf.register_new_resolver(
+            "specexp.server_gpus",
+            lambda *, _root_: 0 if _root_.stack.cpu_only else _root_.engine.tensor_parallel_size,
+        )
     if not OmegaConf.has_resolver("specexp.project"):
         # Where scripts/install.sh puts engines of their own (.engines/): the project root.
         OmegaConf.register_new_resolver("specexp.project", lambda: str(Path(CONFIG_DIR).parent))

@@ -96,6 +96,8 @@ class StackConfig:
     # Versions the stack holds, e.g. {sglang: 0.5.9, cuda: 13.0.1}. The engine's version
     # decides flag spellings; when absent it is read from the stack's interpreter.
     versions: dict[str, str] = field(default_factory=dict)
+    # The stack's engines run on the CPU (e.g. vLLM's CPU build): their servers take no GPUs.
+    cpu_only: bool = False
     # Engine features the stack's build has although its version does not (patched in), by
     # the engine's feature name (e.g. SGLang's kimi_k25_eagle3).
     backports: list[str] = field(default_factory=list)

@@ -170,7 +170,7 @@ class Engine:
                 f"engine.tensor_parallel_size={tp} is not supported by engine={self.name}, which "
                 "serves from one process; use 1"
             )
-        if self.multi_gpu and server.engine.gpus < tp:
+        if self.multi_gpu and not server.stack.cpu_only and server.engine.gpus < tp:
             raise ConfigError(
                 f"engine.gpus={server.engine.gpus} cannot hold tensor parallel {tp}; set engine.gpus "
                 "to at least engine.tensor_parallel_size"
