@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from typing import Optional
 
@@ -29,7 +28,7 @@ from specexp.engines.base import (
     LaunchSpec,
     last_line,
     run_in_stack,
-    stack_env,
+    run_with_stack_env,
     stack_python,
 )
 from specexp.job import Job, prepare
@@ -88,13 +87,7 @@ def check_job(job: Job) -> list[Check]:
             Check("engine and flags", SKIP, "no stack interpreter to import the engine with")
         )
     else:
-        out = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, **stack_env(server)},
-        )
+        out = run_with_stack_env(server, command)
         if out.returncode != 0:
             checks.append(
                 Check(

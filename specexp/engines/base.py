@@ -236,6 +236,19 @@ class Engine:
         object of resolved settings per launch; None when the engine has no such mode."""
         return None
 
+    def live_resolution(
+        self, server: ServerSettings, resolved: dict[str, Any], evidence: str
+    ) -> Setting:
+        """The live server's resolved settings (``resolved``, as ``rewrites`` reads them)
+        against the command: engaged when it changed none."""
+        changed, _ = self.rewrites(self.launch_spec(server, 0), resolved)
+        return Setting(
+            "as composed",
+            "; ".join(changed) or "as composed",
+            Engagement.not_engaged if changed else Engagement.engaged,
+            evidence,
+        )
+
     def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
         """What the engine's resolution (``resolved``: from ``resolution_command`` or the live
         server) changed of the launch's settings, and what it filled in that the launch left
@@ -250,13 +263,7 @@ class Engine:
         command = self.resolution_command(server, launches)
         if command is None or not os.access(command[0], os.X_OK):
             return None
-        out = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, **stack_env(server)},
-        )
+        out = run_with_stack_env(server, command)
         if out.returncode != 0:
             return [Resolution(error=last_line(out.stderr))] * len(launches)
         resolved = json.loads(out.stdout.strip().splitlines()[-1])
@@ -301,17 +308,24 @@ def stack_python(server: ServerSettings) -> str:
     return server.stack.python or sys.executable
 
 
-def run_in_stack(
-    server: ServerSettings, code: str, timeout: float = 300
+def run_with_stack_env(
+    server: ServerSettings, command: list[str], timeout: float = 300
 ) -> subprocess.CompletedProcess:
-    """``code`` run by the stack's interpreter with the stack's variables."""
+    """``command`` run with the stack's variables, its output captured."""
     return subprocess.run(
-        [stack_python(server), "-c", code],
+        command,
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **stack_env(server)},
     )
+
+
+def run_in_stack(
+    server: ServerSettings, code: str, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """``code`` run by the stack's interpreter with the stack's variables."""
+    return run_with_stack_env(server, [stack_python(server), "-c", code], timeout)
 
 
 def last_line(text: str) -> str:

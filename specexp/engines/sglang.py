@@ -521,11 +521,9 @@ class SGLangEngine(Engine):
         result = super().effective(server, base_url, log_text, runs)
         info = get_json(base_url, ("/server_info", "/get_server_info"))
         if info:
-            changed, _ = self.rewrites(self.launch_spec(server, 0), info)
-            result["resolution"] = Setting(
-                "as composed",
-                "; ".join(changed) or "as composed",
-                Engagement.not_engaged if changed else Engagement.engaged,
+            result["resolution"] = self.live_resolution(
+                server,
+                info,
                 "/server_info against the command's speculative settings, request cap and CUDA graphs",
             )
         requested_attention = server.attention_backend.name

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from specexp.engines.base import (
-    Engagement,
     Engine,
     LaunchSpec,
     Setting,
@@ -200,11 +199,9 @@ class VLLMEngine(Engine):
             resolved = {"max_num_seqs": config.get("scheduler_config", {}).get("max_num_seqs")}
             speculative = config.get("speculative_config") or {}
             resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
-            changed, _ = self.rewrites(self.launch_spec(server, 0), resolved)
-            result["resolution"] = Setting(
-                "as composed",
-                "; ".join(changed) or "as composed",
-                Engagement.not_engaged if changed else Engagement.engaged,
+            result["resolution"] = self.live_resolution(
+                server,
+                resolved,
                 "/server_info vllm_config against the command's request cap and speculative config",
             )
         return result
