@@ -16,7 +16,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from specexp.results import Metric, Tag, launch_metric
-from specexp.stats import CONFOUNDED, FASTER, SLOWER
+from specexp.stats import CONFOUNDED, FASTER, INCONCLUSIVE, SLOWER
 from tests.conftest import QUICK, TINY, is_sweep, run_cli, runs_in, sweep_parent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,15 +92,17 @@ def drifting_server(tmp_path: Path, slowdown: float) -> Path:
     return bin_dir
 
 
-def test_a_known_drift_is_measured_and_blocks_are_reported_confounded(tmp_path, tracking_env):
+def test_a_known_drift_is_measured_and_blocks_are_never_called_slower(tmp_path, tracking_env):
     bin_dir = drifting_server(tmp_path, slowdown=0.02)
     common = (*QUICK, "workload.max_tokens=32", f"stack.bin_dir={bin_dir}")
     _, report = sweep(tmp_path, tracking_env, *common, "multirun.order=blocked")
     (blocked,) = report["comparisons"]
     # All of A, then all of B: B ran 2% slower per request later, and it shows...
     assert blocked["drift"]["shift_s"] > 0 and blocked["drift"]["slope_per_min"] < 0
-    # ...but is not called slower: the report says the drift and the effect cannot be told apart.
-    assert blocked["verdict"] == CONFOUNDED
+    # ...but is never called slower: the drift is not pinned on the arm. (Whether the raw
+    # difference reaches significance - "confounded" rather than "inconclusive" - depends on
+    # the machine's noise; tests/statistics/test_drift.py measures how often it does.)
+    assert blocked["verdict"] in (CONFOUNDED, INCONCLUSIVE)
     assert any(n.startswith("measured in blocks") for n in blocked["notes"])
     assert report["order"].startswith("blocked")
 
