@@ -71,7 +71,7 @@ def reason_from_log(log: str) -> str:
     return candidates[-1] if candidates else (log.strip().splitlines() or [""])[-1]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the server, before exec (Linux): SIGTERM it when the process that started it dies,
     even by SIGKILL - a job killed at its time limit or cancelled by its launcher must not
     leave a server holding the GPUs. Elsewhere a no-op."""
@@ -136,7 +136,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, so stop() reaches every child
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
             self.started_at = time.time()
         except OSError as exc:

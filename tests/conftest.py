@@ -29,6 +29,7 @@ from specexp.engines.base import LaunchSpec
 from specexp.job import Job, prepare
 from specexp.leases import free_port
 from specexp.results import RunKind, Tag
+from specexp.server import die_with_parent
 from specexp.tinymodels import ensure_pair
 
 REPO = Path(__file__).resolve().parent.parent
@@ -130,6 +131,7 @@ def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=die_with_parent,  # gone with the test session, however it ends
         env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
     )
     url = f"http://127.0.0.1:{port}"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specexp.server import die_with_parent
 from tests.conftest import TINY, llamacpp_launch, run_cli, runs_in
 
 KEY = "sk-specexp-test-4f7c2a"  # a made-up key: it must appear nowhere specexp writes
@@ -26,6 +27,7 @@ def keyed_server():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=die_with_parent,  # gone with the test session, however it ends
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
