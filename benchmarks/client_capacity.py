@@ -1,24 +1,44 @@
 """How much load can specexp's client generate, and how exactly does it time tokens?
 
-    python benchmarks/client_capacity.py [--quick]
+    python benchmarks/client_capacity.py [--quick] [--peers-python PY] [--sglang DIR]
 
-Against a local fake server (tests/fake_server.py, its own process) that streams either
-instantly or with a known inter-token latency, it measures: the sustained aggregate tok/s
-the client handles at 1..256 concurrent streams (the client must not be the bottleneck
-below 20,000 tok/s and 256 streams), and the error of the measured ITL against the
-injected one at 64 streams (target: under 5%).
+The server is benchmarks/paced_server.c, compiled here with ``cc``: one OpenAI-style event
+per write, each token due at a fixed time after the request's start, in a single epoll
+thread that costs a small part of a core - what a client measures against it is the
+client. Two measurements, each client against the same server:
+
+- unpaced: tokens as fast as the client reads; the client's capacity (tok/s, and its CPU
+  per token);
+- paced (2 ms per token, so 500 tok/s per stream): the error of the client's mean ITL
+  against the injected one (target: under 5% at 64 streams, under 10% at 256).
+
+Clients: specexp's (the code a run uses), a minimal aiohttp client (the floor: readline,
+json.loads, a timestamp), and - where installed - SGLang's ``bench_serving`` (``--sglang``:
+an SGLang source tree; its interpreter ``--peers-python`` needs ``datasets`` and
+``transformers``) and NVIDIA AIPerf (``aiperf`` on that interpreter's PATH). Peers are run
+as their users run them, each in its own process; the table gives each client's figures and
+specexp's ratio to the best peer.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Optional
+
+import aiohttp
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -26,47 +46,71 @@ sys.path.insert(0, str(REPO))
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from specexp import hydra_app  # noqa: E402
-from specexp.client import LoadClient, session  # noqa: E402
+from specexp.client import LoadClient, run_async, session  # noqa: E402
 from specexp.job import prepare  # noqa: E402
 from specexp.leases import free_port  # noqa: E402
+from specexp.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
+
+PACE_MS = 2.0
 
 
-def start_fake(itl_ms: float, tokens_per_event: int = 1) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.fake_server",
-            "--port",
-            str(port),
-            "--itl-ms",
-            str(itl_ms),
-            "--tokens-per-event",
-            str(tokens_per_event),
-        ],
-        cwd=REPO,
-    )
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            return process, url
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("fake server did not start")
+@dataclass
+class Figures:
+    tokens: int
+    wall_s: float
+    cpu_s: float
+    mean_itl_ms: Optional[float]
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+    def itl_error(self, injected_ms: float) -> Optional[float]:
+        return None if self.mean_itl_ms is None else self.mean_itl_ms / injected_ms - 1
 
 
-def measure(url: str, streams: int, max_tokens: int, requests_per_stream: int):
+class PacedServer:
+    """benchmarks/paced_server.c, built once, one process per pace."""
+
+    def __init__(self, build_dir: Path):
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if not compiler:
+            sys.exit("a C compiler (cc) is needed to build the paced server")
+        self.binary = build_dir / "paced_server"
+        source = Path(__file__).with_name("paced_server.c")
+        subprocess.run([compiler, "-O2", "-o", str(self.binary), str(source)], check=True)
+
+    def start(self, gap_ms: float) -> tuple[subprocess.Popen, str]:
+        port = free_port()
+        process = subprocess.Popen([str(self.binary), str(port), str(int(gap_ms * 1000))])
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1)
+                return process, url
+            except OSError:
+                time.sleep(0.05)
+        process.kill()
+        raise RuntimeError("paced server did not start")
+
+
+def cpu_of(children: bool) -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figures:
     hydra_app.register()
     with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
         job = prepare(
             compose(
                 config_name="config",
                 overrides=[
+                    "engine=vllm",
+                    f"engine.url={url}",
                     f"concurrency.streams={streams}",
-                    f"concurrency.requests_per_stream={requests_per_stream}",
-                    f"workload.max_tokens={max_tokens}",
+                    f"concurrency.requests_per_stream={requests}",
+                    f"workload.max_tokens={tokens}",
                 ],
             )
         )
@@ -74,49 +118,182 @@ def measure(url: str, streams: int, max_tokens: int, requests_per_stream: int):
 
     async def go():
         async with session() as http:
-            return await client.run(0, False, http, lambda record: None)
+            return await client.run(0, False, http)
 
-    return asyncio.run(go())
+    cpu = cpu_of(children=False)
+    result = run_async(go())
+    cpu = cpu_of(children=False) - cpu
+    assert result.ok, [r.error for r in result.records if not r.ok][:3]
+    itl = [x for r in result.records for x in r.itl_s]
+    return Figures(result.output_tokens, result.wall_s, cpu, statistics.fmean(itl) * 1000)
+
+
+def minimal_client(url: str, streams: int, requests: int, tokens: int) -> Figures:
+    """What anyone would write in twenty lines: the floor for an aiohttp client."""
+    itl: list[float] = []
+    counted = 0
+
+    async def one(http: aiohttp.ClientSession) -> None:
+        nonlocal counted
+        body = {"model": "paced", "prompt": "hi", "max_tokens": tokens, "stream": True}
+        async with http.post(url + "/v1/completions", json=body) as response:
+            last = None
+            async for line in response.content:
+                if not line.startswith(b"data:") or line.startswith(b"data: [DONE]"):
+                    continue
+                json.loads(line[5:])
+                now = time.perf_counter()
+                if last is not None:
+                    itl.append(now - last)
+                last = now
+                counted += 1
+
+    async def stream(http: aiohttp.ClientSession) -> None:
+        for _ in range(requests):
+            await one(http)
+
+    async def go() -> float:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            start = time.perf_counter()
+            await asyncio.gather(*(stream(http) for _ in range(streams)))
+            return time.perf_counter() - start
+
+    cpu = cpu_of(children=False)
+    wall = asyncio.run(go())
+    return Figures(counted, wall, cpu_of(children=False) - cpu, statistics.fmean(itl) * 1000)
+
+
+def bench_serving(
+    python: str, sglang: Path, tokenizer: Path
+) -> Callable[[str, int, int, int], Figures]:
+    def measure(url: str, streams: int, requests: int, tokens: int) -> Figures:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "out.jsonl"
+            argv = [
+                python, "-m", "sglang.bench_serving", "--backend", "vllm", "--base-url", url,
+                "--model", "paced", "--tokenizer", str(tokenizer), "--dataset-name", "random",
+                "--random-input-len", "8", "--random-output-len", str(tokens),
+                "--random-range-ratio", "1", "--num-prompts", str(streams * requests),
+                "--max-concurrency", str(streams), "--request-rate", "inf",
+                "--output-file", str(out), "--disable-tqdm",
+            ]  # fmt: skip
+            env = {**os.environ, "PYTHONPATH": str(sglang)}
+            cpu = cpu_of(children=True)
+            subprocess.run(argv, env=env, check=True, capture_output=True)
+            cpu = cpu_of(children=True) - cpu
+            result = json.loads(out.read_text().splitlines()[-1])
+        return Figures(
+            result["total_output_tokens"], result["duration"], cpu, result["mean_itl_ms"]
+        )
+
+    return measure
+
+
+def aiperf(aiperf_bin: str, tokenizer: Path) -> Callable[[str, int, int, int], Figures]:
+    def measure(url: str, streams: int, requests: int, tokens: int) -> Figures:
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [
+                aiperf_bin, "profile", "--model", "paced", "--url", url,
+                "--endpoint-type", "completions", "--streaming",
+                "--tokenizer", str(tokenizer), "--concurrency", str(streams),
+                "--request-count", str(streams * requests), "--warmup-request-count", "0",
+                "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", str(tokens),
+                "--extra-inputs", "ignore_eos:true", "--artifact-dir", tmp,
+                "--ui-type", "none",
+            ]  # fmt: skip
+            cpu = cpu_of(children=True)
+            subprocess.run(argv, check=True, capture_output=True)
+            cpu = cpu_of(children=True) - cpu
+            (export,) = Path(tmp).rglob("profile_export_aiperf.json")
+            result = json.loads(export.read_text())
+        tokens_out = result["output_token_count"]["avg"] * result["request_count"]["avg"]
+        return Figures(
+            round(tokens_out),
+            tokens_out / result["output_token_throughput"]["avg"],
+            cpu,
+            result["inter_token_latency"]["avg"],
+        )
+
+    return measure
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer tokens per request")
+    parser.add_argument("--peers-python", help="interpreter with the peers' dependencies")
+    parser.add_argument("--sglang", type=Path, help="SGLang source tree (for bench_serving)")
     args = parser.parse_args()
-    tokens = 200 if args.quick else 1000
+    scale = 4 if args.quick else 1
 
-    print("Sustained throughput against an instantly streaming server (one token per event):")
+    clients: dict[str, Callable[[str, int, int, int], Figures]] = {
+        "specexp": specexp_client,
+        "minimal aiohttp": minimal_client,
+    }
+    if args.peers_python:
+        # The peers make their prompts with a tokenizer: a generated model's will do.
+        tokenizer = ensure_pair(
+            TinyPairSpec(vocab_size=512, embedding_length=512, feed_forward_length=1408),
+            ModelFormat.hf,
+        ).target
+        if args.sglang:
+            clients["bench_serving"] = bench_serving(args.peers_python, args.sglang, tokenizer)
+        aiperf_bin = Path(args.peers_python).with_name("aiperf")
+        if aiperf_bin.exists():
+            clients["AIPerf"] = aiperf(str(aiperf_bin), tokenizer)
+    peers = [name for name in clients if name != "specexp"]
+
+    # (streams, requests per stream, tokens per request): ~100-200k events per cell.
+    unpaced = [(1, 20, 2000), (16, 4, 2000), (64, 2, 1000), (256, 1, 600)]
+    paced = [(64, 1, 500), (256, 1, 500)]
+
+    with tempfile.TemporaryDirectory() as build:
+        server = PacedServer(Path(build))
+        table: dict[tuple[str, int, str], Figures] = {}
+        for gap_ms, cells in ((0.0, unpaced), (PACE_MS, paced)):
+            process, url = server.start(gap_ms)
+            try:
+                for streams, requests, tokens in cells:
+                    for name, measure in clients.items():
+                        figures = measure(url, streams, requests, max(tokens // scale, 50))
+                        table[(name, streams, "paced" if gap_ms else "unpaced")] = figures
+                        print(
+                            f"  {name:16} {streams:>4} streams"
+                            f" {'paced' if gap_ms else 'unpaced':8} {figures.tok_per_s:>9.0f} tok/s",
+                            file=sys.stderr,
+                        )
+            finally:
+                process.kill()
+                process.wait()
+
+    print("\nUnpaced (the client's capacity): tok/s (client CPU per token)")
+    print(f"{'client':16}" + "".join(f"{f'{s} streams':>20}" for s, *_ in unpaced))
+    for name in clients:
+        cells = [table[(name, s, "unpaced")] for s, *_ in unpaced]
+        print(
+            f"{name:16}"
+            + "".join(f"{f.tok_per_s:>9.0f} ({1e6 * f.cpu_s / f.tokens:>4.1f} us)" for f in cells)
+        )
+    if peers:
+        print(f"{'specexp / best':16}", end="")
+        for streams, *_ in unpaced:
+            best = max(table[(p, streams, "unpaced")].tok_per_s for p in peers)
+            print(f"{table[('specexp', streams, 'unpaced')].tok_per_s / best:>20.2f}", end="")
+        print()
+
+    print(f"\nPaced at {PACE_MS:g} ms per token: tok/s sustained, and the mean ITL's error")
+    print(f"{'client':16}" + "".join(f"{f'{s} streams':>24}" for s, *_ in paced))
+    for name in clients:
+        cells = [table[(name, s, "paced")] for s, *_ in paced]
+        print(
+            f"{name:16}"
+            + "".join(
+                f"{f.tok_per_s:>10.0f} tok/s {f.itl_error(PACE_MS):>+8.1%}".rjust(24) for f in cells
+            )
+        )
     print(
-        f"{'streams':>8} {'requests':>9} {'tokens':>8} {'wall s':>7} {'tok/s':>9} {'events/s':>9}"
+        f"\ntargets: ITL error < 5% at 64 streams, < 10% at 256; "
+        f"measured on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f}"
     )
-    process, url = start_fake(0.0)
-    try:
-        for streams in (1, 16, 64, 256):
-            result = measure(url, streams, tokens, requests_per_stream=1 if streams > 16 else 4)
-            assert result.ok, [r.error for r in result.records if not r.ok][:3]
-            events = sum(r.events for r in result.records)
-            print(
-                f"{streams:>8} {len(result.records):>9} {result.output_tokens:>8} {result.wall_s:>7.2f} "
-                f"{result.tok_per_s:>9.0f} {events / result.wall_s:>9.0f}"
-            )
-    finally:
-        process.terminate()
-        process.wait()
-
-    print("\nITL accuracy against a server that waits a known time before each token:")
-    print(f"{'injected ms':>11} {'streams':>8} {'measured p50 ms':>16} {'mean ms':>8} {'error':>7}")
-    for itl_ms in (10.0, 25.0):
-        process, url = start_fake(itl_ms)
-        try:
-            result = measure(url, 64, 100 if args.quick else 200, requests_per_stream=1)
-            itl = [x * 1000 for r in result.records for x in r.itl_s]
-            median, mean = statistics.median(itl), statistics.fmean(itl)
-            print(
-                f"{itl_ms:>11.1f} {64:>8} {median:>16.2f} {mean:>8.2f} {(mean - itl_ms) / itl_ms:>7.1%}"
-            )
-        finally:
-            process.terminate()
-            process.wait()
 
 
 if __name__ == "__main__":

@@ -8,18 +8,27 @@ is the gap between events divided by the tokens each event carried, when the ser
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from typing import Callable, Optional
+from typing import Any, Coroutine, Iterable, Optional, TypeVar
 
 import aiohttp
+import orjson
+import uvloop
 
-from specexp.engines.base import Engine, parse_prometheus
+from specexp.engines.base import Engine, Prompt, parse_prometheus
 from specexp.measurements import RequestRecord, RunResult
-from specexp.schemas import ConcurrencyConfig, ServerSettings, WorkloadConfig
+from specexp.schemas import PREFIX_WORDS, ConcurrencyConfig, ServerSettings, WorkloadConfig
+
+T = TypeVar("T")
 
 
-# Seeded prompt prefixes draw from these words (any words would do; these are readable).
+def run_async(work: Coroutine[Any, Any, T]) -> T:
+    """Run the client's work on uvloop: libuv's loop wakes and dispatches reads at a fraction
+    of asyncio's cost per event, which is what keeps timestamps true at hundreds of streams."""
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(work)
+
+
 class TruncatedError(RuntimeError):
     """A request returned fewer tokens than it had to."""
 
@@ -39,48 +48,65 @@ class StreamTimer:
         record: RequestRecord,
         start: float,
         expected_tokens: Optional[int] = None,
+        prompt_tokens: Optional[int] = None,
     ):
         """``expected_tokens``: the tokens the request must return (max_tokens when EOS is
-        ignored); fewer means the server cut it short."""
+        ignored); fewer means the server cut it short. ``prompt_tokens``: the prompt's length
+        in token ids sent, which the server must count."""
         self.engine, self.record, self.start = engine, record, start
-        self.expected_tokens = expected_tokens
+        self.expected_tokens, self.prompt_tokens = expected_tokens, prompt_tokens
         self.last_event_at, self.last_count = start, 0
 
-    def line(self, raw: bytes, now: float) -> bool:
-        """Take one line of the stream; True when the stream says it is done."""
-        raw = raw.strip()
-        if not raw.startswith(b"data:"):
-            return False
-        payload = raw[5:].strip()
-        if payload == b"[DONE]":
-            return True
+    def arrival(self, lines: Iterable[bytes], now: float) -> bool:
+        """Take the lines one read returned, all arrived at ``now``; True when the stream says
+        it is done. Events that arrive together are one arrival: their tokens share its gap
+        (how they were spaced before the client could see them is not knowable here)."""
+        tokens = 0
+        for raw in lines:
+            raw = raw.strip()
+            if not raw.startswith(b"data:"):
+                continue
+            payload = raw[5:].strip()
+            if payload == b"[DONE]":
+                self._time(tokens, now)
+                return True
+            tokens += self._event(orjson.loads(payload))
+        self._time(tokens, now)
+        return False
+
+    def _event(self, event: dict[str, Any]) -> int:
+        """Record one event; the tokens it carried."""
         record = self.record
-        chunk = self.engine.parse_event(json.loads(payload))
+        chunk = self.engine.parse_event(event)
         record.events += 1
-        produced = chunk.tokens_in_chunk
-        if produced is None and chunk.tokens_so_far is not None:
-            produced = chunk.tokens_so_far - self.last_count
-            self.last_count = chunk.tokens_so_far
-        gap = now - self.last_event_at
-        if produced and record.ttft_s is None:
-            record.ttft_s = now - self.start
-        elif produced:
-            record.itl_s.extend([gap / produced] * produced)
-            record.chunk_gaps_s.append(gap)
-        elif produced is None and not chunk.done:
-            # The engine gives no per-event counts: time events instead.
-            if record.ttft_s is None:
-                record.ttft_s = now - self.start
-            else:
-                record.itl_s.append(gap)
-                record.chunk_gaps_s.append(gap)
-        if produced or produced is None:
-            self.last_event_at = now
         if chunk.done:
             record.output_tokens = chunk.final.get("completion_tokens")
             record.prompt_tokens = chunk.final.get("prompt_tokens")
+            record.prompt_cached_tokens = chunk.final.get("cached_tokens")
             record.speculative = {k: v for k, v in chunk.final.items() if k.startswith("spec_")}
-        return False
+        if chunk.tokens_in_chunk is not None:
+            return chunk.tokens_in_chunk
+        if chunk.tokens_so_far is not None:
+            produced = chunk.tokens_so_far - self.last_count
+            self.last_count = chunk.tokens_so_far
+            return produced
+        # The engine gives no per-event counts: time events instead.
+        return 0 if chunk.done else 1
+
+    def _time(self, tokens: int, now: float) -> None:
+        if not tokens:
+            return
+        record = self.record
+        if record.ttft_s is None:
+            record.ttft_s = now - self.start
+        else:
+            gap = now - self.last_event_at
+            record.chunk_gaps_s.append(gap)
+            if tokens == 1:
+                record.itl_s.append(gap)
+            else:
+                record.itl_s.extend([gap / tokens] * tokens)
+        self.last_event_at = now
 
     def finish(self, now: float) -> None:
         """The stream has ended: the request is complete if the server gave its token count."""
@@ -88,6 +114,11 @@ class StreamTimer:
         record.e2e_s = now - self.start
         if record.output_tokens is None:
             raise RuntimeError("stream ended without the server's final token count")
+        if self.prompt_tokens is not None and record.prompt_tokens != self.prompt_tokens:
+            raise RuntimeError(
+                f"the server counted {record.prompt_tokens} prompt tokens where "
+                f"{self.prompt_tokens} token ids were sent (workload.prompt_tokens)"
+            )
         if self.expected_tokens is not None and record.output_tokens < self.expected_tokens:
             record.truncated = True
             raise TruncatedError(
@@ -112,13 +143,15 @@ class LoadClient:
         self.engine = engine
         self.base_url = base_url
         self.server, self.workload, self.concurrency = server, workload, concurrency
+        # The server's tokens of the prompt and of the prefix words (workload.prompt_tokens).
+        self._token_sources: Optional[tuple[list[int], list[int]]] = None
 
     async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
         workload = self.workload
         stall = workload.stall_timeout_s
         start = time.perf_counter()
         expected = workload.max_tokens if workload.ignore_eos else None
-        timer = StreamTimer(self.engine, record, start, expected)
+        timer = StreamTimer(self.engine, record, start, expected, workload.prompt_tokens)
         try:
             path, body = self.engine.completion_request(self.server, workload, self.prompt(record))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
@@ -127,27 +160,56 @@ class LoadClient:
                 if response.status != 200:
                     text = (await response.text())[:500]
                     raise RuntimeError(f"HTTP {response.status}: {text}")
-                lines = aiter(response.content)
-                while True:
-                    try:
-                        line = await anext(lines)
-                    except StopAsyncIteration:
-                        break
-                    except TimeoutError:
-                        raise StallError(
-                            f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended"
-                        ) from None
-                    if timer.line(line, time.perf_counter()):
-                        break
+                await self._read_events(response, timer)
                 timer.finish(time.perf_counter())
         except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as exc:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
 
-    def prompt(self, record: RequestRecord) -> str:
-        return self.workload.prompt_for(
-            f"{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}"
-        )
+    async def _read_events(self, response: aiohttp.ClientResponse, timer: StreamTimer) -> None:
+        """Feed the stream to the timer: whatever bytes one read returns, split into lines
+        stamped with that read's time (events that arrived together are stamped together)."""
+        pending = b""
+        try:
+            async for data in response.content.iter_any():
+                now = time.perf_counter()
+                *lines, pending = (pending + data).split(b"\n")
+                if timer.arrival(lines, now):
+                    return
+        except TimeoutError:
+            stall = self.workload.stall_timeout_s
+            raise StallError(
+                f"no data for {stall:.0f} s (workload.stall_timeout_s); stream ended"
+            ) from None
+        if pending:
+            timer.arrival([pending], time.perf_counter())
+
+    def prompt(self, record: RequestRecord) -> Prompt:
+        key = f"{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}"
+        if self._token_sources is None:
+            return self.workload.prompt_for(key)
+        return self.workload.prompt_ids_for(key, *self._token_sources)
+
+    async def _tokenize(self, session: aiohttp.ClientSession, text: str) -> list[int]:
+        path, body = self.engine.tokenize_request(self.server, text)
+        timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
+        async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
+            if response.status != 200:
+                raise RuntimeError(
+                    f"workload.prompt_tokens needs the server's tokenizer: {path} answered "
+                    f"HTTP {response.status}: {(await response.text())[:300]}"
+                )
+            tokens = (await response.json())["tokens"]
+        if not tokens:
+            raise RuntimeError(f"the server's tokenizer made no tokens of {text[:80]!r}")
+        return [int(t) for t in tokens]
+
+    async def _prepare_prompts(self, session: aiohttp.ClientSession) -> None:
+        """Ask the server for its tokens once, before anything is timed."""
+        if self.workload.prompt_tokens is None or self._token_sources is not None:
+            return
+        words = await self._tokenize(session, " " + " ".join(PREFIX_WORDS))
+        self._token_sources = (await self._tokenize(session, self.workload.prompt), words)
 
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
         if not self.engine.speculative_counters or not self.engine.metrics_path:
@@ -171,10 +233,10 @@ class LoadClient:
         run: int,
         warmup: bool,
         session: aiohttp.ClientSession,
-        on_record: Callable[[RequestRecord], None],
         launch: int = 0,
     ) -> RunResult:
         level = self.concurrency
+        await self._prepare_prompts(session)
         before = await self._counters(session)
         records: list[RequestRecord] = []
         started_unix, started = time.time(), time.perf_counter()
@@ -194,7 +256,6 @@ class LoadClient:
                 )
                 records.append(record)
                 await self._stream_one(session, record)
-                on_record(record)
                 if not record.ok:
                     break
 

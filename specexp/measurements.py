@@ -28,6 +28,8 @@ class RequestRecord:
     e2e_s: Optional[float] = None
     output_tokens: Optional[int] = None
     prompt_tokens: Optional[int] = None
+    # Prompt tokens the server served from its prompt cache, where it says.
+    prompt_cached_tokens: Optional[int] = None
     events: int = 0
     # Per-token inter-token latencies (seconds): each event's gap shared by its tokens (the
     # mean is exact; a stall that delivers several tokens is spread over them)...

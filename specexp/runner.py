@@ -7,7 +7,6 @@ MLflow at the end, with the server log and the exact command.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import os
@@ -21,11 +20,11 @@ from typing import Any, Optional, Union
 from omegaconf import OmegaConf
 
 from specexp import capture, report
-from specexp.client import LoadClient, session
+from specexp.client import LoadClient, run_async, session
 from specexp.engines.base import Engagement, LaunchSpec, Setting
 from specexp.job import Job
 from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
-from specexp.measurements import RequestRecord, RunResult
+from specexp.measurements import RunResult
 from specexp.redaction import redact_env
 from specexp.results import (
     Artifact,
@@ -334,7 +333,7 @@ def _measure_part(session: JobSession, launch: int, runs: range) -> None:
             server, reused, ready_s = session.server, True, 0.0
         if server.log_path not in session.server_logs or not reused:
             _announce_server(session, server, reused, ready_s, label, launch)
-        records = asyncio.run(
+        records = run_async(
             _measure(job, server, launch, warmups, runs, session.files[Artifact.requests], tracker)
         )
         session.result.runs += records
@@ -471,16 +470,15 @@ async def _measure(
         open(records_path, "a", buffering=1) as sink,
         report.run_progress(warmups + len(runs)) as progress,
     ):
-
-        def write(record: RequestRecord) -> None:
-            sink.write(json.dumps(record.to_json()) + "\n")
-            sink.flush()
-            os.fsync(sink.fileno())
-
         async with session(headers=job.request_headers()) as http:
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:
-                result = await client.run(run, warmup, http, write, launch=launch)
+                result = await client.run(run, warmup, http, launch=launch)
+                # Written between runs, never during one: a write's cost would land in the
+                # timestamps of the streams still running.
+                sink.writelines(json.dumps(r.to_json()) + "\n" for r in result.records)
+                sink.flush()
+                os.fsync(sink.fileno())
                 results.append(result)
                 if not warmup and tracker:
                     tracker.log_metrics(run_metrics(result), step=run)

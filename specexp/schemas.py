@@ -216,8 +216,19 @@ class SpeculativeConfig:
         return self.num_steps if self.num_steps is not None else self.num_draft_tokens
 
 
-# The seeded prefix that gives each request a prompt of its own (workload.vary_prompt).
-_PREFIX_WORDS = (
+class PromptReuse(StrEnum):
+    """Whether requests share a prompt, and so the server's prompt (prefix) cache."""
+
+    # Every request the same prompt: after the first it is served from the prompt cache, so
+    # runs measure decoding (the reference story's single-stream benchmark).
+    fixed = "fixed"
+    # Every request a seeded prefix of its own: nothing is cached, TTFT includes the whole
+    # prefill, and concurrent streams do not share their KV cache.
+    fresh = "fresh"
+
+
+# The seeded prefix that gives each request a prompt of its own (workload.prompts=fresh).
+PREFIX_WORDS = (
     "system latency token draft verify batch cache kernel memory stream tensor parallel "
     "request server model decode prefill accept reject queue engine throughput"
 ).split()
@@ -228,35 +239,57 @@ _PREFIX_LENGTH = 12
 class WorkloadConfig:
     name: str = MISSING
     prompt: str = MISSING
+    # The prompt's length in the server's own tokens: the prompt (behind its prefix when
+    # fresh), tokenized by the server, repeated or cut to exactly this many tokens and sent
+    # as token ids. null: the prompt text as written.
+    prompt_tokens: Optional[int] = None
+    prompts: PromptReuse = PromptReuse.fixed
     max_tokens: int = 2048
     ignore_eos: bool = True
     # Greedy decoding: with sampling, a draft that matches the target can still be rejected.
     temperature: float = 0.0
     seed: int = 0
-    # Give every request its own seeded prefix, so that concurrent streams do not share a
-    # prompt (and its cache); the same seed gives the same prompts in every run.
-    vary_prompt: bool = False
     # A request that sends nothing for this long is ended and reported as stalled.
     stall_timeout_s: float = 120.0
 
     def prompt_for(self, key: str) -> str:
-        """The prompt of the request ``key`` names: the workload's prompt, behind a seeded
-        prefix of the request's own when prompts vary (the same key, the same prompt)."""
-        if not self.vary_prompt:
+        """The prompt text of the request ``key`` names: the workload's prompt, behind a
+        seeded prefix of the request's own when prompts are fresh (same key, same prompt)."""
+        if self.prompts == PromptReuse.fixed:
             return self.prompt
-        rng = random.Random(f"{self.seed}/{key}")
-        return " ".join(rng.choices(_PREFIX_WORDS, k=_PREFIX_LENGTH)) + ". " + self.prompt
+        return " ".join(self._rng(key).choices(PREFIX_WORDS, k=_PREFIX_LENGTH)) + ". " + self.prompt
+
+    def prompt_ids_for(self, key: str, prompt_ids: list[int], word_ids: list[int]) -> list[int]:
+        """The request's prompt as exactly ``prompt_tokens`` token ids: the server's tokens
+        of the prompt (``prompt_ids``) repeated to length, behind a seeded prefix drawn from
+        its tokens of the prefix words (``word_ids``) when prompts are fresh."""
+        assert self.prompt_tokens is not None and prompt_ids
+        prefix = (
+            self._rng(key).choices(word_ids, k=_PREFIX_LENGTH)
+            if self.prompts == PromptReuse.fresh
+            else []
+        )
+        repeats = -(-self.prompt_tokens // len(prompt_ids))
+        return (prefix + prompt_ids * repeats)[: self.prompt_tokens]
+
+    def _rng(self, key: str) -> random.Random:
+        return random.Random(f"{self.seed}/{key}")
 
     def request_tokens_bound(self) -> int:
-        """Most context one request can take, in tokens: max_tokens, plus the prompt counted
-        as its UTF-8 bytes (no tokenizer makes more tokens than bytes) with its longest
-        prefix, plus a BOS token."""
-        longest = max(_PREFIX_WORDS, key=len)
-        prefix = len(" ".join([longest] * _PREFIX_LENGTH) + ". ") if self.vary_prompt else 0
+        """Most context one request can take, in tokens: max_tokens, plus the prompt (its
+        token count, or its UTF-8 bytes: no tokenizer makes more tokens than bytes, with its
+        longest prefix), plus a BOS token."""
+        if self.prompt_tokens is not None:
+            return self.max_tokens + self.prompt_tokens + 1
+        longest = max(PREFIX_WORDS, key=len)
+        fresh = self.prompts == PromptReuse.fresh
+        prefix = len(" ".join([longest] * _PREFIX_LENGTH) + ". ") if fresh else 0
         return self.max_tokens + len(self.prompt.encode()) + prefix + 1
 
     def __post_init__(self) -> None:
         _at_least("workload", 1, max_tokens=self.max_tokens)
+        if self.prompt_tokens is not None:
+            _at_least("workload", 1, prompt_tokens=self.prompt_tokens)
         _at_least("workload", 0, temperature=self.temperature)
         if self.stall_timeout_s <= 0:
             raise ConfigError(f"workload.stall_timeout_s must be > 0, got {self.stall_timeout_s}")

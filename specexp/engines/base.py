@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import cache
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Optional, Sequence, Union
 
 from specexp.measurements import RunResult
 from specexp.schemas import (
@@ -47,6 +47,10 @@ __all__ = [
     "Check",
     "CheckStatus",
 ]
+
+
+# A prompt as text, or as the server's token ids.
+Prompt = Union[str, list[int]]
 
 
 @dataclass
@@ -288,10 +292,20 @@ class Engine:
         }
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
-        """Path and JSON body of one streamed completion of ``prompt`` with the workload's settings."""
+        """Path and JSON body of one streamed completion of ``prompt`` (text, or token ids)
+        with the workload's settings."""
         raise NotImplementedError
+
+    def tokenize_request(self, server: ServerSettings, text: str) -> tuple[str, dict[str, Any]]:
+        """Path and JSON body asking the server for its tokens of ``text`` (no special
+        tokens); the answer's ``tokens`` holds them. vLLM's and SGLang's shared endpoint."""
+        return "/tokenize", {
+            "model": str(server.model.path),
+            "prompt": text,
+            "add_special_tokens": False,
+        }
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
         raise NotImplementedError

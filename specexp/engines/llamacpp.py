@@ -12,6 +12,7 @@ from specexp.engines.base import (
     Engagement,
     Engine,
     LaunchSpec,
+    Prompt,
     Setting,
     StreamChunk,
     get_json,
@@ -235,7 +236,7 @@ class LlamaCppEngine(Engine):
         return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
         return "/completion", {
             "prompt": prompt,
@@ -246,6 +247,9 @@ class LlamaCppEngine(Engine):
             "stream": True,
         }
 
+    def tokenize_request(self, server: ServerSettings, text: str) -> tuple[str, dict[str, Any]]:
+        return "/tokenize", {"content": text, "add_special": False}
+
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
         chunk = StreamChunk(
             tokens_so_far=event.get("tokens_predicted"), done=bool(event.get("stop"))
@@ -255,6 +259,7 @@ class LlamaCppEngine(Engine):
             chunk.final = {
                 "completion_tokens": event.get("tokens_predicted"),
                 "prompt_tokens": event.get("tokens_evaluated"),
+                "cached_tokens": timings.get("cache_n"),
             }
             if "draft_n" in timings:
                 chunk.final["spec_draft_tokens"] = timings["draft_n"]

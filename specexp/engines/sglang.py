@@ -20,6 +20,7 @@ from specexp.engines.base import (
     Engagement,
     Engine,
     LaunchSpec,
+    Prompt,
     Setting,
     StreamChunk,
     get_json,
@@ -573,10 +574,10 @@ class SGLangEngine(Engine):
         return result
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
         return "/generate", {
-            "text": prompt,
+            ("input_ids" if isinstance(prompt, list) else "text"): prompt,
             "sampling_params": {
                 "max_new_tokens": workload.max_tokens,
                 "ignore_eos": workload.ignore_eos,
@@ -593,6 +594,7 @@ class SGLangEngine(Engine):
             chunk.final = {
                 "completion_tokens": meta.get("completion_tokens"),
                 "prompt_tokens": meta.get("prompt_tokens"),
+                "cached_tokens": meta.get("cached_tokens"),
             }
             # 0.5.9 names, then the renamed ones of later releases.
             verify = meta.get("spec_verify_ct")

@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 from specexp.engines.base import (
     Engine,
     LaunchSpec,
+    Prompt,
     Setting,
     StreamChunk,
     get_json,
@@ -219,7 +220,7 @@ class VLLMEngine(Engine):
         }
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: str
+        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
         return "/v1/completions", {
             "model": str(server.model.path),
@@ -242,6 +243,10 @@ class VLLMEngine(Engine):
                 final={
                     "completion_tokens": usage.get("completion_tokens"),
                     "prompt_tokens": usage.get("prompt_tokens"),
+                    # Only with --enable-prompt-tokens-details.
+                    "cached_tokens": (usage.get("prompt_tokens_details") or {}).get(
+                        "cached_tokens"
+                    ),
                 },
             )
         return StreamChunk(tokens_so_far=usage.get("completion_tokens"))

@@ -203,3 +203,21 @@ def test_an_endpoint_is_a_url():
     with pytest.raises(ConfigError, match="engine.url must be http://HOST:PORT"):
         compose_job("engine.url=localhost:8000")
     assert compose_job("engine.url=https://serving.example:443").config.engine.url
+
+
+def test_a_prompt_in_tokens_is_exactly_that_long_and_fresh_only_when_asked():
+    """Token ids from the server's tokenizer, repeated or cut to length; fixed prompts are one
+    prompt (the prompt cache serves it), fresh ones differ from their first token on."""
+    text, words = [11, 12, 13], [501, 502, 503, 504, 505, 506]
+    fixed = compose_job("workload.prompt_tokens=8").config.workload
+    assert fixed.prompt_ids_for("a", text, words) == [11, 12, 13, 11, 12, 13, 11, 12]
+    assert fixed.prompt_ids_for("b", text, words) == fixed.prompt_ids_for("a", text, words)
+    fresh = compose_job("workload.prompt_tokens=40", "workload.prompts=fresh").config.workload
+    prompts = [fresh.prompt_ids_for(f"0/0/False/{s}/0", text, words) for s in range(8)]
+    assert all(len(p) == 40 and set(p[:12]) <= set(words) and p[12:15] == text for p in prompts)
+    assert len({tuple(p[:12]) for p in prompts}) == 8  # no two requests share a prefix
+    assert prompts[0] == fresh.prompt_ids_for("0/0/False/0/0", text, words)  # seeded
+    # The context a request can take counts the prompt's tokens, not its text.
+    assert fresh.request_tokens_bound() == fresh.max_tokens + 40 + 1
+    with pytest.raises(ConfigError, match="workload.prompt_tokens must be >= 1, got 0"):
+        compose_job("workload.prompt_tokens=0")

@@ -24,7 +24,7 @@ def replay(engine: str, name: str) -> RequestRecord:
     for line in (STREAMS / name).read_bytes().splitlines():
         if line.startswith(b"data:"):
             events += 1
-        if timer.line(line, events * GAP_S):
+        if timer.arrival([line], events * GAP_S):
             break
     timer.finish(events * GAP_S)
     return record
@@ -68,19 +68,25 @@ def test_a_stream_without_the_final_count_is_not_a_finished_request():
     record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
     timer = StreamTimer(get_engine("llamacpp"), record, start=0.0)
     first = (STREAMS / "llamacpp_draft.sse").read_bytes().splitlines()[0]
-    timer.line(first, GAP_S)
+    timer.arrival([first], GAP_S)
     with pytest.raises(RuntimeError, match="without the server's final token count"):
         timer.finish(2 * GAP_S)
     assert not record.ok
 
 
+def replay_without_finishing(**expected: int) -> tuple[RequestRecord, StreamTimer]:
+    """The recorded llama.cpp stream (12 prompt and 12 output tokens), not yet finished."""
+    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
+    timer = StreamTimer(get_engine("llamacpp"), record, start=0.0, **expected)
+    for events, line in enumerate((STREAMS / "llamacpp_draft.sse").read_bytes().splitlines()):
+        timer.arrival([line], events * GAP_S)
+    return record, timer
+
+
 def test_a_request_cut_short_with_eos_ignored_is_kept_as_truncated():
     """12 tokens where 16 were due (EOS ignored): the record keeps every figure and says why
     it is not ok."""
-    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
-    timer = StreamTimer(get_engine("llamacpp"), record, start=0.0, expected_tokens=16)
-    for events, line in enumerate((STREAMS / "llamacpp_draft.sse").read_bytes().splitlines()):
-        timer.line(line, events * GAP_S)
+    record, timer = replay_without_finishing(expected_tokens=16)
     with pytest.raises(TruncatedError, match="truncated: 12 of 16 tokens"):
         timer.finish(1.0)
     assert record.truncated and not record.ok
@@ -93,6 +99,27 @@ def test_a_stall_that_delivers_two_tokens_shows_whole_in_the_chunk_gaps():
     record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
     timer = StreamTimer(get_engine("sglang"), record, start=0.0)
     for count, at in ((1, 0.010), (2, 0.020), (3, 0.030), (5, 0.050)):
-        timer.line(b'data: {"text": "", "meta_info": {"completion_tokens": %d}}' % count, at)
+        timer.arrival([b'data: {"text": "", "meta_info": {"completion_tokens": %d}}' % count], at)
     assert record.itl_s == pytest.approx([0.010, 0.010, 0.010, 0.010])
     assert record.chunk_gaps_s == pytest.approx([0.010, 0.010, 0.020])
+
+
+def test_a_prompt_the_server_counts_differently_from_what_was_sent_fails_the_request():
+    """13 token ids sent (workload.prompt_tokens), the server counts 12: the prompt was not
+    the length asked for, and the request says so."""
+    record, timer = replay_without_finishing(prompt_tokens=13)
+    with pytest.raises(RuntimeError, match="counted 12 prompt tokens where 13 token ids"):
+        timer.finish(1.0)
+    assert not record.ok and record.prompt_tokens == 12
+
+
+def test_events_that_arrive_in_one_read_share_its_gap():
+    """Two one-token events in one read arrived together as far as the client can tell:
+    one arrival whose gap their tokens share, never a zero latency."""
+    record = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0)
+    timer = StreamTimer(get_engine("sglang"), record, start=0.0)
+    event = b'data: {"text": "", "meta_info": {"completion_tokens": %d}}'
+    timer.arrival([event % 1], 0.010)
+    timer.arrival([event % 2, b"", event % 3], 0.030)
+    assert record.itl_s == pytest.approx([0.010, 0.010]) and min(record.itl_s) > 0
+    assert record.chunk_gaps_s == pytest.approx([0.020]) and record.events == 3
