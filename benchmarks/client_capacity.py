@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -120,9 +121,11 @@ def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figure
         async with session() as http:
             return await client.run(0, False, http)
 
-    cpu = cpu_of(children=False)
-    result = run_async(go())
-    cpu = cpu_of(children=False) - cpu
+    # Its own CPU and, once they have ended, its worker processes'.
+    cpu = cpu_of(children=False) + cpu_of(children=True)
+    with contextlib.closing(client):
+        result = run_async(go())
+    cpu = cpu_of(children=False) + cpu_of(children=True) - cpu
     assert result.ok, [r.error for r in result.records if not r.ok][:3]
     itl = [x for r in result.records for x in r.itl_s]
     return Figures(result.output_tokens, result.wall_s, cpu, statistics.fmean(itl) * 1000)
@@ -171,7 +174,7 @@ def bench_serving(
             out = Path(tmp) / "out.jsonl"
             argv = [
                 python, "-m", "sglang.bench_serving", "--backend", "vllm", "--base-url", url,
-                "--model", "paced", "--tokenizer", str(tokenizer), "--dataset-name", "random",
+                "--model", "paced", "--tokenizer", str(tokenizer), "--dataset-name", "random-ids",
                 "--random-input-len", "8", "--random-output-len", str(tokens),
                 "--random-range-ratio", "1", "--num-prompts", str(streams * requests),
                 "--max-concurrency", str(streams), "--request-rate", "inf",
@@ -196,7 +199,7 @@ def aiperf(aiperf_bin: str, tokenizer: Path) -> Callable[[str, int, int, int], F
                 aiperf_bin, "profile", "--model", "paced", "--url", url,
                 "--endpoint-type", "completions", "--streaming",
                 "--tokenizer", str(tokenizer), "--concurrency", str(streams),
-                "--request-count", str(streams * requests), "--warmup-request-count", "0",
+                "--request-count", str(streams * requests),
                 "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", str(tokens),
                 "--extra-inputs", "ignore_eos:true", "--artifact-dir", tmp,
                 "--ui-type", "none",
@@ -265,7 +268,8 @@ def main() -> None:
                 process.kill()
                 process.wait()
 
-    print("\nUnpaced (the client's capacity): tok/s (client CPU per token)")
+    print("\nUnpaced (the client's capacity): tok/s (client CPU per token; a peer's includes")
+    print("its start-up, its interpreter loading what it needs)")
     print(f"{'client':16}" + "".join(f"{f'{s} streams':>20}" for s, *_ in unpaced))
     for name in clients:
         cells = [table[(name, s, "unpaced")] for s, *_ in unpaced]

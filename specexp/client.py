@@ -8,8 +8,10 @@ is the gap between events divided by the tokens each event carried, when the ser
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import multiprocessing.pool
 import time
-from typing import Any, Coroutine, Iterable, Optional, TypeVar
+from typing import Any, Coroutine, Iterable, Optional, Sequence, TypeVar
 
 import aiohttp
 import orjson
@@ -139,12 +141,29 @@ class LoadClient:
         server: ServerSettings,
         workload: WorkloadConfig,
         concurrency: ConcurrencyConfig,
+        headers: Optional[dict[str, str]] = None,
     ):
         self.engine = engine
         self.base_url = base_url
         self.server, self.workload, self.concurrency = server, workload, concurrency
+        self.headers = headers or {}
         # The server's tokens of the prompt and of the prefix words (workload.prompt_tokens).
         self._token_sources: Optional[tuple[list[int], list[int]]] = None
+        # Worker processes, when the streams are shared out (concurrency.client_processes).
+        self._pool: Optional[multiprocessing.pool.Pool] = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pool": None}  # a worker gets the client, not the pool
+
+    def session(self) -> aiohttp.ClientSession:
+        return session(headers=self.headers)
+
+    def close(self) -> None:
+        """End the worker processes, if any."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
 
     async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
         workload = self.workload
@@ -235,12 +254,47 @@ class LoadClient:
         session: aiohttp.ClientSession,
         launch: int = 0,
     ) -> RunResult:
+        """One run: every stream's requests, from one start; the server's counters as deltas."""
         level = self.concurrency
         await self._prepare_prompts(session)
         before = await self._counters(session)
-        records: list[RequestRecord] = []
-        started_unix, started = time.time(), time.perf_counter()
+        shares = stream_shares(level.streams, level.processes())
+        started_unix = time.time()
+        if len(shares) == 1:
+            started = time.perf_counter()
+            records, finished = await self._streams(
+                session, shares[0], run, warmup, launch, started
+            )
+        else:
+            records, started, finished = await asyncio.get_running_loop().run_in_executor(
+                None, self._run_in_workers, shares, run, warmup, launch
+            )
+            started_unix += started - time.perf_counter()
+        after = await self._counters(session)
+        return RunResult(
+            run=run,
+            warmup=warmup,
+            wall_s=finished - started,
+            records=sorted(records, key=lambda r: (r.stream, r.index)),
+            counter_deltas={k: after[k] - before.get(k, 0.0) for k in after},
+            launch=launch,
+            started_unix=started_unix,
+        )
+
+    async def _streams(
+        self,
+        session: aiohttp.ClientSession,
+        streams: Sequence[int],
+        run: int,
+        warmup: bool,
+        launch: int,
+        started: float,
+    ) -> tuple[list[RequestRecord], float]:
+        """Run ``streams`` from ``started`` (a perf_counter time); their records, and when the
+        last one ended."""
+        level = self.concurrency
         deadline = started + level.duration_s if level.duration_s else None
+        records: list[RequestRecord] = []
 
         async def stream(index: int) -> None:
             for k in range(10**9 if deadline else level.requests_per_stream):
@@ -259,19 +313,50 @@ class LoadClient:
                 if not record.ok:
                     break
 
-        await asyncio.gather(*(stream(i) for i in range(level.streams)))
-        wall = time.perf_counter() - started
-        after = await self._counters(session)
-        deltas = {k: after[k] - before.get(k, 0.0) for k in after}
-        return RunResult(
-            run=run,
-            warmup=warmup,
-            wall_s=wall,
-            records=records,
-            counter_deltas=deltas,
-            launch=launch,
-            started_unix=started_unix,
+        await asyncio.sleep(max(0.0, started - time.perf_counter()))
+        await asyncio.gather(*(stream(i) for i in streams))
+        return records, time.perf_counter()
+
+    def _run_in_workers(
+        self, shares: list[list[int]], run: int, warmup: bool, launch: int
+    ) -> tuple[list[RequestRecord], float, float]:
+        """Each share of the streams in a worker process of its own, all from one start."""
+        if self._pool is None:
+            # Spawned, not forked: the parent may hold threads (tracking, progress).
+            self._pool = multiprocessing.get_context("spawn").Pool(len(shares))
+            self._pool.map(_worker_ready, range(len(shares)))  # imports done before timing
+        # perf_counter is the system's monotonic clock: one time base for every process.
+        started = time.perf_counter() + _WORKER_START_S
+        parts = self._pool.starmap(
+            _worker_streams,
+            [(self, share, run, warmup, launch, started) for share in shares],
         )
+        records = [record for share_records, _ in parts for record in share_records]
+        return records, started, max(finished for _, finished in parts)
+
+
+# Lead time for worker processes to receive their share before the common start.
+_WORKER_START_S = 0.2
+
+
+def stream_shares(streams: int, processes: int) -> list[list[int]]:
+    """Stream indices dealt round-robin over ``processes`` (never more than there are streams)."""
+    count = max(1, min(processes, streams))
+    return [list(range(k, streams, count)) for k in range(count)]
+
+
+def _worker_ready(_: int) -> None:
+    """A worker has imported this module once it runs this."""
+
+
+def _worker_streams(
+    client: LoadClient, share: list[int], run: int, warmup: bool, launch: int, started: float
+) -> tuple[list[RequestRecord], float]:
+    async def go() -> tuple[list[RequestRecord], float]:
+        async with client.session() as http:
+            return await client._streams(http, share, run, warmup, launch, started)
+
+    return run_async(go())
 
 
 def session(

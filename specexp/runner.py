@@ -7,6 +7,7 @@ MLflow at the end, with the server log and the exact command.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -20,7 +21,7 @@ from typing import Any, Optional, Union
 from omegaconf import OmegaConf
 
 from specexp import capture, report
-from specexp.client import LoadClient, run_async, session
+from specexp.client import LoadClient, run_async
 from specexp.engines.base import Engagement, LaunchSpec, Setting
 from specexp.job import Job
 from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
@@ -464,13 +465,21 @@ async def _measure(
 ) -> list[RunResult]:
     """``warmups`` warm-up runs, then the measured runs numbered ``runs``."""
     cfg = job.config
-    client = LoadClient(job.engine, server.base_url, job.server, cfg.workload, cfg.concurrency)
+    client = LoadClient(
+        job.engine,
+        server.base_url,
+        job.server,
+        cfg.workload,
+        cfg.concurrency,
+        headers=job.request_headers(),
+    )
     results: list[RunResult] = []
     with (
         open(records_path, "a", buffering=1) as sink,
         report.run_progress(warmups + len(runs)) as progress,
+        contextlib.closing(client),
     ):
-        async with session(headers=job.request_headers()) as http:
+        async with client.session() as http:
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:
                 result = await client.run(run, warmup, http, launch=launch)

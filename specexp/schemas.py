@@ -10,6 +10,7 @@ Engines subclass :class:`EngineConfig` with their own settings.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -304,11 +305,22 @@ class ConcurrencyConfig:
     requests_per_stream: int = 1
     # ...or, when set, as many as it can start within this many seconds.
     duration_s: Optional[float] = None
+    # Client processes the streams are shared over (one event loop each); null: one per 64
+    # streams, at most one per CPU core. One loop keeps up with about 64 streams at 500
+    # tokens/s each; past that its timestamps lag (benchmarks/client_capacity.py).
+    client_processes: Optional[int] = None
+
+    def processes(self) -> int:
+        if self.client_processes is not None:
+            return self.client_processes
+        return max(1, min(os.cpu_count() or 1, -(-self.streams // 64)))
 
     def __post_init__(self) -> None:
         _at_least(
             "concurrency", 1, streams=self.streams, requests_per_stream=self.requests_per_stream
         )
+        if self.client_processes is not None:
+            _at_least("concurrency", 1, client_processes=self.client_processes)
         if self.duration_s is not None and self.duration_s <= 0:
             raise ConfigError(
                 f"concurrency.duration_s must be > 0 (or null), got {self.duration_s}"

@@ -132,7 +132,13 @@ def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
         preexec_fn=die_with_parent,  # gone with the test session, however it ends
-        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        # No job runner: MLflow 3 starts seven huey consumers for it, which the tests do
+        # not use and which would outlive a killed test session (grandchildren).
+        env={
+            **os.environ,
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        },
     )
     url = f"http://127.0.0.1:{port}"
     try:

@@ -7,6 +7,8 @@ import sys
 import time
 import urllib.request
 
+import psutil
+
 from specexp.client import LoadClient, run_async, session
 from specexp.job import Job
 from specexp.leases import free_port
@@ -107,6 +109,38 @@ def run_against(url, *overrides):
             return await client.run(0, False, http)
 
     return run_async(go())
+
+
+def test_streams_shared_over_client_processes_come_back_as_one_run():
+    """Eight streams over two worker processes: every stream's requests, in stream order,
+    timed from one start; the workers end with the client."""
+    process, url = fake_server("--itl-ms", "2")
+    job = compose_job(
+        "concurrency.streams=8",
+        "concurrency.requests_per_stream=2",
+        "concurrency.client_processes=2",
+        "workload.max_tokens=50",
+    )
+    client = client_for(job, url)
+    try:
+
+        async def go():
+            async with session() as http:
+                return await client.run(0, False, http)
+
+        result = run_async(go())
+        workers = [p for p in psutil.Process().children() if "spawn_main" in " ".join(p.cmdline())]
+    finally:
+        client.close()
+        process.kill()
+        process.wait()
+    assert result.ok and [(r.stream, r.index) for r in result.records] == [
+        (s, k) for s in range(8) for k in range(2)
+    ]
+    assert result.output_tokens == 8 * 2 * 50
+    # Two requests of 50 tokens at 2 ms each, back to back: the wall time is one stream's.
+    assert 0.2 < result.wall_s < 10
+    assert len(workers) == 2 and not any(w.is_running() for w in workers)
 
 
 def test_a_stalled_stream_is_ended_by_the_stall_timeout_and_says_so():

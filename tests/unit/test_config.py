@@ -9,6 +9,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
+from specexp.client import stream_shares
 from specexp.engines.llamacpp import LlamaCppConfig
 from specexp.job import prepare
 from specexp.schemas import (
@@ -221,3 +222,17 @@ def test_a_prompt_in_tokens_is_exactly_that_long_and_fresh_only_when_asked():
     assert fresh.request_tokens_bound() == fresh.max_tokens + 40 + 1
     with pytest.raises(ConfigError, match="workload.prompt_tokens must be >= 1, got 0"):
         compose_job("workload.prompt_tokens=0")
+
+
+def test_streams_are_dealt_over_client_processes():
+    assert stream_shares(5, 2) == [[0, 2, 4], [1, 3]]
+    assert stream_shares(1, 4) == [[0]]  # never a worker without a stream
+    assert compose_job("concurrency.streams=64").config.concurrency.processes() == 1
+    assert (
+        compose_job(
+            "concurrency.streams=256", "concurrency.client_processes=3"
+        ).config.concurrency.processes()
+        == 3
+    )
+    with pytest.raises(ConfigError, match="concurrency.client_processes must be >= 1"):
+        compose_job("concurrency.client_processes=0")
