@@ -46,8 +46,20 @@ class RequestRecord:
             return self.output_tokens / self.e2e_s
         return None
 
+    @property
+    def decode_tok_per_s(self) -> Optional[float]:
+        """tok/s without the TTFT: the tokens after the first over the time after it."""
+        if self.ok and self.output_tokens and self.output_tokens > 1 and self.e2e_s:
+            decoding = self.e2e_s - (self.ttft_s or 0.0)
+            return (self.output_tokens - 1) / decoding if decoding > 0 else None
+        return None
+
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "tok_per_s": self.tok_per_s}
+        return {
+            **asdict(self),
+            "tok_per_s": self.tok_per_s,
+            "decode_tok_per_s": self.decode_tok_per_s,
+        }
 
 
 @dataclass
@@ -85,6 +97,12 @@ class RunResult:
     def request_tok_per_s(self) -> Optional[float]:
         """Mean tok/s a single request saw (what one user experiences at this load)."""
         values = [r.tok_per_s for r in self.records if r.tok_per_s]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def decode_tok_per_s(self) -> Optional[float]:
+        """Mean per-request tok/s without the TTFT (decoding alone)."""
+        values = [r.decode_tok_per_s for r in self.records if r.decode_tok_per_s]
         return sum(values) / len(values) if values else None
 
     @property

@@ -110,6 +110,7 @@ def run_metrics(result: RunResult) -> dict[str, float]:
     metrics: dict[str, Any] = {
         Metric.tok_per_s: result.tok_per_s,
         "request_tok_per_s": result.request_tok_per_s,
+        "decode_tok_per_s": result.decode_tok_per_s,
         "requests": len(result.records),
         "output_tokens": result.output_tokens,
         Metric.wall_s: result.wall_s,
@@ -146,9 +147,10 @@ def summary_metrics(
     if ttft:
         metrics["ttft_s_mean"] = sum(ttft) / len(ttft)
     metrics.update({f"ttft_s_{k}": v for k, v in percentiles(ttft).items()})
-    request = summarize([r.request_tok_per_s for r in measured if r.request_tok_per_s], confidence)
-    if request:
-        metrics["request_tok_per_s_mean"] = request.mean
+    for name in ("request_tok_per_s", "decode_tok_per_s"):
+        values = [getattr(r, name) for r in measured if getattr(r, name)]
+        if values:
+            metrics[f"{name}_mean"] = sum(values) / len(values)
     for name in ("itl_s", "chunk_gaps_s"):
         values = [x for r in measured for rec in r.records if rec.ok for x in getattr(rec, name)]
         metrics.update({f"{name}_{k}": v for k, v in percentiles(values).items()})

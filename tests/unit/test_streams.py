@@ -41,6 +41,8 @@ def test_llamacpp_counts_tokens_per_event_and_reads_the_drafts():
     # One gap per token-carrying event after the first: the stall stays whole.
     assert record.chunk_gaps_s == pytest.approx([GAP_S] * 10)
     assert record.speculative == {"spec_draft_tokens": 9, "spec_accepted_tokens": 9}
+    # Without the TTFT: 11 tokens after the first, over the 11 gaps after it.
+    assert record.decode_tok_per_s == pytest.approx(11 / (record.e2e_s - GAP_S))
 
 
 def test_sglang_counts_cumulative_tokens_and_reads_meta_info():
