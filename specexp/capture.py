@@ -71,16 +71,17 @@ for dist, key in json.loads(sys.argv[1]).items():
         info[key] = md.version(dist)
     except md.PackageNotFoundError:
         pass
-try:
-    import torch
-    info["torch_cuda"] = str(torch.version.cuda)
-    if torch.cuda.is_available():
-        info["gpu_count"] = str(torch.cuda.device_count())
-        info["gpu_name"] = torch.cuda.get_device_name(0)
-        info["gpu_compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
-        info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-except Exception as exc:
-    info["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
+if sys.argv[2] == "torch":
+    try:
+        import torch
+        info["torch_cuda"] = str(torch.version.cuda)
+        if torch.cuda.is_available():
+            info["gpu_count"] = str(torch.cuda.device_count())
+            info["gpu_name"] = torch.cuda.get_device_name(0)
+            info["gpu_compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
+            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception as exc:
+        info["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
 print(json.dumps(info))
 """
 
@@ -92,10 +93,16 @@ def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
     env = {**os.environ, **stack_env(server)}
     info: dict[str, str] = {}
     python = stack_python(server)
-    packages = json.dumps({**_COMMON_PACKAGES, **engine.stack_packages})
+    # Importing torch takes seconds: only for servers that run on it.
+    common = _COMMON_PACKAGES if engine.runs_on_torch else {}
+    packages = json.dumps({**common, **engine.stack_packages})
     try:
         out = subprocess.run(
-            [python, "-c", _PROBE, packages], capture_output=True, text=True, timeout=120, env=env
+            [python, "-c", _PROBE, packages, "torch" if engine.runs_on_torch else "-"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
         if out.returncode == 0:
             info.update(json.loads(out.stdout.strip().splitlines()[-1]))

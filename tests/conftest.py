@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -187,17 +189,31 @@ def no_stray_servers():
     """The suite must stop every server it starts."""
     before = server_pids()
     yield
+    _MIGRATED_STORE.unlink(missing_ok=True)
     strays = server_pids() - before
     if strays:
         subprocess.run(["kill", "-9", *map(str, strays)])
         pytest.fail(f"tests left server processes running: {sorted(strays)}")
 
 
+_MIGRATED_STORE = (
+    Path(tempfile.gettempdir()) / f"specexp-test-store-{os.environ[SESSION_MARKER]}.db"
+)
+
+
+def store_env(directory: Path) -> dict[str, str]:
+    """A private MLflow SQLite store in ``directory``: a copy of one created empty once per
+    session (creating a store runs MLflow's schema migrations, seconds each time)."""
+    if not _MIGRATED_STORE.exists():
+        mlflow.MlflowClient(f"sqlite:///{_MIGRATED_STORE}").search_experiments()
+    shutil.copyfile(_MIGRATED_STORE, directory / "mlflow.db")
+    return {"MLFLOW_TRACKING_URI": f"sqlite:///{directory / 'mlflow.db'}"}
+
+
 @pytest.fixture
 def tracking_env(tmp_path):
     """A private MLflow store for one test."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    return {"MLFLOW_TRACKING_URI": uri}
+    return store_env(tmp_path)
 
 
 def is_sweep(run) -> bool:

@@ -142,6 +142,8 @@ class Engine:
     model_format: ClassVar[ModelFormat] = ModelFormat.hf
     # Distributions a stack capture reads, besides torch and triton: {distribution: tag key}.
     stack_packages: ClassVar[dict[str, str]] = {}
+    # The server runs on the stack's PyTorch (its CUDA and GPUs are read through it).
+    runs_on_torch: ClassVar[bool] = True
 
     def validate(self, server: ServerSettings) -> None:
         """Reject what this engine cannot honour, naming the option and the valid choices."""

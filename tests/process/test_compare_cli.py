@@ -9,16 +9,16 @@ from mlflow.tracking import MlflowClient
 
 from specexp.results import RunKind, Tag
 from tests.conftest import QUICK as BASE
-from tests.conftest import run_cli
+from tests.conftest import run_cli, store_env
 
-QUICK = [*BASE, "stats.warmup_runs=1"]
+QUICK = [*BASE, "stats.warmup_runs=1", "workload.max_tokens=128"]
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """One store with an A/B (speculative none vs draft) and an A/A (none twice) on llama.cpp."""
     tmp = tmp_path_factory.mktemp("compare")
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
+    env = store_env(tmp)
     ab = run_cli(
         "-m",
         *QUICK,
@@ -133,7 +133,8 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
     stand_ins = run_cli(
         "-m",
         *QUICK,
-        "stats.measured_runs=3",
+        "stats.measured_runs=2",
+        "workload.max_tokens=64",
         "tracking.experiment=repro",
         "+sweep=reference_cpu",
         cwd=tmp,
@@ -171,8 +172,8 @@ def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launc
     the experiment: single-launch comparisons are tested against its launch variance."""
     tmp, env = store
     for overrides in (
-        ["-m", *QUICK, "speculative=none,draft"],
-        [*QUICK, "stats.launches=3", "stats.measured_runs=6"],
+        ["-m", *QUICK, "stats.measured_runs=3", "speculative=none,draft"],
+        [*QUICK, "stats.launches=3", "stats.measured_runs=2"],
     ):
         result = run_cli(*overrides, "tracking.experiment=calibrated", cwd=tmp, env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.conftest import REPO, run_cli, runs_in
+from tests.conftest import REPO, run_cli, runs_in, store_env
 
 ENGINE_MODULE = textwrap.dedent('''\
     """A fourth engine: a server speaking llama.cpp's /completion protocol."""
@@ -74,7 +74,7 @@ def test_a_fourth_engine_is_one_module_and_one_config(tmp_path):
     assert set(changes) == {"specexp/engines/echo.py", "conf/engine/echo.yaml"}
     assert sum(changes.values()) == 39  # the README quotes this diff
 
-    env = {"PYTHONPATH": str(tree), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {"PYTHONPATH": str(tree), **store_env(tmp_path)}
     dry = run_cli("engine=echo", "dry_run=true", cwd=tree, env=env, timeout=120)
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
     assert f"{sys.executable} -m tests.fake_server --host 127.0.0.1 --port" in dry.stdout

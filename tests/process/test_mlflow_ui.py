@@ -8,7 +8,7 @@ import shutil
 import mlflow
 import pytest
 
-from tests.conftest import mlflow_process, run_cli, sweep_parent
+from tests.conftest import mlflow_process, run_cli, store_env, sweep_parent
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -16,7 +16,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 @pytest.fixture(scope="module")
 def sweep_store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ui")
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
+    env = store_env(tmp)
     result = run_cli(
         "-m",
         "+sweep=cpu_crossover",

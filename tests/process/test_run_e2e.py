@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.results import Tag
 from tests.conftest import QUICK as BASE
-from tests.conftest import run_cli, runs_in
+from tests.conftest import run_cli, runs_in, store_env
 
 QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 
@@ -18,7 +18,7 @@ QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 @pytest.fixture(scope="module")
 def draft_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
+    env = store_env(tmp)
     result = run_cli(*QUICK, "speculative=draft", cwd=tmp, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = runs_in(env["MLFLOW_TRACKING_URI"])

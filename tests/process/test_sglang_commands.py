@@ -28,9 +28,15 @@ SPECULATIVE = ["none", "eagle3", "ngram", "draft"]
 
 
 def combinations():
-    """Every stack x speculative method, crossed with every attention backend and with every
-    allreduce backend (flags of those two groups never interact, so not with each other)."""
+    """Every speculative method, crossed with every attention backend and with every
+    allreduce backend (flags of those two groups never interact, so not with each other),
+    on one stack per SGLang release (the release decides the spelling); every stack with
+    every speculative method."""
+    one_per_release = {version: stack for stack, version in STACKS.items()}.values()
     for stack, speculative in itertools.product(STACKS, SPECULATIVE):
+        if stack not in one_per_release:
+            yield stack, "flashinfer", "flashinfer_fusion", speculative
+            continue
         for attention in ATTENTION:
             yield stack, attention, "flashinfer_fusion", speculative
         for allreduce in ALLREDUCE:
