@@ -9,6 +9,7 @@ Tiers, by directory (markers are set here, registered in pyproject.toml):
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import os
 import shutil
 import subprocess
@@ -208,6 +209,12 @@ def store_env(directory: Path) -> dict[str, str]:
         mlflow.MlflowClient(f"sqlite:///{_MIGRATED_STORE}").search_experiments()
     shutil.copyfile(_MIGRATED_STORE, directory / "mlflow.db")
     return {"MLFLOW_TRACKING_URI": f"sqlite:///{directory / 'mlflow.db'}"}
+
+
+def nothing_tracked(directory: Path) -> bool:
+    """The store in ``directory`` is byte for byte as store_env made it (or absent)."""
+    store = directory / "mlflow.db"
+    return not store.exists() or filecmp.cmp(store, _MIGRATED_STORE, shallow=False)
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import run_cli, server_pids
+from tests.conftest import nothing_tracked, run_cli, server_pids
 
 
 def test_cli_fails_fast_without_traceback_and_launches_nothing(tmp_path, tracking_env):
@@ -14,7 +14,7 @@ def test_cli_fails_fast_without_traceback_and_launches_nothing(tmp_path, trackin
     )
     assert "Traceback" not in result.stdout + result.stderr
     assert server_pids() - before == set()
-    assert not (tmp_path / "mlflow.db").exists()  # nothing was tracked either
+    assert nothing_tracked(tmp_path)  # nothing was tracked either
 
 
 def test_unknown_group_option_is_a_hydra_error_listing_choices(tmp_path):

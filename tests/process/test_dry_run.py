@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from tests.conftest import run_cli, server_pids
+from tests.conftest import nothing_tracked, run_cli, server_pids
 
 REFERENCE_COMMAND = (
     "CUDA_HOME=/usr/local/cuda-13.0 LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64 NCCL_P2P_LEVEL=SYS "
@@ -34,7 +34,7 @@ def test_reference_story_command(tmp_path, tracking_env):
     assert result.returncode == 0, result.stderr
     assert REFERENCE_COMMAND in result.stdout.splitlines()
     assert "sglang version: 0.5.9 (declared by stack cu130)" in result.stdout
-    assert not (tmp_path / "mlflow.db").exists()
+    assert nothing_tracked(tmp_path)
 
 
 def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracking_env):

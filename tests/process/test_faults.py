@@ -24,6 +24,7 @@ from tests.conftest import (
     TINY,
     compose_run,
     is_sweep,
+    nothing_tracked,
     run_cli,
     runs_in,
     server_pids,
@@ -159,7 +160,7 @@ def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_e
     assert (
         "/opt/specexp/cu130/bin/python (stack cu130) not found or not executable" in result.stdout
     )
-    assert not (tmp_path / "mlflow.db").exists()
+    assert nothing_tracked(tmp_path)
 
 
 def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):

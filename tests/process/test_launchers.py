@@ -18,6 +18,7 @@ from specexp.results import Tag
 from tests.conftest import (
     TINY,
     mlflow_process,
+    nothing_tracked,
     run_cli,
     runs_in,
     server_pids,
@@ -209,9 +210,7 @@ def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
         "mlflow server --backend-store-uri" in out and "tracking.uri=http://127.0.0.1:5000" in out
     )
     assert "nothing was launched" in out
-    assert (
-        not list(tmp_path.glob("multirun/*/*/.submitit")) and not (tmp_path / "mlflow.db").exists()
-    )
+    assert not list(tmp_path.glob("multirun/*/*/.submitit")) and nothing_tracked(tmp_path)
 
 
 @pytest.mark.parametrize(
