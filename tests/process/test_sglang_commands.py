@@ -28,13 +28,13 @@ SPECULATIVE = ["none", "eagle3", "ngram", "draft"]
 
 
 def combinations():
-    """Every speculative method, crossed with every attention backend and with every
-    allreduce backend (flags of those two groups never interact, so not with each other),
-    on one stack per SGLang release (the release decides the spelling); every stack with
-    every speculative method."""
+    """No speculation and EAGLE-3 (the reference story's two arms), each crossed with every
+    attention backend and with every allreduce backend
+    (flags of those two groups never interact, so not with each other), on one stack per
+    SGLang release (the release decides the spelling); every stack with every method."""
     one_per_release = {version: stack for stack, version in STACKS.items()}.values()
     for stack, speculative in itertools.product(STACKS, SPECULATIVE):
-        if stack not in one_per_release:
+        if stack not in one_per_release or speculative not in ("none", "eagle3"):
             yield stack, "flashinfer", "flashinfer_fusion", speculative
             continue
         for attention in ATTENTION:

@@ -61,7 +61,7 @@ def aa(rng, calibrated: bool):
 
 def test_without_calibration_a_verdict_holds_for_these_launches_only():
     rng = np.random.default_rng(17)
-    trials = 400
+    trials = 300
     verdicts = [aa(rng, calibrated=False) for _ in range(trials)]
     claimed = [c for c in verdicts if c.verdict in (FASTER, SLOWER)]
     # Ignoring launches, the run-level test calls A/A different this often...
@@ -73,7 +73,7 @@ def test_without_calibration_a_verdict_holds_for_these_launches_only():
 
 def test_with_calibration_the_false_verdict_rate_stays_at_alpha():
     rng = np.random.default_rng(18)
-    trials = 600
+    trials = 400
     false = 0
     for _ in range(trials):
         c = aa(rng, calibrated=True)

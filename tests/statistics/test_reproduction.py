@@ -52,7 +52,7 @@ def false_contradictions(rng: np.random.Generator, published_noise_cv: float, tr
 
 def test_false_contradictions_stay_family_wise_at_alpha():
     rng = np.random.default_rng(15)
-    trials = 400
+    trials = 250
     bound = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
     assert false_contradictions(rng, 0.0, trials) <= bound  # truth = the published values
     assert false_contradictions(rng, 0.02, trials) <= bound  # published: 5-run means at 2% CV
