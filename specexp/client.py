@@ -11,7 +11,7 @@ import asyncio
 import multiprocessing
 import multiprocessing.pool
 import time
-from typing import Any, Coroutine, Iterable, Optional, Sequence, TypeVar
+from typing import Any, Coroutine, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import aiohttp
 import orjson
@@ -231,7 +231,9 @@ class LoadClient:
         self._token_sources = (await self._tokenize(session, self.workload.prompt), words)
 
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
-        if not self.engine.speculative_counters or not self.engine.metrics_path:
+        """The server's speculative and accounting series, by metric name."""
+        wanted = {**self.engine.speculative_counters, **self.engine.accounting_counters}
+        if not wanted or not self.engine.metrics_path:
             return {}
         try:
             timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
@@ -241,11 +243,7 @@ class LoadClient:
                 values = parse_prometheus(await response.text())
         except (TimeoutError, aiohttp.ClientError):
             return {}
-        return {
-            ours: values[theirs]
-            for ours, theirs in self.engine.speculative_counters.items()
-            if theirs in values
-        }
+        return {name: values[name] for name in wanted.values() if name in values}
 
     async def run(
         self,
@@ -276,7 +274,8 @@ class LoadClient:
             warmup=warmup,
             wall_s=finished - started,
             records=sorted(records, key=lambda r: (r.stream, r.index)),
-            counter_deltas={k: after[k] - before.get(k, 0.0) for k in after},
+            counter_deltas=_deltas(self.engine.speculative_counters, before, after),
+            accounting_deltas=_deltas(self.engine.accounting_counters, before, after),
             launch=launch,
             started_unix=started_unix,
         )
@@ -367,3 +366,14 @@ def session(
     return aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
     )
+
+
+def _deltas(
+    names: Mapping[str, str], before: Mapping[str, float], after: Mapping[str, float]
+) -> dict[str, float]:
+    """{our name: the series' change over a run} for the series the server exposed."""
+    return {
+        ours: after[theirs] - before.get(theirs, 0.0)
+        for ours, theirs in names.items()
+        if theirs in after
+    }

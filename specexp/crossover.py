@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from specexp.analysis import Arm, Selector
 from specexp.engines import engines
 from specexp.schemas import SpeculativeConfig
+from specexp.stats import EQUIVALENT, FASTER, SLOWER, Comparison, compare, decide
 
 DRAWS = 4000
 
@@ -103,7 +104,7 @@ def find_crossover(
         result.ci_high = None if math.isinf(high) else float(high)
         result.no_crossing_share = float(np.mean(np.isinf(found)))
     span = f"concurrency {levels[0]}..{levels[-1]}"
-    if estimate is None:
+    if result.estimate is None:
         result.statement = (
             f"no crossover in {span}: {candidate} is faster than {baseline} at every level measured "
             f"({result.no_crossing_share:.0%} of draws agree)"
@@ -197,3 +198,73 @@ def analyse(
             )
         )
     return results
+
+
+@dataclass
+class SwitchOffCheck:
+    """Dynamic speculation checked level by level: the arm that stops drafting from
+    ``threshold`` requests per batch against the faster of the two fixed arms it should
+    follow (speculation always on, or off), over the levels all three were measured at."""
+
+    adaptive: str
+    static: str
+    baseline: str
+    threshold: int
+    levels: list[int]
+    followed: list[str]  # the fixed arm with the higher mean at each level
+    comparisons: list[Comparison]  # adaptive against that arm, simultaneous over the levels
+    statement: str = ""
+
+    @property
+    def outcomes(self) -> list[str]:
+        """Per level: tracks (equivalent or faster), behind (slower) or undecided."""
+        named = {EQUIVALENT: "tracks", FASTER: "tracks", SLOWER: "behind"}
+        return [named.get(c.verdict, "undecided") for c in self.comparisons]
+
+    def to_json(self) -> dict:
+        return {
+            **{k: v for k, v in asdict(self).items() if k != "comparisons"},
+            "outcomes": self.outcomes,
+            "comparisons": [c.to_json() for c in self.comparisons],
+        }
+
+
+def check_switch_off(
+    adaptive: tuple[str, Mapping[int, Sequence[float]]],
+    static: tuple[str, Mapping[int, Sequence[float]]],
+    baseline: tuple[str, Mapping[int, Sequence[float]]],
+    threshold: int,
+    confidence: float,
+    equivalence: float,
+) -> SwitchOffCheck:
+    """Each family as (name, {level: values}). At each level the adaptive arm is compared
+    with the fixed arm of higher geometric mean; the intervals hold together over the
+    levels (Bonferroni), so "behind" at any level is a claim at the confidence asked."""
+    levels = sorted(set(adaptive[1]) & set(static[1]) & set(baseline[1]))
+    followed, comparisons = [], []
+    for level in levels:
+        faster = max((static, baseline), key=lambda f: float(np.mean(np.log(f[1][level]))))
+        followed.append(faster[0])
+        comparisons.append(
+            compare(
+                faster[1][level],
+                adaptive[1][level],
+                confidence=confidence,
+                threshold=equivalence,
+                baseline_name=f"{faster[0]} at {level}",
+                candidate_name=f"{adaptive[0]} at {level}",
+            )
+        )
+    decide(comparisons)
+    check = SwitchOffCheck(
+        adaptive[0], static[0], baseline[0], threshold, levels, followed, comparisons
+    )
+    by_outcome: dict[str, list[int]] = {}
+    for level, outcome in zip(levels, check.outcomes, strict=True):
+        by_outcome.setdefault(outcome, []).append(level)
+    parts = [f"{outcome} at {', '.join(map(str, found))}" for outcome, found in by_outcome.items()]
+    check.statement = (
+        f"{adaptive[0]} (drafting below {threshold} requests per batch) against the faster of "
+        f"{static[0]} and {baseline[0]} at each level: " + "; ".join(parts)
+    )
+    return check

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -43,9 +44,18 @@ def register() -> None:
             "specexp.server_gpus",
             lambda *, _root_: 0 if _root_.stack.cpu_only else _root_.engine.tensor_parallel_size,
         )
+    if not OmegaConf.has_resolver("specexp.required"):
+        # A value an option cannot do without, named in the error when it is not set.
+        OmegaConf.register_new_resolver("specexp.required", _required)
     if not OmegaConf.has_resolver("specexp.project"):
         # Where scripts/install.sh puts engines of their own (.engines/): the project root.
         OmegaConf.register_new_resolver("specexp.project", lambda: str(Path(CONFIG_DIR).parent))
+
+
+def _required(value: Any, what: str) -> Any:
+    if value is None:
+        raise ValueError(f"set {what}")
+    return value
 
 
 def run_one(cfg: DictConfig) -> str:

@@ -94,6 +94,8 @@ def prepare(cfg: DictConfig) -> Job:
             raise ConfigError(f"model.generate: {exc}") from None
         paths = pair_paths(spec, get_engine(cfg.engine.name).model_format)
         cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
+        if paths.eagle3:
+            cfg.model.eagle3_draft_path = str(paths.eagle3)
     run = to_run_config(cfg)
     engine = get_engine(run.engine.name)
     validate(run)

@@ -71,9 +71,14 @@ class RunResult:
     wall_s: float
     records: list[RequestRecord]
     launch: int = 0
-    # Deltas of the engine's cumulative speculative counters over the run.
+    # Deltas of the engine's cumulative speculative counters over the run...
     counter_deltas: dict[str, float] = field(default_factory=dict)
+    # ...and of its own accounting of tokens and time (Engine.accounting_counters).
+    accounting_deltas: dict[str, float] = field(default_factory=dict)
     started_unix: float = 0.0
+    # The machine while the run went on (specexp.telemetry): metrics, and what to warn of.
+    telemetry: dict[str, float] = field(default_factory=dict)
+    machine_warnings: list[str] = field(default_factory=list)
 
     @property
     def midpoint_unix(self) -> float:
@@ -104,6 +109,22 @@ class RunResult:
         """Mean per-request tok/s without the TTFT (decoding alone)."""
         values = [r.decode_tok_per_s for r in self.records if r.decode_tok_per_s]
         return sum(values) / len(values) if values else None
+
+    def _mean(self, values: list[float]) -> Optional[float]:
+        return sum(values) / len(values) if values else None
+
+    @property
+    def ttft_s_mean(self) -> Optional[float]:
+        return self._mean([r.ttft_s for r in self.records if r.ok and r.ttft_s is not None])
+
+    @property
+    def tpot_s_mean(self) -> Optional[float]:
+        """Mean per request of the time per output token after the first."""
+        return self._mean([1 / r.decode_tok_per_s for r in self.records if r.decode_tok_per_s])
+
+    @property
+    def e2e_s_mean(self) -> Optional[float]:
+        return self._mean([r.e2e_s for r in self.records if r.ok and r.e2e_s is not None])
 
     @property
     def acceptance_length(self) -> Optional[float]:

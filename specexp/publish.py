@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from specexp import plots
 from specexp.analysis import Arm
-from specexp.crossover import Crossover
+from specexp.crossover import Crossover, SwitchOffCheck
 from specexp.results import Tag
 from specexp.stats import Comparison
 from specexp.tracking import RunLog
@@ -40,13 +40,20 @@ def log_report(
 
 
 def log_crossover(
-    run: RunLog, families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str
+    run: RunLog,
+    families: dict[str, dict[int, Arm]],
+    crossovers: Sequence[Crossover],
+    factor: str,
+    checks: Sequence[SwitchOffCheck] = (),
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         paths = [directory / "crossover.png", directory / "crossover.json"]
         plots.crossover_plot(families, crossovers, factor, paths[0])
         paths[1].write_text(json.dumps([c.to_json() for c in crossovers], indent=2))
+        if checks:
+            paths.append(directory / "switch_off_check.json")
+            paths[2].write_text(json.dumps([c.to_json() for c in checks], indent=2, default=float))
         run.log_artifacts(paths, artifact_path="crossover")
     first = crossovers[0]
     run.set_tags(

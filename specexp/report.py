@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from specexp.analysis import Arm, ClaimCheck
+from specexp.crossover import SwitchOffCheck
 from specexp.engines.base import LaunchSpec, Resolution
 from specexp.job import Job
 from specexp.measurements import RunResult
@@ -115,8 +116,7 @@ def print_summary(
     table.add_column("TTFT ms", justify="right")
     table.add_column("accept len", justify="right")
     for result in runs:
-        ok = [r for r in result.records if r.ok]
-        ttft = sum(r.ttft_s or 0 for r in ok) / len(ok) * 1000 if ok else None
+        ttft = result.ttft_s_mean * 1000 if result.ttft_s_mean is not None else None
         launch = [str(result.launch)] if cfg.stats.launches > 1 else []
         table.add_row(
             *launch,
@@ -141,6 +141,19 @@ def print_summary(
             )
     for note in notes:
         console.print(f"[yellow]warning:[/] {note}")
+    accounting = [
+        f"{label} {_fmt(metrics[f'server_{name}'] * scale, digits)} (client "
+        f"{_fmt(metrics.get(name, float('nan')) * scale, digits)})"
+        for label, name, scale, digits in (
+            ("tokens", "output_tokens_total", 1, 0),
+            ("TTFT ms", "ttft_s_mean", 1000, 1),
+            ("TPOT ms", "tpot_s_mean", 1000, 2),
+            ("E2E ms", "e2e_s_mean", 1000, 1),
+        )
+        if f"server_{name}" in metrics
+    ]
+    if accounting:
+        console.print("the server's own accounting: " + ", ".join(accounting))
     if "acceptance_length_mean" in metrics:
         console.print(
             f"acceptance length {metrics['acceptance_length_mean']:.2f}, "
@@ -284,6 +297,41 @@ def print_comparison(
             console.print(f"[yellow]warning:[/] {arm.label}: {arm.run.tags[Tag.warnings]}")
     for line in skipped:
         console.print(f"[dim]skipped: {line}[/]")
+
+
+def switch_off_rows(check: SwitchOffCheck) -> tuple[list[str], list[list[str]]]:
+    headers = [
+        "level",
+        "faster fixed arm",
+        "adaptive vs it",
+        "ratio CI (simultaneous)",
+        "verdict",
+        "outcome",
+    ]
+    rows = [
+        [
+            str(level),
+            followed,
+            _pct(c.change),
+            f"[{_pct(c.ci_low - 1)}, {_pct(c.ci_high - 1)}]",
+            c.verdict,
+            outcome,
+        ]
+        for level, followed, c, outcome in zip(
+            check.levels, check.followed, check.comparisons, check.outcomes, strict=True
+        )
+    ]
+    return headers, rows
+
+
+def switch_off_markdown(check: SwitchOffCheck) -> str:
+    headers, rows = switch_off_rows(check)
+    return f"## Switch-off check\n\n{check.statement}\n\n" + _markdown_table(headers, rows)
+
+
+def print_switch_off(check: SwitchOffCheck) -> None:
+    headers, rows = switch_off_rows(check)
+    console.print(_rich_table(escape(check.statement), headers, rows, headers.index("verdict")))
 
 
 def reproduction_rows(

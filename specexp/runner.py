@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from omegaconf import OmegaConf
+from rich.markup import escape
 
-from specexp import capture, report
+from specexp import capture, report, telemetry
 from specexp.client import LoadClient, run_async
-from specexp.engines.base import Engagement, LaunchSpec, Setting
+from specexp.engines.base import Engagement, Engine, LaunchSpec, Setting
 from specexp.job import Job
 from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
 from specexp.measurements import RunResult
@@ -104,8 +105,9 @@ def run_tags(job: Job) -> dict[str, str]:
     }
 
 
-def run_metrics(result: RunResult) -> dict[str, float]:
-    """Metrics of one measured run (logged with the run index as step)."""
+def run_metrics(result: RunResult, engine: Engine) -> dict[str, float]:
+    """Metrics of one measured run (logged with the run index as step): the client's, and
+    beside them as server_* what the server's own accounting says of the same run."""
     ok = [r for r in result.records if r.ok]
     metrics: dict[str, Any] = {
         Metric.tok_per_s: result.tok_per_s,
@@ -115,20 +117,27 @@ def run_metrics(result: RunResult) -> dict[str, float]:
         "output_tokens": result.output_tokens,
         Metric.wall_s: result.wall_s,
         Metric.midpoint_unix: result.midpoint_unix,
-        "ttft_s": sum(r.ttft_s or 0 for r in ok) / len(ok) if ok else None,
+        "ttft_s": result.ttft_s_mean,
+        "tpot_s": result.tpot_s_mean,
+        "e2e_s": result.e2e_s_mean,
         "acceptance_length": result.acceptance_length,
         "acceptance_rate": result.acceptance_rate,
     }
+    server = engine.server_accounting(result.accounting_deltas)
+    metrics.update({f"server_{k.removesuffix('_mean')}": v for k, v in server.items()})
+    metrics.update(result.telemetry)
     itl = [x for r in ok for x in r.itl_s]
     metrics.update({f"itl_{k}_s": v for k, v in percentiles(itl).items()})
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
 def summary_metrics(
-    measured: list[RunResult], cfg: RunConfig
+    measured: list[RunResult], cfg: RunConfig, engine: Engine
 ) -> tuple[Optional[Summary], dict[str, float], list[str]]:
     """Summary metrics and warnings. With several launches, tok/s is summarised over the
-    per-launch means (runs inside one launch share its launch-level variance)."""
+    per-launch means (runs inside one launch share its launch-level variance). The server's
+    own accounting over all measured runs is summarised beside the client's figures, and a
+    token count that differs from the client's is a warning."""
     confidence = cfg.stats.confidence
     by_launch = runs_by_launch(measured)
     run_values = [r.tok_per_s for r in measured]
@@ -154,11 +163,39 @@ def summary_metrics(
     for name in ("itl_s", "chunk_gaps_s"):
         values = [x for r in measured for rec in r.records if rec.ok for x in getattr(rec, name)]
         metrics.update({f"{name}_{k}": v for k, v in percentiles(values).items()})
-    for name in ("acceptance_length", "acceptance_rate"):
+    for name in ("acceptance_length", "acceptance_rate", "tpot_s_mean", "e2e_s_mean"):
         values = [getattr(r, name) for r in measured if getattr(r, name) is not None]
         if values:
-            metrics[f"{name}_mean"] = sum(values) / len(values)
-    return tok, metrics, warnings_for(unit_values, cfg.stats.cv_warn)
+            metrics[name if name.endswith("_mean") else f"{name}_mean"] = sum(values) / len(values)
+    warnings = warnings_for(unit_values, cfg.stats.cv_warn)
+    for note in dict.fromkeys(n for r in measured for n in r.machine_warnings):
+        hit = [r for r in measured if note in r.machine_warnings]
+        busiest = max(r.telemetry.get("cpu_other_cores", 0.0) for r in hit)
+        warnings.append(
+            f"{note} in measured run(s) {[r.run for r in hit]}"
+            + (f", up to {busiest:.2f} of {os.cpu_count()} cores" if note == telemetry.BUSY else "")
+        )
+    totals: dict[str, float] = {}
+    for run in measured:
+        for name, delta in run.accounting_deltas.items():
+            totals[name] = totals.get(name, 0.0) + delta
+    server = engine.server_accounting(totals)
+    # Totals are named apart from the per-run series of the same figure.
+    metrics.update(
+        {
+            f"server_{k.replace('output_tokens', 'output_tokens_total')}": v
+            for k, v in server.items()
+        }
+    )
+    client_tokens = sum(r.output_tokens for r in measured)
+    metrics["output_tokens_total"] = float(client_tokens)
+    if "output_tokens" in server and server["output_tokens"] != client_tokens:
+        warnings.append(
+            f"the server counted {server['output_tokens']:.0f} tokens generated during the "
+            f"measured runs, the client received {client_tokens}: another client used this "
+            "server, or tokens were lost on the way"
+        )
+    return tok, metrics, warnings
 
 
 def runs_by_launch(runs: list[RunResult]) -> dict[int, list[float]]:
@@ -218,7 +255,7 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
             _OPEN[output_dir] = session
             return dataclasses.replace(result, status="MEASURING")
         measured = [r for r in result.runs if not r.warmup]
-        result.summary, metrics, notes = summary_metrics(measured, cfg)
+        result.summary, metrics, notes = summary_metrics(measured, cfg, job.engine)
         if session.tracker:
             session.tracker.log_metrics(metrics)
             if notes:
@@ -336,9 +373,24 @@ def _measure_part(session: JobSession, launch: int, runs: range) -> None:
             server, reused, ready_s = session.server, True, 0.0
         if server.log_path not in session.server_logs or not reused:
             _announce_server(session, server, reused, ready_s, label, launch)
-        records = run_async(
-            _measure(job, server, launch, warmups, runs, session.files[Artifact.requests], tracker)
-        )
+        gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES", "")
+        with telemetry.monitoring(
+            server.process.pid if server.process else None,
+            [int(g) for g in gpus.split(",") if g.strip().isdigit()],
+            stats.telemetry_interval_s,
+        ) as monitor:
+            records = run_async(
+                _measure(
+                    job,
+                    server,
+                    launch,
+                    warmups,
+                    runs,
+                    session.files[Artifact.requests],
+                    tracker,
+                    monitor,
+                )
+            )
         session.result.runs += records
         session.effective.update(
             engine.effective(
@@ -464,8 +516,10 @@ async def _measure(
     runs: range,
     records_path: Path,
     tracker: Optional[Tracking],
+    monitor: Optional[telemetry.Monitor],
 ) -> list[RunResult]:
-    """``warmups`` warm-up runs, then the measured runs numbered ``runs``."""
+    """``warmups`` warm-up runs, then the measured runs numbered ``runs``, each with what
+    ``monitor`` saw of the machine meanwhile."""
     cfg = job.config
     client = LoadClient(
         job.engine,
@@ -485,6 +539,12 @@ async def _measure(
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:
                 result = await client.run(run, warmup, http, launch=launch)
+                if monitor:
+                    samples = monitor.between(
+                        result.started_unix, result.started_unix + result.wall_s
+                    )
+                    result.telemetry = telemetry.summarize(samples)
+                    result.machine_warnings = telemetry.warnings_for(samples)
                 # Written between runs, never during one: a write's cost would land in the
                 # timestamps of the streams still running.
                 sink.writelines(json.dumps(r.to_json()) + "\n" for r in result.records)
@@ -492,7 +552,7 @@ async def _measure(
                 os.fsync(sink.fileno())
                 results.append(result)
                 if not warmup and tracker:
-                    tracker.log_metrics(run_metrics(result), step=run)
+                    tracker.log_metrics(run_metrics(result, job.engine), step=run)
                 progress.advance(result)
                 if not result.ok:
                     break
@@ -574,8 +634,13 @@ def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
     except Exception as exc:  # any failure to reach the store: keep measuring, upload later
         journal = output_dir / Artifact.offline_journal
         uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
+        problem = (
+            "MLflow is not installed here"
+            if isinstance(exc, ModuleNotFoundError) and exc.name == "mlflow"
+            else "MLflow store unreachable"
+        )
         report.console.print(
-            f"[bold yellow]MLflow store unreachable[/] ({uri}: {str(exc).splitlines()[0][:200]}). "
+            f"[bold yellow]{problem}[/] ({uri}: {escape(str(exc).splitlines()[0][:200])}). "
             f"Measurements stay in {output_dir}; upload them later with:\n"
             f"  python -m specexp.upload {output_dir} [--tracking-uri URI]"
         )

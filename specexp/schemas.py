@@ -188,6 +188,10 @@ class SpeculativeConfig:
     num_steps: Optional[int] = None
     # Length of the n-gram matched against the prompt and output (n-gram speculation).
     ngram_size: int = 4
+    # Dynamic speculation: no drafting once a batch holds this many requests, through the
+    # engine's own per-batch-size setting (the crossover's recommended threshold); null:
+    # draft at every batch size.
+    switch_off_at: Optional[int] = None
 
     def __post_init__(self) -> None:
         _at_least(
@@ -197,7 +201,13 @@ class SpeculativeConfig:
             eagle_topk=self.eagle_topk,
             ngram_size=self.ngram_size,
             **({} if self.num_steps is None else {"num_steps": self.num_steps}),
+            **({} if self.switch_off_at is None else {"switch_off_at": self.switch_off_at}),
         )
+        if self.switch_off_at is not None and self.method == SpeculativeMethod.none:
+            raise ConfigError(
+                f"speculative.switch_off_at={self.switch_off_at} switches drafting off, and "
+                "speculative=none drafts nothing; choose a speculative method or leave it null"
+            )
         if self.eagle_topk == 1 and self.num_steps not in (None, self.num_draft_tokens):
             raise ConfigError(
                 f"speculative.num_steps={self.num_steps} with eagle_topk=1 drafts "
@@ -340,10 +350,15 @@ class StatsConfig:
     power: float = 0.8
     # A coefficient of variation above this marks the summary as noisy.
     cv_warn: float = 0.05
+    # Seconds between samples of the machine (CPU load; the server's GPUs through NVML)
+    # while runs are measured; 0: no telemetry.
+    telemetry_interval_s: float = 0.5
 
     def __post_init__(self) -> None:
         _at_least("stats", 1, measured_runs=self.measured_runs, launches=self.launches)
-        _at_least("stats", 0, warmup_runs=self.warmup_runs)
+        _at_least(
+            "stats", 0, warmup_runs=self.warmup_runs, telemetry_interval_s=self.telemetry_interval_s
+        )
         _fraction("stats", confidence=self.confidence, threshold=self.threshold, power=self.power)
 
     @property
@@ -394,6 +409,9 @@ class MultirunConfig:
     resume: bool = True
     # With a baseline: the swept setting along which to find where the candidate stops paying.
     crossover_factor: Optional[str] = "concurrency.streams"
+    # The threshold the *_switch_off speculative options draft below (a crossover's
+    # recommended switch-off), so that they can be swept beside the arms they are checked on.
+    switch_off_at: Optional[int] = None
     # Set by the sweeper for each job.
     parent_run_id: Optional[str] = None
     server_launch: Optional[int] = None

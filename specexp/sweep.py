@@ -11,6 +11,7 @@ configuration already has a finished run in the experiment.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -35,7 +36,7 @@ from specexp.analysis import (
 from specexp.job import Job, prepare
 from specexp.launchers import LauncherKind, launcher_kind
 from specexp.results import Metric, RunKind, Tag
-from specexp.schemas import ConfigError, JobOrder
+from specexp.schemas import ConfigError, JobOrder, SpeculativeConfig
 from specexp.server import POOL
 from specexp.tracking import RunLog, TrackingStore, uri_in_force
 
@@ -414,25 +415,54 @@ def sweep_report(
         report.print_comparison(arms, comparisons, skipped, Metric.tok_per_s)
     for note in notes:
         report.console.print(f"[yellow]note:[/] {note}")
-    crossovers = []
+    crossovers, checks = [], []
     factor = settings.multirun.crossover_factor
     if selector and factor and arms:
         jobs = {j.fingerprint: j.job for j in plan.jobs}
         families = crossover.families(arms, factor)
-        crossovers = crossover.analyse(arms, selector, factor, stats.confidence)
+
+        def speculative(family: str) -> SpeculativeConfig:
+            arm = next(iter(families[family].values()))
+            return jobs[arm.run.tags[Tag.config_fingerprint]].config.speculative
+
+        # Arms with dynamic speculation are not asked where they stop paying: they are
+        # checked against the fixed arms they should follow.
+        adaptive = [f for f in families if speculative(f).switch_off_at is not None]
+        analysed = crossover.analyse(arms, selector, factor, stats.confidence)
+        crossovers = [c for c in analysed if c.candidate not in adaptive]
         for result in crossovers:
-            candidate = next(iter(families[result.candidate].values()))
-            job = jobs[candidate.run.tags[Tag.config_fingerprint]]
-            result.recommendation = crossover.recommend(result, job.config.speculative)
-            report.console.print(f"[bold]crossover:[/] {result.statement}")
-            report.console.print(f"recommended switch-off: {json.dumps(result.recommendation)}")
+            result.recommendation = crossover.recommend(result, speculative(result.candidate))
+            report.console.print(f"[bold]crossover:[/] {escape(result.statement)}")
+            report.console.print(
+                f"recommended switch-off: {escape(json.dumps(result.recommendation))}"
+            )
+        for name in adaptive:
+            spec = speculative(name)
+            static = dataclasses.replace(spec, switch_off_at=None)
+            for result in crossovers:
+                if speculative(result.candidate) == static:
+                    values = {
+                        family: {level: arm.values for level, arm in families[family].items()}
+                        for family in (name, result.candidate, result.baseline)
+                    }
+                    check = crossover.check_switch_off(
+                        (name, values[name]),
+                        (result.candidate, values[result.candidate]),
+                        (result.baseline, values[result.baseline]),
+                        spec.switch_off_at or 0,
+                        stats.confidence,
+                        stats.threshold,
+                    )
+                    checks.append(check)
+                    report.print_switch_off(check)
         if crossovers:
-            publish.log_crossover(parent, families, crossovers, factor)
+            publish.log_crossover(parent, families, crossovers, factor, checks)
     document = {
         "parent_run_id": parent.run_id,
         "failed_jobs": len(failed),
         "server_launches": launched,
         "crossovers": [c.to_json() for c in crossovers],
+        "switch_off_checks": [c.to_json() for c in checks],
         "baseline": baseline,
         "order": order,
         "arms": [a.to_json() for a in arms],
@@ -440,10 +470,14 @@ def sweep_report(
         "skipped": skipped,
         "notes": notes,
     }
-    markdown = f"Order: {order}.\n\n" + (
-        report.comparison_markdown(arms, comparisons, Metric.tok_per_s)
-        if arms
-        else "No finished runs.\n"
+    markdown = (
+        f"Order: {order}.\n\n"
+        + (
+            report.comparison_markdown(arms, comparisons, Metric.tok_per_s)
+            if arms
+            else "No finished runs.\n"
+        )
+        + "".join("\n" + report.switch_off_markdown(c) for c in checks)
     )
     publish.log_report(
         parent, document, markdown, arms, comparisons, Metric.tok_per_s, folder="sweep_report"

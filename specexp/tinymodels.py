@@ -23,6 +23,7 @@ import shutil
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Optional
 
 import gguf
 import numpy as np
@@ -88,12 +89,12 @@ class ModelFormat(StrEnum):
 class TinyPairPaths:
     target: Path
     draft: Path
+    # An EAGLE-3 head for the target (Hugging Face format only): seeded, untrained weights.
+    eagle3: Optional[Path] = None
 
     def exist(self) -> bool:
-        return all(
-            (p / "config.json" if p.suffix != ".gguf" else p).is_file()
-            for p in (self.target, self.draft)
-        )
+        paths = (self.target, self.draft, *([self.eagle3] if self.eagle3 else []))
+        return all((p / "config.json" if p.suffix != ".gguf" else p).is_file() for p in paths)
 
 
 def pair_paths(
@@ -103,7 +104,11 @@ def pair_paths(
     deterministic, so a dry run can print it."""
     directory = Path(cache_dir or _DEFAULT_CACHE) / f"tiny-pair-{spec.fingerprint()}"
     if model_format == ModelFormat.hf:
-        return TinyPairPaths(target=directory / "target-hf", draft=directory / "draft-hf")
+        return TinyPairPaths(
+            target=directory / "target-hf",
+            draft=directory / "draft-hf",
+            eagle3=directory / "eagle3-hf",
+        )
     return TinyPairPaths(target=directory / "target.gguf", draft=directory / "draft.gguf")
 
 
@@ -125,9 +130,21 @@ def ensure_pair(
         partial = path.with_name(path.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         write(partial, spec, embeddings, layers[:n_layers], name=path.stem)
-        partial.replace(path)
+        _move_into_place(partial, path)
+    if paths.eagle3:
+        partial = paths.eagle3.with_name(paths.eagle3.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        _write_eagle3_head(partial, spec, paths.target)
+        _move_into_place(partial, paths.eagle3)
     (paths.target.parent / "spec.json").write_text(json.dumps(dataclasses.asdict(spec), indent=2))
     return paths
+
+
+def _move_into_place(partial: Path, path: Path) -> None:
+    """Replace ``path`` (a file, or a directory left by an older layout) with ``partial``."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    partial.replace(path)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -277,6 +294,49 @@ def _write_hf(
     )
 
 
+def _write_eagle3_head(directory: Path, spec: TinyPairSpec, target: Path) -> None:
+    """An EAGLE-3 draft head for ``target`` in the layout of published EAGLE-3 checkpoints:
+    one decoder layer over [token embedding; fused low/mid/high target hidden states], its
+    own norm and LM head. Its weights are seeded and untrained, so EAGLE-3 runs for real
+    (drafts proposed and verified) and its drafts are rarely accepted; the padded pair's
+    draft model is the one that is always right."""
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng([spec.seed, 3])
+    n_embd, n_ff = spec.embedding_length, spec.feed_forward_length
+
+    def dense(rows: int, cols: int) -> np.ndarray:
+        return rng.normal(0, cols**-0.5, (rows, cols)).astype(np.float16)
+
+    ones = np.ones(n_embd, dtype=np.float16)
+    tensors = {
+        "fc.weight": dense(n_embd, 3 * n_embd),
+        "midlayer.input_layernorm.weight": ones,
+        "midlayer.hidden_norm.weight": ones,
+        "midlayer.self_attn.q_proj.weight": dense(n_embd, 2 * n_embd),
+        "midlayer.self_attn.k_proj.weight": dense(n_embd, 2 * n_embd),
+        "midlayer.self_attn.v_proj.weight": dense(n_embd, 2 * n_embd),
+        "midlayer.self_attn.o_proj.weight": dense(n_embd, n_embd),
+        "midlayer.post_attention_layernorm.weight": ones,
+        "midlayer.mlp.gate_proj.weight": dense(n_ff, n_embd),
+        "midlayer.mlp.up_proj.weight": dense(n_ff, n_embd),
+        "midlayer.mlp.down_proj.weight": dense(n_embd, n_ff),
+        "norm.weight": ones,
+        "lm_head.weight": dense(spec.vocab_size, n_embd),
+    }
+    safetensors.numpy.save_file(tensors, str(directory / "model.safetensors"))
+    config = json.loads((target / "config.json").read_text())
+    config.update(
+        architectures=["LlamaForCausalLMEagle3"],
+        num_hidden_layers=1,
+        draft_vocab_size=spec.vocab_size,
+        target_hidden_size=n_embd,
+        name_or_path="specexp-tiny-eagle3",
+    )
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(target / name, directory / name)
+
+
 def _write_gguf(
     path: Path,
     spec: TinyPairSpec,
@@ -340,6 +400,8 @@ def main(argv: list[str] | None = None) -> None:
     cache_dir, model_format = args.pop("out"), args.pop("format")
     paths = ensure_pair(TinyPairSpec(**args), model_format, cache_dir)
     print(f"target: {paths.target}\ndraft:  {paths.draft}")
+    if paths.eagle3:
+        print(f"EAGLE-3 head (untrained): {paths.eagle3}")
 
 
 if __name__ == "__main__":

@@ -13,8 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
+try:
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+except ModuleNotFoundError:  # a node without MLflow: runs go to the offline journal
+    MlflowClient = None  # type: ignore[assignment,misc]
 
 from specexp.analysis import CALIBRATION_MIN_LAUNCHES
 from specexp.results import JobRun, RunKind, Tag, launch_metric
@@ -71,6 +74,8 @@ class TrackingStore:
     def __init__(self, uri: Optional[str], experiment: str, create: bool = True):
         _client_defaults()
         self.uri, artifact_root = tracking_uri(uri)
+        if MlflowClient is None:
+            raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow")
         self.client = MlflowClient(tracking_uri=self.uri)
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None:

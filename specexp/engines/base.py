@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import cache
-from typing import Any, ClassVar, Optional, Sequence, Union
+from typing import Any, ClassVar, Mapping, Optional, Sequence, Union
 
 from specexp.measurements import RunResult
 from specexp.schemas import (
@@ -131,6 +131,9 @@ class Engine:
     metrics_path: ClassVar[Optional[str]] = "/metrics"
     # Prometheus counters: {our name: metric name}; deltas over a measured run are logged.
     speculative_counters: ClassVar[dict[str, str]] = {}
+    # The server's own accounting of tokens and time, cumulative Prometheus series:
+    # {our name: metric name}; :meth:`server_accounting` reads their deltas over a run.
+    accounting_counters: ClassVar[dict[str, str]] = {}
     # Single-process engines cannot honour tensor parallelism or an allreduce backend.
     multi_gpu: ClassVar[bool] = True
     # The server is a module of the stack's Python interpreter (else a native binary).
@@ -144,6 +147,8 @@ class Engine:
     stack_packages: ClassVar[dict[str, str]] = {}
     # The server runs on the stack's PyTorch (its CUDA and GPUs are read through it).
     runs_on_torch: ClassVar[bool] = True
+    # The server takes a per-batch-size drafting setting at launch (speculative.switch_off_at).
+    dynamic_speculation: ClassVar[bool] = False
 
     def validate(self, server: ServerSettings) -> None:
         """Reject what this engine cannot honour, naming the option and the valid choices."""
@@ -169,6 +174,11 @@ class Engine:
         ):
             raise ConfigError(
                 f"allreduce_backend.torch_symm_mem=true is not supported by engine={self.name}"
+            )
+        if server.speculative.switch_off_at is not None and not self.dynamic_speculation:
+            raise ConfigError(
+                f"speculative.switch_off_at is not supported by engine={self.name}: it has no "
+                "per-batch-size drafting setting that specexp composes; leave it null"
             )
         tp = server.engine.tensor_parallel_size
         if not self.multi_gpu and tp != 1:
@@ -293,6 +303,17 @@ class Engine:
             f"{threshold} concurrent streams"
         }
 
+    def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]:
+        """What the server says of a run, from its accounting counters' deltas, in the
+        client's terms: output_tokens, and the means of ttft_s, tpot_s and e2e_s per request
+        (and step_s per engine step) where the server keeps them as histogram sum and count."""
+        figures = {"output_tokens": deltas["output_tokens"]} if "output_tokens" in deltas else {}
+        for name in ("ttft_s", "tpot_s", "e2e_s", "step_s"):
+            count = deltas.get(f"{name}_count")
+            if count:
+                figures[f"{name}_mean"] = deltas[f"{name}_sum"] / count
+        return figures
+
     def completion_request(
         self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
@@ -350,20 +371,38 @@ def last_line(text: str) -> str:
 
 
 def speculation_from_counters(server: ServerSettings, runs: Sequence[RunResult]) -> Setting:
-    """Speculation engaged when the server's draft counters moved during the measured runs."""
-    method = server.speculative.method
+    """Speculation engaged when the server's draft counters moved during the measured runs.
+    With dynamic speculation (switch_off_at) at a level where batches hold that many requests,
+    engaged means the switch: drafts are then rare (only while a run's batch fills or drains)."""
+    spec = server.speculative
     measured = [r for r in runs if not r.warmup]
     if not measured or not any(r.counter_deltas for r in measured):
-        return Setting(method, "", Engagement.unknown, "no speculative counters in /metrics")
+        return Setting(spec.method, "", Engagement.unknown, "no speculative counters in /metrics")
     drafts = sum(r.counter_deltas.get("drafts", 0.0) for r in measured)
+    evidence = f"draft counter delta over the measured runs: {drafts:.0f}"
+    if spec.switch_off_at is not None and server.streams >= spec.switch_off_at:
+        tokens = sum(r.output_tokens for r in measured)
+        switched_off = drafts <= _STRAGGLER_DRAFTS * tokens
+        return Setting(
+            spec.method,
+            f"{drafts:.0f} drafts for {tokens} tokens (switched off from {spec.switch_off_at} "
+            "requests per batch)",
+            Engagement.engaged if switched_off else Engagement.not_engaged,
+            f"{evidence}; switched off means at most {_STRAGGLER_DRAFTS:.0%} of the tokens",
+        )
     drafting = drafts > 0
-    wanted = method != SpeculativeMethod.none
+    wanted = spec.method != SpeculativeMethod.none
     return Setting(
-        method,
+        spec.method,
         f"{drafts:.0f} drafts",
         Engagement.engaged if drafting == wanted else Engagement.not_engaged,
-        f"draft counter delta over the measured runs: {drafts:.0f}",
+        evidence,
     )
+
+
+# Drafts per generated token still expected with drafting switched off at the level run:
+# only steps whose batch is below the threshold (a run's first and last steps) draft.
+_STRAGGLER_DRAFTS = 0.05
 
 
 @cache

@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from specexp.engines.base import (
     Engagement,
@@ -85,7 +85,19 @@ class LlamaCppEngine(Engine):
         "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
         "accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
     }
+    accounting_counters = {
+        "output_tokens": "llamacpp:tokens_predicted_total",
+        # Each slot's generation time, added up when it finishes.
+        "decode_s": "llamacpp:tokens_predicted_seconds_total",
+    }
     _flash_attn = {"auto": "auto", "flash_attn": "on", "no_flash_attn": "off"}
+
+    def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]:
+        """Tokens, and generation time per token: llama.cpp keeps no TTFT or latency series."""
+        figures = super().server_accounting(deltas)
+        if deltas.get("output_tokens") and "decode_s" in deltas:
+            figures["tpot_s_mean"] = deltas["decode_s"] / deltas["output_tokens"]
+        return figures
 
     def detect_version(self, server: ServerSettings) -> Optional[str]:
         """``llama-server --version`` of the stack's binary (its build number and commit)."""

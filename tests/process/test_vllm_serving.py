@@ -83,6 +83,19 @@ def test_a_vllm_run_lands_finished_with_vllms_own_figures(ngram_run):
         assert name in metrics, name
 
 
+def test_the_clients_figures_agree_with_vllms_own_accounting(ngram_run):
+    """vLLM's counters over the measured runs: the same tokens the client received, and a
+    TTFT and end-to-end latency inside the client's, which also cover the HTTP exchange,
+    the server's detokenization and streaming (README: metric definitions)."""
+    run, _ = ngram_run
+    metrics = run.data.metrics
+    assert metrics["server_output_tokens_total"] == metrics["output_tokens_total"] > 0
+    assert 0 < metrics["server_ttft_s_mean"] < metrics["ttft_s_mean"]
+    assert 0 < metrics["server_e2e_s_mean"] < metrics["e2e_s_mean"]
+    assert metrics["server_tpot_s_mean"] > 0 and metrics["server_step_s_mean"] > 0
+    assert "tokens were lost" not in run.data.tags.get("warnings", "")
+
+
 def test_vllm_tokens_are_counted_per_event_not_per_event_count(ngram_run):
     """Every request returns its tokens (EOS ignored), one ITL per token after the first;
     with n-gram drafts accepted some events carry several tokens, so there are fewer chunk
@@ -113,6 +126,51 @@ def test_a_real_vllm_ab_gets_a_verdict_from_compare(ab):
     assert comparison["verdict"] in (FASTER, SLOWER, EQUIVALENT, INCONCLUSIVE, CONFOUNDED)
     assert 0 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
     assert 0 <= comparison["p_welch"] <= 1
+
+
+@pytest.fixture(scope="module")
+def dynamic(tmp_path_factory):
+    """EAGLE-3 with the generated target's untrained head, and the draft model switched off
+    from 2 requests per batch (num_speculative_tokens_per_batch_size), at 1 and 4 streams."""
+    vllm_python()
+    tmp = tmp_path_factory.mktemp("vllm-dynamic")
+    env = store_env(tmp)
+    result = run_cli(
+        "-m",
+        *VLLM,
+        "speculative=eagle3,draft_switch_off",
+        "multirun.switch_off_at=2",
+        "concurrency.streams=1,4",
+        "workload.max_tokens=32",
+        "stats.warmup_runs=1",
+        "stats.measured_runs=2",
+        cwd=tmp,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {r.data.tags["mlflow.runName"]: r for r in runs_in(env["MLFLOW_TRACKING_URI"])}
+
+
+def test_eagle3_runs_on_vllms_cpu_path_with_acceptance_from_its_counters(dynamic):
+    run = dynamic["speculative=eagle3 concurrency.streams=1"]
+    tags, metrics = run.data.tags, run.data.metrics
+    assert run.info.status == "FINISHED"
+    assert tags["engaged.speculative"] == "engaged", tags.get("effective.speculative")
+    # An untrained head: its drafts are verified and (nearly) all rejected.
+    assert metrics["acceptance_rate_mean"] < 0.5
+
+
+def test_a_draft_switched_off_from_two_requests_drafts_only_below_that(dynamic):
+    """vLLM serves the schedule as composed (/server_info), drafts at one stream (every
+    draft accepted: the padded pair) and, at four, hardly at all - as the switch says."""
+    alone = dynamic["speculative=draft_switch_off concurrency.streams=1"]
+    batched = dynamic["speculative=draft_switch_off concurrency.streams=4"]
+    for run in (alone, batched):
+        assert run.data.tags["engaged.speculative"] == "engaged", run.data.tags
+        assert run.data.tags["engaged.resolution"] == "engaged", run.data.tags
+    assert alone.data.metrics["acceptance_rate_mean"] > 0.9
+    assert "switched off from 2 requests" in batched.data.tags["effective.speculative"]
 
 
 def vllm_processes() -> list[psutil.Process]:

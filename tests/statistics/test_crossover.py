@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from specexp.crossover import find_crossover, recommend
+from specexp.crossover import check_switch_off, find_crossover, recommend
 from specexp.schemas import SpeculativeConfig
 from tests import noise
 
@@ -83,3 +83,32 @@ def test_the_interval_covers_the_true_crossover_mid_range_and_near_the_edge():
                     high = result.ci_high if result.ci_high is not None else math.inf
                     covered += result.ci_low <= crossing <= high
                 assert covered / trials >= 0.93, (crossing, cv, n, covered / trials)
+
+
+def test_switch_off_check_says_behind_only_where_the_adaptive_arm_is_slower():
+    """Seeded Monte Carlo: speculation pays below concurrency 8 and costs 20% above it. An
+    adaptive arm that switches off at 8 follows the faster fixed arm everywhere and is called
+    behind at some level in at most 5% of sweeps (the intervals hold together over the
+    levels); one that keeps drafting (switched off too late, at 64) is caught behind at 16
+    and 32 in at least 90% of sweeps."""
+    rng = np.random.default_rng(5)
+    trials, false_alarms, caught = 200, 0, 0
+    for _ in range(trials):
+
+        def family(ratio_at, n=5, cv=0.03):
+            return {c: noise.runs(rng, 100 * c**0.5 * ratio_at(c), n, cv) for c in LEVELS[:6]}
+
+        static = family(lambda c: 1.5 if c < 8 else 0.8)
+        base = family(lambda c: 1.0)
+        right = family(lambda c: 1.5 if c < 8 else 1.0)
+        late = family(lambda c: 1.5 if c < 8 else 0.8)
+        checks = [
+            check_switch_off((name, adaptive), ("draft", static), ("none", base), at, 0.95, 0.02)
+            for name, adaptive, at in (("right", right, 8), ("late", late, 64))
+        ]
+        false_alarms += "behind" in checks[0].outcomes
+        outcomes = dict(zip(checks[1].levels, checks[1].outcomes, strict=True))
+        caught += outcomes[16] == outcomes[32] == "behind"
+        assert checks[0].followed == ["draft"] * 3 + ["none"] * 3
+    assert false_alarms / trials <= 0.05
+    assert caught / trials >= 0.9

@@ -16,7 +16,7 @@ from tests.conftest import REPO
 LAYERS = [
     ["", "schemas", "tinymodels", "measurements", "redaction", "stats"],
     ["engines", "engines.base", "engines.llamacpp", "engines.sglang", "engines.vllm"],
-    ["leases", "capture", "job"],
+    ["leases", "capture", "telemetry", "job"],
     ["server", "client"],
     ["results", "analysis", "crossover"],
     ["tracking", "plots", "report"],

