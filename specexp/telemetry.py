@@ -103,16 +103,19 @@ def _process_name(pid: int) -> str:
 
 
 def _tree_cpu_seconds(roots: Sequence[psutil.Process]) -> tuple[float, set[int]]:
-    """CPU seconds used so far by ``roots`` and their descendants, and their pids."""
-    seconds, pids = 0.0, set()
+    """CPU seconds used so far by ``roots`` and their descendants (each process once: the
+    server is a root and specexp's child), and their pids."""
+    processes: dict[int, psutil.Process] = {}
     for root in roots:
         with contextlib.suppress(psutil.Error):
             for process in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.Error):
-                    times = process.cpu_times()
-                    seconds += times.user + times.system
-                    pids.add(process.pid)
-    return seconds, pids
+                processes[process.pid] = process
+    seconds = 0.0
+    for process in processes.values():
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            seconds += times.user + times.system
+    return seconds, set(processes)
 
 
 @dataclass
@@ -152,7 +155,7 @@ class Monitor:
                 Sample(
                     time_unix=time.time(),
                     busy_cores=(busy - last_busy) / elapsed,
-                    other_cores=max(0.0, (busy - last_busy) - (ours - last_ours)) / elapsed,
+                    other_cores=max(0.0, (busy - last_busy) - max(0.0, ours - last_ours)) / elapsed,
                     gpus=gpus,
                 )
             )

@@ -219,6 +219,14 @@ class LlamaCppEngine(Engine):
             "--log-verbosity",
             "4",
         ]
+        if engine.gpus:
+            # On its leased GPU: every layer offloaded, the draft's too.
+            argv += ["--n-gpu-layers", "all"]
+            if spec.method in (SpeculativeMethod.draft, SpeculativeMethod.eagle3):
+                argv += ["--spec-draft-ngl", "all"]
+        else:
+            # A CPU server, also from a build with GPU backends (which offload by default).
+            argv += ["--device", "none"]
         if spec.method == "draft":
             argv += [
                 "--model-draft",

@@ -57,6 +57,19 @@ def test_run_lands_in_mlflow_with_params_metrics_tags(draft_run):
     assert tags["engine_version"] != "unknown" and len(tags["git_commit"]) >= 7 and tags["host"]
 
 
+def test_the_clients_figures_agree_with_llamacpps_own_accounting(draft_run):
+    """llama.cpp's /metrics over the measured runs: the tokens the client received, and a
+    generation time per token that the client's time per output token must cover (it adds
+    the HTTP exchange and streaming; llama.cpp keeps no TTFT or latency series)."""
+    run, _, _ = draft_run
+    metrics = run.data.metrics
+    assert metrics["server_output_tokens_total"] == metrics["output_tokens_total"] == 3 * 256
+    assert 0 < metrics["server_tpot_s_mean"]
+    assert metrics["server_tpot_s_mean"] < 1.5 * metrics["tpot_s_mean"]
+    # The telemetry of every measured run: the machine's cores, and those not ours.
+    assert metrics["cpu_busy_cores"] > 0 and "cpu_other_cores" in metrics
+
+
 def test_each_measured_run_is_a_step(draft_run):
     run, _, tmp = draft_run
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
