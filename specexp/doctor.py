@@ -153,17 +153,21 @@ def _gpu_checks(job: Job) -> list[Check]:
     tp = cfg.engine.tensor_parallel_size
     hardware = capture.hardware()
     gpus = int(hardware["gpu_count"])
-    if not engine.multi_gpu:
-        checks = [Check("GPUs", SKIP, f"engine={engine.name} runs on the CPU here")]
+    # A multi-GPU engine needs its tensor-parallel GPUs; a single-process one the GPUs it
+    # is given (engine.gpus: llama.cpp offloading to one); none on a CPU-only stack.
+    needed = 0 if cfg.stack.cpu_only else max(cfg.engine.gpus, tp if engine.multi_gpu else 0)
+    if not needed:
+        checks = [Check("GPUs", SKIP, f"engine={engine.name} serves on the CPU (engine.gpus=0)")]
     else:
+        why = f"tensor parallel {tp}" if engine.multi_gpu else f"engine.gpus={needed}"
         checks = [
             Check(
                 "GPUs",
-                PASS if gpus >= tp else FAIL,
-                f"{gpus} visible, tensor parallel {tp} needs {tp}"
+                PASS if gpus >= needed else FAIL,
+                f"{gpus} visible, {why} needs {needed}"
                 + (
                     ""
-                    if gpus >= tp
+                    if gpus >= needed
                     else ": run on a node with enough GPUs, or check CUDA_VISIBLE_DEVICES"
                 ),
             )

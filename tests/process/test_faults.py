@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra.errors import HydraException
@@ -163,12 +164,9 @@ def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_e
     assert nothing_tracked(tmp_path)
 
 
-def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
-    result = run_cli(*QUICK, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
-    assert result.returncode == 0, result.stdout[-2000:]
-    assert (
-        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
-    )
+def upload_the_journal(tmp_path: Path) -> tuple[str, Any]:
+    """`python -m specexp.upload` on the one journaled job under ``tmp_path``, into a new
+    store: its URI and the finished run."""
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
     uri = f"sqlite:///{tmp_path / 'later.db'}"
     upload = run_cli(
@@ -177,9 +175,32 @@ def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
     assert run.info.status == "FINISHED" and run.data.metrics["tok_per_s_mean"] > 0
+    return uri, run
+
+
+def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
+    result = run_cli(*QUICK, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert (
+        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
+    )
+    uri, run = upload_the_journal(tmp_path)
     assert {"requests.jsonl", "server.log"} <= {
         a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
     }
+
+
+def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_path):
+    """MLflow cannot be imported at all (a GPU node it was not carried to): the run measures
+    all the same, journals to its output directory, and specexp.upload logs it where MLflow is."""
+    blocker = tmp_path / "no_mlflow"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text("import sys\nsys.modules['mlflow'] = None\n")
+    path = os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))
+    result = run_cli(*QUICK, cwd=tmp_path, env={"PYTHONPATH": path})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "MLflow is not installed here" in result.stdout
+    upload_the_journal(tmp_path)
 
 
 def test_secret_looking_values_are_redacted_everywhere(tmp_path, tracking_env):

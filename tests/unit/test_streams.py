@@ -1,6 +1,6 @@
-"""Each engine's stream parsing, on recorded streams: a real llama.cpp stream (recorded from
-llama-server with the generated pair and a draft), and SGLang's and vLLM's streams as their
-servers write them (composed from their code; SGLang cannot serve here). Events are replayed
+"""Each engine's stream parsing, on recorded streams: real llama.cpp and vLLM streams (recorded
+from their servers with the generated pair and a draft), and SGLang's as its server writes
+it (composed from its code; SGLang cannot serve here). Events are replayed
 10 ms apart, so every timing is known exactly."""
 
 from __future__ import annotations
@@ -58,12 +58,14 @@ def test_sglang_counts_cumulative_tokens_and_reads_meta_info():
     }
 
 
-def test_vllm_times_events_and_takes_the_count_from_usage():
-    record = replay("vllm", "vllm_completions.sse")
-    assert record.ok and record.output_tokens == 10 and record.prompt_tokens == 6
-    assert record.events == 5 and record.ttft_s == pytest.approx(GAP_S)
-    # No per-event token counts: one latency per event, not per token.
-    assert record.itl_s == pytest.approx([GAP_S] * 3)
+def test_vllm_counts_tokens_per_event_from_its_continuous_usage():
+    """A real vLLM stream with a draft model: events carry 1, 5, 5 and 1 tokens."""
+    record = replay("vllm", "vllm_draft.sse")
+    assert record.ok and record.output_tokens == 12 and record.prompt_tokens == 8
+    assert record.ttft_s == pytest.approx(GAP_S)
+    # One latency per token after the first: a five-token event shares its gap five ways.
+    assert record.itl_s == pytest.approx([GAP_S / 5] * 10 + [GAP_S])
+    assert record.chunk_gaps_s == pytest.approx([GAP_S] * 3)
 
 
 def test_a_stream_without_the_final_count_is_not_a_finished_request():
