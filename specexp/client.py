@@ -17,7 +17,7 @@ import aiohttp
 import orjson
 import uvloop
 
-from specexp.engines.base import Engine, Prompt, parse_prometheus
+from specexp.engines.base import Engine, Prompt, is_local, parse_prometheus
 from specexp.measurements import RequestRecord, RunResult
 from specexp.schemas import PREFIX_WORDS, ConcurrencyConfig, ServerSettings, WorkloadConfig
 
@@ -156,7 +156,7 @@ class LoadClient:
         return {**self.__dict__, "_pool": None}  # a worker gets the client, not the pool
 
     def session(self) -> aiohttp.ClientSession:
-        return session(headers=self.headers)
+        return session(headers=self.headers, trust_env=not is_local(self.base_url))
 
     def close(self) -> None:
         """End the worker processes, if any."""
@@ -359,12 +359,18 @@ def _worker_streams(
 
 
 def session(
-    timeout_s: Optional[float] = None, headers: Optional[dict[str, str]] = None
+    timeout_s: Optional[float] = None,
+    headers: Optional[dict[str, str]] = None,
+    trust_env: bool = False,
 ) -> aiohttp.ClientSession:
-    """A session without total timeout (a 2048-token request is long); stalls are per read."""
+    """A session without total timeout (a 2048-token request is long); stalls are per read.
+    ``trust_env``: through $HTTP_PROXY and the like (for a server specexp did not start)."""
     connector = aiohttp.TCPConnector(limit=0)
     return aiohttp.ClientSession(
-        connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s), headers=headers
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+        headers=headers,
+        trust_env=trust_env,
     )
 
 

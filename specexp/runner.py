@@ -27,7 +27,7 @@ from specexp.engines.base import Engagement, Engine, LaunchSpec, Setting
 from specexp.job import Job
 from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
 from specexp.measurements import RunResult
-from specexp.redaction import redact_env
+from specexp.redaction import redact_env, redact_text, redact_tree
 from specexp.results import (
     Artifact,
     Metric,
@@ -41,10 +41,10 @@ from specexp.schemas import ConfigError, RunConfig
 from specexp.server import POOL, ExternalServer, ServerError, ServerProcess
 from specexp.stats import Summary, percentiles, summarize, variance_components, warnings_for
 from specexp.tinymodels import ensure_pair
-from specexp.tracking import OfflineRun, RunLog, TrackingStore, flatten
+from specexp.tracking import FailoverRun, OfflineRun, TrackingStore, flatten
 
 # Where a job's run is logged: the store, or a journal when the store cannot be reached.
-Tracking = Union[RunLog, OfflineRun]
+Tracking = Union[FailoverRun, OfflineRun]
 
 
 @dataclass
@@ -263,17 +263,19 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         result.status = "FINISHED"
         report.print_summary(cfg, result.summary, metrics, notes, result.runs)
         if session.tracker:
-            report.console.print(f"MLflow: run {session.tracker.run_id} in {session.tracker.uri}")
+            report.console.print(
+                f"MLflow: run {session.tracker.run_id} in {redact_text(session.tracker.uri)}"
+            )
     except ServerError as exc:
         result.error = str(exc)
-        report.console.print(f"[red]server failed:[/] {exc}\n[dim]{exc.log_tail}[/]")
+        report.console.print(
+            f"[red]server failed:[/] {escape(redact_text(str(exc)))}\n"
+            f"[dim]{escape(redact_text(exc.log_tail))}[/]"
+        )
         if session.tracker:
             session.tracker.set_tags({Tag.failure: exc.reason[:500] or str(exc)[:500]})
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
         result.status, result.error = "KILLED", "interrupted"
-        report.console.print(
-            "[yellow]interrupted:[/] the server was stopped; records so far are kept"
-        )
         raise
     except Exception as exc:  # the run is marked failed; what was measured stays on disk
         result.error = f"{type(exc).__name__}: {exc}"
@@ -335,9 +337,22 @@ def _close(session: JobSession) -> None:
     """Stop the job's own server if it still runs, log its files, end its run."""
     if session.server is not None:
         _stop_own_server(session)
+    for log in session.server_logs:
+        _redact_file(log)
     if session.tracker:
         session.tracker.log_artifacts([*session.files.values(), *session.server_logs])
         session.tracker.end(session.result.status)
+
+
+def _redact_file(path: Path) -> None:
+    """Credentials in URLs out of a server's log before it is copied anywhere. Rewritten only
+    when it holds some; a server still running appends after (its log is opened to append)."""
+    if not path.exists():
+        return
+    text = path.read_text(errors="replace")
+    redacted = redact_text(text)
+    if redacted != text:
+        path.write_text(redacted)
 
 
 def _measure_part(session: JobSession, launch: int, runs: range) -> None:
@@ -612,7 +627,7 @@ def redacted_config(cfg: RunConfig) -> dict:
     data = json.loads(json.dumps(dataclasses.asdict(cfg)))  # enums become their values
     for group in ("stack", "engine"):
         data[group]["env"] = redact_env(data[group]["env"])
-    return data
+    return redact_tree(data)
 
 
 def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
@@ -629,18 +644,34 @@ def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
     tags = run_tags(job)
     try:
         store = TrackingStore(cfg.tracking.uri, cfg.tracking.experiment)
-        tracker: Tracking = store.start_run(name, tags, parent_run_id=cfg.multirun.parent_run_id)
-        uri = store.uri
+        uri = redact_text(store.uri)
+        journal = output_dir / Artifact.offline_journal
+
+        def failed_over(reason: str) -> None:
+            report.console.print(
+                f"[bold yellow]MLflow store failed mid-run[/] ({uri}: {escape(reason[:200])}): "
+                f"the rest of this run goes to {journal}; complete it later with:\n"
+                f"  python -m specexp.upload {output_dir} [--tracking-uri URI]"
+            )
+
+        tracker: Tracking = FailoverRun(
+            store.start_run(name, tags, parent_run_id=cfg.multirun.parent_run_id),
+            journal,
+            failed_over,
+        )
     except Exception as exc:  # any failure to reach the store: keep measuring, upload later
         journal = output_dir / Artifact.offline_journal
-        uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
+        uri = redact_text(
+            cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI") or "the default store"
+        )
         problem = (
             "MLflow is not installed here"
             if isinstance(exc, ModuleNotFoundError) and exc.name == "mlflow"
             else "MLflow store unreachable"
         )
         report.console.print(
-            f"[bold yellow]{problem}[/] ({uri}: {escape(str(exc).splitlines()[0][:200])}). "
+            f"[bold yellow]{problem}[/] ({uri}: "
+            f"{escape(redact_text(str(exc).splitlines()[0][:200]))}). "
             f"Measurements stay in {output_dir}; upload them later with:\n"
             f"  python -m specexp.upload {output_dir} [--tracking-uri URI]"
         )
@@ -648,7 +679,7 @@ def _start_tracking(job: Job, output_dir: Path) -> Optional[Tracking]:
             journal,
             uri,
             cfg.tracking.experiment,
-            str(exc)[:500],
+            redact_text(str(exc)[:500]),
             name,
             tags,
             cfg.multirun.parent_run_id,

@@ -21,7 +21,7 @@ from typing import Callable, Optional, Sequence
 
 import psutil
 
-from specexp.engines.base import LaunchSpec
+from specexp.engines.base import LaunchSpec, urlopen
 from specexp.leases import Lease
 
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
@@ -88,7 +88,7 @@ def healthy(url: str, headers: Optional[dict[str, str]] = None) -> bool:
     """The health endpoint answers 200 (not listening yet, or 503 while loading: False)."""
     try:
         request = urllib.request.Request(url, headers=headers or {})
-        with urllib.request.urlopen(request, timeout=2) as response:
+        with urlopen(request, timeout=2) as response:
             return response.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False

@@ -35,6 +35,7 @@ from specexp.analysis import (
 )
 from specexp.job import Job, prepare
 from specexp.launchers import LauncherKind, launcher_kind
+from specexp.redaction import redact_text
 from specexp.results import Metric, RunKind, Tag
 from specexp.schemas import ConfigError, JobOrder, SpeculativeConfig
 from specexp.server import POOL
@@ -343,7 +344,7 @@ def run_sweep(
                 Tag.order: str(settings.order),
             },
         )
-        parent.log_params({"overrides": " ".join(sys.argv[1:])})
+        parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
     status, returns = "FAILED", []
     try:
         extra = launchers.job_overrides(launcher, store.uri if store else uri)

@@ -11,7 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 try:
     from mlflow.entities import Metric, Param, RunTag
@@ -20,6 +20,7 @@ except ModuleNotFoundError:  # a node without MLflow: runs go to the offline jou
     MlflowClient = None  # type: ignore[assignment,misc]
 
 from specexp.analysis import CALIBRATION_MIN_LAUNCHES
+from specexp.redaction import redact_text
 from specexp.results import JobRun, RunKind, Tag, launch_metric
 from specexp.results import Metric as ResultMetric
 
@@ -77,6 +78,7 @@ class TrackingStore:
         if MlflowClient is None:
             raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow")
         self.client = MlflowClient(tracking_uri=self.uri)
+        self.experiment_name = experiment
         existing = self.client.get_experiment_by_name(experiment)
         if existing is not None:
             self.experiment_id = existing.experiment_id
@@ -221,18 +223,27 @@ class OfflineRun:
         uri: str,
         experiment: str,
         reason: str,
-        run_name: str,
-        tags: dict[str, str],
-        parent_run_id: Optional[str],
+        run_name: str = "",
+        tags: Optional[dict[str, str]] = None,
+        parent_run_id: Optional[str] = None,
+        continues: Optional[str] = None,
     ):
+        """A new run (``run_name``, ``tags``, ``parent_run_id``), or the rest of the run
+        ``continues`` that the store stopped taking mid-run."""
         self.path, self.uri = journal, uri
         self.journal: dict[str, Any] = {
             "tracking_uri": uri,
             "experiment": experiment,
             "reason": reason,
-            "start": [run_name, tags, parent_run_id],
+            **(
+                {"continues": continues}
+                if continues
+                else {"start": [run_name, tags or {}, parent_run_id]}
+            ),
             "calls": [],
         }
+        if continues:
+            self.run_id = continues
         self._write()
 
     def _write(self) -> None:
@@ -258,11 +269,59 @@ class OfflineRun:
         self._record("end", status)
 
 
+class FailoverRun:
+    """A run's log that outlives its store: the first call the store fails (a tracking server
+    killed mid-run) and every call after it go to a journal beside the measurements that
+    continues the run, and ``python -m specexp.upload DIR`` completes it. ``on_failover`` is
+    told why, once."""
+
+    def __init__(self, run: RunLog, journal: Path, on_failover: Callable[[str], None]):
+        self.run, self.journal, self.on_failover = run, journal, on_failover
+        self.run_id, self.uri = run.run_id, run.uri
+        self.offline: Optional[OfflineRun] = None
+
+    def _call(self, name: str, *args: Any) -> None:
+        if self.offline is None:
+            try:
+                getattr(self.run, name)(*args)
+                return
+            except Exception as exc:  # whatever the store's failure, the run goes on
+                reason = redact_text(str(exc).splitlines()[0][:500]) if str(exc) else repr(exc)
+                self.offline = OfflineRun(
+                    self.journal,
+                    redact_text(self.uri),
+                    self.run.store.experiment_name,
+                    reason,
+                    continues=self.run_id,
+                )
+                self.on_failover(reason)
+        getattr(self.offline, name)(*args)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self._call("log_params", params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        self._call("log_metrics", metrics, step)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        self._call("set_tags", tags)
+
+    def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
+        self._call("log_artifacts", list(paths), artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        self._call("end", status)
+
+
 def replay(journal_path: Path, uri: Optional[str] = None) -> str:
-    """Upload an offline journal to MLflow (its own URI, or ``uri``); returns the new run id."""
+    """Upload an offline journal to MLflow (its own URI, or ``uri``): a new run, or the rest
+    of the run it continues; returns the run id."""
     journal = json.loads(journal_path.read_text())
-    run = TrackingStore(uri or journal["tracking_uri"], journal["experiment"]).start_run(
-        *journal["start"]
+    store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
+    run = (
+        store.run(journal["continues"])
+        if "continues" in journal
+        else store.start_run(*journal["start"])
     )
     for name, args in journal["calls"]:
         if name == "log_artifacts":

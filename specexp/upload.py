@@ -4,9 +4,11 @@ measured while the MLflow store was unreachable (their ``mlflow_offline.json`` j
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from specexp.redaction import REDACTED
 from specexp.report import console
 from specexp.results import Artifact
 from specexp.tracking import replay
@@ -19,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "directories", nargs="+", type=Path, help="job output directories (searched recursively)"
     )
-    parser.add_argument("--tracking-uri", help="default: the URI the run was meant for")
+    parser.add_argument(
+        "--tracking-uri",
+        help="default: the URI the run was meant for (journals keep it without credentials: "
+        "give it here when it had them)",
+    )
     args = parser.parse_args(argv)
     journals = [j for d in args.directories for j in sorted(d.rglob(str(Artifact.offline_journal)))]
     if not journals:
@@ -28,6 +34,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     for journal in journals:
+        if (
+            args.tracking_uri is None
+            and REDACTED in json.loads(journal.read_text())["tracking_uri"]
+        ):
+            console.print(
+                f"[red]{journal}: the run was meant for a store whose URI had credentials, which "
+                "were not written down; give it with --tracking-uri[/]"
+            )
+            return 2
         run_id = replay(journal, args.tracking_uri)
         journal.rename(journal.with_name("mlflow_offline.uploaded.json"))  # not uploaded twice
         console.print(f"uploaded {journal.parent} as run {run_id}")

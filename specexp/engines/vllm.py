@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
@@ -14,6 +13,7 @@ from specexp.engines.base import (
     Setting,
     StreamChunk,
     get_json,
+    is_loopback,
     speculation_from_counters,
     stack_env,
     stack_python,
@@ -68,13 +68,6 @@ for flags in json.loads(sys.argv[2]):
     out.append(None if mode == "parse" else resolved)
 print(json.dumps(out))
 """
-
-
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 @dataclass
@@ -172,7 +165,7 @@ class VLLMEngine(Engine):
         if engine.seed is not None:
             argv += ["--seed", str(engine.seed)]
         env = stack_env(server)
-        if _is_loopback(engine.host):
+        if is_loopback(engine.host):
             # For /server_info, the configuration vLLM resolved (checked after the run); it
             # comes with vLLM's other development endpoints, so only on a loopback address.
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}

@@ -25,6 +25,7 @@ from tests.conftest import (
     TINY,
     compose_run,
     is_sweep,
+    mlflow_process,
     nothing_tracked,
     run_cli,
     runs_in,
@@ -143,10 +144,17 @@ def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, track
     assert server_pids() == set()  # the stopped server was woken and stopped
 
 
-def test_interrupt_stops_the_server_and_marks_the_run_killed(tmp_path, tracking_env):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_stops_the_server_and_ends_with_one_line(tmp_path, tracking_env, signum):
+    """Ctrl-C or SIGTERM mid-run: the server stopped, the run KILLED, the records kept - and
+    one line, no traceback, the shell's exit status (130, 143)."""
     process, records = _start_run(tmp_path, tracking_env, *QUICK, "stats.measured_runs=200")
-    process.send_signal(signal.SIGINT)  # Ctrl-C
-    process.communicate(timeout=120)
+    process.send_signal(signum)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 128 + signum, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    (line,) = [line for line in output.splitlines() if "interrupted" in line]
+    assert f"interrupted ({signal.Signals(signum).name})" in line
     assert server_pids() == set()
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
     assert run.info.status == "KILLED"
@@ -190,6 +198,55 @@ def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
     }
 
 
+def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_completed_later(
+    tmp_path,
+):
+    """A real `mlflow server` killed after the run's first measured runs: measuring goes on
+    into the journal, it says so, and specexp.upload completes the same run - every
+    measured run's metrics and the summary in the end, nothing lost."""
+    store = tmp_path / "store"
+    store.mkdir()
+    backend = f"sqlite:///{store / 'mlflow.db'}"
+    with mlflow_process(
+        "server",
+        "--backend-store-uri",
+        backend,
+        "--default-artifact-root",
+        str(store / "artifacts"),
+        "--no-serve-artifacts",
+        "--workers",
+        "1",
+        cwd=store,
+    ) as url:
+        process = start_cli(
+            *QUICK,
+            "workload.max_tokens=128",
+            "stats.warmup_runs=0",
+            "stats.measured_runs=8",
+            cwd=tmp_path,
+            env={"MLFLOW_TRACKING_URI": url},
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 120
+        while not [r for r in runs_in(backend) if "tok_per_s" in r.data.metrics]:
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+    output = process.communicate(timeout=300)[0]  # the server is gone from here on
+    assert process.returncode == 0, output[-3000:]
+    assert "MLflow store failed mid-run" in output, output[-3000:]
+    (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
+    assert "continues" in json.loads(journal.read_text())
+    upload = run_cli(
+        str(journal.parent), "--tracking-uri", backend, cwd=tmp_path, module="specexp.upload"
+    )
+    assert upload.returncode == 0, upload.stdout + upload.stderr
+    (run,) = runs_in(backend)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["measured_runs"] == 8 and "tok_per_s_mean" in run.data.metrics
+    history = MlflowClient(backend).get_metric_history(run.info.run_id, "tok_per_s")
+    assert sorted(m.step for m in history) == list(range(8))
+
+
 def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_path):
     """MLflow cannot be imported at all (a GPU node it was not carried to): the run measures
     all the same, journals to its output directory, and specexp.upload logs it where MLflow is."""
@@ -201,6 +258,52 @@ def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_p
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "MLflow is not installed here" in result.stdout
     upload_the_journal(tmp_path)
+
+
+def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_server(
+    tmp_path, tracking_env
+):
+    """Cluster nodes set proxies: readiness checks, /props and the client still reach the
+    server specexp started on 127.0.0.1 directly."""
+    dead = "http://127.0.0.1:9"
+    names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+    proxies = {n: dead for name in names for n in (name, name.lower())}
+    result = run_cli(*QUICK, cwd=tmp_path, env={**tracking_env, **proxies}, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:]
+    (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["engaged.resolution"] == "engaged"  # /props, read through urllib
+
+
+def test_credentials_in_urls_are_redacted_everywhere_specexp_writes(tmp_path):
+    """Passwords inside URLs - in inherited variables, in config values, in the tracking URI -
+    appear nowhere: not in the output, the job's files, the offline journal or, after the
+    upload, the MLflow store."""
+    secrets = ("s3cretpw", "hunter2", "pw-tracking", "pw-mirror")
+    result = run_cli(
+        *QUICK,
+        "tracking.uri=http://carol:pw-tracking@127.0.0.1:9",
+        "+stack.env.MIRROR=https://dave:pw-mirror@mirror.example/simple",
+        cwd=tmp_path,
+        env={
+            "DATABASE_URL": "postgres://alice:s3cretpw@db/x",
+            "HTTP_PROXY": "http://bob:hunter2@127.0.0.1:9",
+        },
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "alice:***@db" in result.stdout or "carol:***@" in result.stdout
+    written = [result.stdout, result.stderr] + [
+        p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()
+    ]
+    assert not [s for s in secrets for text in written if s in text]
+    uri, run = upload_the_journal(tmp_path)
+    stored = json.dumps([run.data.params, run.data.tags])
+    assert "carol:***@127.0.0.1:9" in stored and not any(s in stored for s in secrets)
+    # The journal kept no credentials, so an upload has to be told the store.
+    (uploaded,) = tmp_path.glob("outputs/*/*/mlflow_offline.uploaded.json")
+    uploaded.rename(uploaded.with_name("mlflow_offline.json"))
+    again = run_cli(str(uploaded.parent), cwd=tmp_path, module="specexp.upload")
+    assert again.returncode == 2 and "--tracking-uri" in again.stdout
 
 
 def test_secret_looking_values_are_redacted_everywhere(tmp_path, tracking_env):

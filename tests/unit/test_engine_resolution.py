@@ -3,6 +3,7 @@ configuration needs, notes on settings it will take differently, capacity pinned
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import json
@@ -10,7 +11,8 @@ import threading
 
 import pytest
 
-from specexp.engines.base import Engagement, parse_prometheus
+from specexp.client import LoadClient
+from specexp.engines.base import Engagement, is_local, parse_prometheus
 from specexp.job import prepare
 from specexp.schemas import ConfigError
 from tests.conftest import compose_job, compose_run
@@ -233,3 +235,22 @@ def test_labelled_prometheus_samples_are_summed_by_name():
         "vllm:spec_decode_num_drafts_total": 10.0,
         "llamacpp:n_drafted_total": 5.0,
     }
+
+
+def test_servers_specexp_starts_are_reached_without_proxies_and_others_through_them():
+    assert all(
+        is_local(u)
+        for u in ("http://127.0.0.1:8000", "http://localhost:1", "http://[::1]:2", "0.0.0.0")
+    )
+    assert not any(is_local(u) for u in ("http://10.0.0.7:8000", "https://api.example.com", ""))
+    job = compose_job()
+
+    async def trusts_env(url: str) -> bool:
+        client = LoadClient(
+            job.engine, url, job.server, job.config.workload, job.config.concurrency
+        )
+        async with client.session() as http:
+            return http.trust_env
+
+    assert asyncio.run(trusts_env("http://127.0.0.1:8000")) is False
+    assert asyncio.run(trusts_env("http://10.0.0.7:8000")) is True
