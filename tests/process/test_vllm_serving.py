@@ -34,15 +34,22 @@ VLLM = (
 NEW_TOKENS = 64
 
 
+def vllm_sweep(tmp_path_factory, name: str, *overrides: str) -> tuple[Path, dict[str, str]]:
+    """`python -m specexp -m` on vLLM with ``overrides``, into a store of its own."""
+    vllm_python()
+    tmp = tmp_path_factory.mktemp(name)
+    env = store_env(tmp)
+    result = run_cli("-m", *VLLM, *overrides, cwd=tmp, env=env, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return tmp, env
+
+
 @pytest.fixture(scope="module")
 def ab(tmp_path_factory):
     """A real A/B on vLLM: speculative=none against ngram, interleaved run by run."""
-    vllm_python()
-    tmp = tmp_path_factory.mktemp("vllm")
-    env = store_env(tmp)
-    result = run_cli(
-        "-m",
-        *VLLM,
+    return vllm_sweep(
+        tmp_path_factory,
+        "vllm",
         "speculative=none,ngram",
         # n-grams that recur in the prompt: vLLM drafts from its first step on, whatever
         # the generated model goes on to write.
@@ -50,12 +57,7 @@ def ab(tmp_path_factory):
         f"workload.max_tokens={NEW_TOKENS}",
         "stats.warmup_runs=1",
         "stats.measured_runs=3",
-        cwd=tmp,
-        env=env,
-        timeout=600,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return tmp, env
 
 
 @pytest.fixture(scope="module")
@@ -132,23 +134,16 @@ def test_a_real_vllm_ab_gets_a_verdict_from_compare(ab):
 def dynamic(tmp_path_factory):
     """EAGLE-3 with the generated target's untrained head, switched off from 2 requests per
     batch (num_speculative_tokens_per_batch_size), at 1 and 4 streams on one server."""
-    vllm_python()
-    tmp = tmp_path_factory.mktemp("vllm-dynamic")
-    env = store_env(tmp)
-    result = run_cli(
-        "-m",
-        *VLLM,
+    _, env = vllm_sweep(
+        tmp_path_factory,
+        "vllm-dynamic",
         "speculative=eagle3",
         "speculative.switch_off_at=2",
         "concurrency.streams=1,4",
         "workload.max_tokens=32",
         "stats.warmup_runs=1",
         "stats.measured_runs=2",
-        cwd=tmp,
-        env=env,
-        timeout=600,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return {r.data.tags["mlflow.runName"]: r for r in runs_in(env["MLFLOW_TRACKING_URI"])}
 
 
