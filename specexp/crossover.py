@@ -151,13 +151,21 @@ def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: i
     }
 
 
+def family(arm: Arm, factor: str) -> str:
+    """The arm's other factors, which name the curve it lies on along ``factor``."""
+    return " ".join(f"{k}={v}" for k, v in arm.others(factor)) or "all"
+
+
+def level(arm: Arm, factor: str) -> int:
+    return int(float(arm.factors[factor]))
+
+
 def families(arms: Sequence[Arm], factor: str) -> dict[str, dict[int, Arm]]:
     """Arms that vary ``factor`` grouped by their other factors: {family: {level: arm}}."""
     grouped: dict[str, dict[int, Arm]] = {}
     for arm in arms:
         if factor in arm.factors:
-            family = " ".join(f"{k}={v}" for k, v in arm.others(factor)) or "all"
-            grouped.setdefault(family, {})[int(float(arm.factors[factor]))] = arm
+            grouped.setdefault(family(arm, factor), {})[level(arm, factor)] = arm
     return grouped
 
 

@@ -65,6 +65,14 @@ def run_one(cfg: DictConfig) -> str:
     # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        levels = list(cfg.concurrency.levels)
+        if HydraConfig.get().mode == RunMode.RUN and len(levels) > 1:
+            raise ConfigError(
+                f"concurrency={cfg.concurrency.name} measures {len(levels)} levels "
+                f"({', '.join(map(str, levels))} streams), one job each: run it as a sweep "
+                f"(python -m specexp -m ...), or measure one level with concurrency.streams=N "
+                f"concurrency.levels=[]"
+            )
         result = run_job(prepare(cfg), Path(HydraConfig.get().runtime.output_dir))
     except ConfigError as exc:
         console.print(f"[red]config error:[/] {escape(str(exc))}")

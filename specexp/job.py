@@ -41,6 +41,9 @@ class Job:
         data = dataclasses.asdict(self.config)
         for key in _NOT_MEASURED:
             data.pop(key)
+        # A level measures the same whichever concurrency option swept it there.
+        for key in ("name", "levels"):
+            data["concurrency"].pop(key)
         return _digest(data)
 
     def server_fingerprint(self) -> str:

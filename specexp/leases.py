@@ -1,9 +1,10 @@
-"""Host-wide leases on GPUs and ports, for jobs that share one machine.
+"""Host-wide leases on GPUs, CPU cores and ports, for jobs that share one machine.
 
 Hydra's local launchers (``submitit_local``, joblib) start several jobs at once on one host
-and give each of them every GPU - submitit's local executor even gives every job the same
-``CUDA_VISIBLE_DEVICES``. Two tensor-parallel servers on the same GPUs would fail, or
-worse, measure each other. A lease is an exclusive ``flock`` on a file named after the
+and give each of them every GPU and core - submitit's local executor even gives every job
+the same ``CUDA_VISIBLE_DEVICES``. Two tensor-parallel servers on the same GPUs would fail,
+or worse, measure each other; two CPU servers with a thread per core each run many times
+slower than alone. A lease is an exclusive ``flock`` on a file named after the
 resource in a directory every job of the host sees (``host.lease_dir``); the kernel drops it
 when the holder exits, however it exits, so a crashed job never leaves a GPU or port taken.
 """
@@ -108,34 +109,54 @@ def host_gpus(configured: Optional[Sequence[str]]) -> list[str]:
     return []
 
 
-def check_pool(pool: Sequence[str], count: int) -> None:
+def host_cpus(configured: Optional[Sequence[int]]) -> list[str]:
+    """The CPU cores this host lends to CPU servers: ``host.cpus`` if set, else those this
+    process may run on (its affinity: a Slurm allocation, taskset)."""
+    if configured is not None:
+        return [str(c) for c in configured]
+    return [str(c) for c in sorted(os.sched_getaffinity(0))]
+
+
+# What a server needs of each kind of device, for the error when a host cannot lend it.
+_NEEDS = {
+    "gpu": ("GPU(s) (engine.gpus)", "host.gpus to the devices to use"),
+    "cpu": (
+        "CPU core(s) (one per thread)",
+        "fewer threads for the engine, or host.cpus to the cores to use",
+    ),
+}
+
+
+def check_pool(pool: Sequence[str], count: int, kind: str = "gpu") -> None:
     if count > len(pool):
+        need, fix = _NEEDS[kind]
         raise ConfigError(
-            f"a server needs {count} GPU(s) (engine.gpus) but this host lends {len(pool)}"
-            f"{' (' + ','.join(pool) + ')' if pool else ''}: run on a node with enough GPUs, or set "
-            f"host.gpus to the devices to use"
+            f"a server needs {count} {need} but this host lends {len(pool)}"
+            f"{' (' + ','.join(pool) + ')' if pool else ''}: run on a node with enough, or set "
+            f"{fix}"
         )
 
 
-def lease_gpus(
+def lease_devices(
     lease_dir: Path,
+    kind: str,
     pool: Sequence[str],
     count: int,
     wait_s: float,
     on_wait: Callable[[], None] = lambda: None,
     poll_s: float = 1.0,
 ) -> Lease:
-    """``count`` GPUs of ``pool`` that no other job of this host holds, waiting up to
-    ``wait_s`` for jobs holding them to finish."""
-    check_pool(pool, count)
+    """``count`` devices (``kind`` "gpu" or "cpu" cores) of ``pool`` that no other job of
+    this host holds, waiting up to ``wait_s`` for jobs holding them to finish."""
+    check_pool(pool, count, kind)
     deadline = time.monotonic() + wait_s
     waiting = False
     while True:
-        # Take free GPUs in pool order; if too few are free, give all back (no hold-and-wait,
-        # so two jobs each holding half of what they need cannot block each other).
+        # Take free devices in pool order; if too few are free, give all back (no hold-and-
+        # wait, so two jobs each holding half of what they need cannot block each other).
         held: list[Lease] = []
-        for gpu in pool:
-            lease = try_lease(lease_dir, [f"gpu-{gpu}"])
+        for device in pool:
+            lease = try_lease(lease_dir, [f"{kind}-{device}"])
             if lease is not None:
                 held.append(lease)
                 if len(held) == count:
@@ -144,13 +165,65 @@ def lease_gpus(
             lease.release()
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"{count} GPU(s) of {','.join(pool)} not free after {wait_s:.0f} s "
-                f"(host.gpu_wait_s); other jobs hold them (leases in {lease_dir})"
+                f"{count} {kind.upper()}(s) of {','.join(pool)} not free after {wait_s:.0f} s "
+                f"(host.lease_wait_s); other jobs hold them (leases in {lease_dir})"
             )
         if not waiting:
             on_wait()
             waiting = True
         time.sleep(poll_s)
+
+
+class _CoresHandle(Lease):
+    """One server's share of its process's cores: released with the server."""
+
+    def __init__(self, owner: ProcessCores):
+        super().__init__([], [], [])
+        self._owner: Optional[ProcessCores] = owner
+
+    def release(self) -> None:
+        if self._owner is not None:
+            self._owner.give_back()
+            self._owner = None
+
+
+class ProcessCores:
+    """The CPU cores this process holds for its CPU servers. The servers of one process take
+    turns (a sweep's shared servers, an A/B's two arms), so they share these cores; the cores
+    go back to the host when the last of those servers stops."""
+
+    def __init__(self) -> None:
+        self.lease: Optional[Lease] = None
+        self.servers = 0
+
+    def take(
+        self,
+        lease_dir: Path,
+        pool: Sequence[str],
+        count: int,
+        wait_s: float,
+        on_wait: Callable[[], None] = lambda: None,
+    ) -> tuple[list[str], Lease]:
+        """``count`` cores for one more server, and the handle its stop releases."""
+        held = list(self.lease.names) if self.lease else []
+        if len(held) < count:
+            check_pool(pool, count, "cpu")
+            free = [c for c in pool if f"cpu-{c}" not in held]
+            more = lease_devices(lease_dir, "cpu", free, count - len(held), wait_s, on_wait)
+            self.lease = Lease.joined([self.lease, more]) if self.lease else more
+        self.servers += 1
+        assert self.lease is not None
+        return [name.removeprefix("cpu-") for name in self.lease.names[:count]], _CoresHandle(self)
+
+    def give_back(self) -> None:
+        self.servers -= 1
+        if self.servers == 0 and self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+
+# This process's cores, shared by its CPU servers.
+PROCESS_CORES = ProcessCores()
 
 
 def gpu_ids(lease: Lease) -> str:

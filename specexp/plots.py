@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -62,8 +63,11 @@ def comparison_plot(
         )
         level = comparisons[0].ci_level
         right.set_xlabel(
-            f"change vs {comparisons[0].baseline} (%), {level:.1%} intervals, simultaneous "
-            f"over {comparisons[0].family}"
+            _wrapped(
+                f"change vs {comparisons[0].baseline} (%), {level:.1%} intervals, "
+                f"simultaneous over {comparisons[0].family}",
+                70,
+            )
         )
         right.legend(loc="best", fontsize="small")
         right.grid(axis="x", alpha=0.3)
@@ -78,7 +82,8 @@ def crossover_plot(
     families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str, path: Path
 ) -> Path:
     """Throughput against concurrency for each arm (mean and CI), crossovers marked."""
-    fig = Figure(figsize=(9, 5.5))
+    title = _wrapped("; ".join(c.statement for c in crossovers) or "no crossover analysed", 100)
+    fig = Figure(figsize=(9, 5.5 + 0.2 * title.count("\n")))
     ax = fig.subplots()
     for name, levels in families.items():
         xs = sorted(levels)
@@ -109,10 +114,14 @@ def crossover_plot(
     ax.set_xscale("log", base=2)
     ax.set_xlabel(factor)
     ax.set_ylabel("aggregate output tok/s (mean, 95% CI)")
-    title = "; ".join(c.statement for c in crossovers) or "no crossover analysed"
-    ax.set_title(title if len(title) < 110 else title[:107] + "...", fontsize="small")
+    ax.set_title(title, fontsize="small", loc="left")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def _wrapped(text: str, width: int) -> str:
+    """Text in lines of at most ``width`` characters: a title is read whole, never cut."""
+    return "\n".join(textwrap.wrap(text, width))

@@ -4,16 +4,17 @@ on the run they belong to - a sweep's parent, or a comparison run of their own."
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-from specexp import plots
+from specexp import crossover, plots
 from specexp.analysis import Arm
 from specexp.crossover import Crossover, SwitchOffCheck
-from specexp.results import Tag
+from specexp.results import Metric, Tag
 from specexp.stats import Comparison
-from specexp.tracking import RunLog
+from specexp.tracking import RunLog, TrackingStore
 
 
 def log_report(
@@ -63,3 +64,58 @@ def log_crossover(
         }
     )
     run.log_metrics({f"crossover_{i}": c.estimate for i, c in enumerate(crossovers) if c.estimate})
+
+
+def change_metrics(c: Comparison) -> dict[str, float]:
+    """A comparison's change and its simultaneous interval, in percent."""
+    return {
+        Metric.speedup_pct: c.change * 100,
+        Metric.speedup_ci_low_pct: (c.ci_low - 1) * 100,
+        Metric.speedup_ci_high_pct: (c.ci_high - 1) * 100,
+    }
+
+
+def log_verdicts(
+    store: TrackingStore, arms: Sequence[Arm], comparisons: Sequence[Comparison]
+) -> None:
+    """Each compared job's verdict and change on its own run, where the runs table and the
+    compare view show them; "baseline" on the baselines' runs."""
+    by_label = {a.label: a for a in arms}
+    for c in comparisons:
+        run = store.run(by_label[c.candidate].run_id)
+        run.set_tags({Tag.verdict: c.verdict})
+        if c.testable:
+            run.log_metrics(change_metrics(c))
+    for label in {c.baseline for c in comparisons}:
+        store.run(by_label[label].run_id).set_tags({Tag.verdict: "baseline"})
+
+
+def _metric_name(text: str) -> str:
+    """``text`` in the characters MLflow allows in metric names on every platform."""
+    return re.sub(r"[^\w.\- /]", "-", text)
+
+
+def log_levels(
+    run: RunLog, arms: Sequence[Arm], comparisons: Sequence[Comparison], factor: Optional[str]
+) -> None:
+    """On the sweep's parent, for its charts: each configuration's tok/s (mean and interval)
+    and each comparison's change, one series per curve with the level of ``factor`` as the
+    step (without one: step 0, a series per configuration)."""
+    by_label = {a.label: a for a in arms}
+
+    def series(arm: Arm) -> tuple[str, int]:
+        if factor and factor in arm.factors:
+            return _metric_name(crossover.family(arm, factor)), crossover.level(arm, factor)
+        return _metric_name(arm.label), 0
+
+    for arm in arms:
+        name, step = series(arm)
+        values = {f"{Metric.tok_per_s_mean}/{name}": arm.summary.mean}
+        if arm.summary.n > 1:
+            values[f"{Metric.tok_per_s}_ci_low/{name}"] = arm.summary.ci_low
+            values[f"{Metric.tok_per_s}_ci_high/{name}"] = arm.summary.ci_high
+        run.log_metrics(values, step=step)
+    for c in comparisons:
+        if c.testable:
+            name, step = series(by_label[c.candidate])
+            run.log_metrics({f"{k}/{name}": v for k, v in change_metrics(c).items()}, step=step)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from specexp.analysis import Arm, ClaimCheck
-from specexp.crossover import SwitchOffCheck
+from specexp.crossover import Crossover, SwitchOffCheck
 from specexp.engines.base import LaunchSpec, Resolution
 from specexp.job import Job
 from specexp.measurements import RunResult
@@ -428,3 +429,92 @@ def print_reproduction(reference, points, claims, same_hardware: bool, measured:
     console.print(_hardware_line(reference, same_hardware, measured))
     console.print(_rich_table("published points", ph, pr, None))
     console.print(_rich_table("published claims, as ratios with their CI", ch, cr, len(ch) - 1))
+
+
+def sweep_description(
+    *,
+    arms: Sequence[Arm],
+    comparisons: Sequence[Comparison],
+    crossovers: Sequence[Crossover],
+    checks: Sequence[SwitchOffCheck],
+    notes: Sequence[str],
+    engine: str,
+    order: str,
+    failed: int,
+    view_link: str,
+    run_link: Callable[[str], str],
+    plot_link: Callable[[str], str],
+    limit: int,
+) -> str:
+    """The sweep's report as its parent run's description (markdown, at most ``limit``
+    characters): findings first, then the verdicts with links to the job runs, then what
+    may make them wrong."""
+    lines: list[str] = []
+    for found in crossovers:
+        setting = found.recommendation.get(engine)
+        lines.append(f"**Crossover:** {found.statement}")
+        if setting:
+            lines.append(
+                f"**{engine} setting** (switch off from {found.recommendation['threshold']}): "
+                f"`{json.dumps(setting)}`"
+            )
+        elif found.recommendation.get("note"):
+            lines.append(f"**Setting:** {found.recommendation['note']}")
+        lines.append("")
+    for check in checks:
+        lines += [f"**Switch-off check:** {check.statement}", ""]
+    by_label = {c.candidate: c for c in comparisons}
+    baselines = {c.baseline for c in comparisons}
+    counts: dict[str, int] = {}
+    for comparison in comparisons:
+        counts[comparison.verdict] = counts.get(comparison.verdict, 0) + 1
+    if comparisons:
+        lines.append(
+            f"**Verdicts** against {', '.join(sorted(baselines))}: "
+            + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+            + (f"; **{failed} job(s) failed**" if failed else "")
+        )
+    lines += [
+        "",
+        f"[Open the sweep's jobs in the runs table]({view_link}) (configuration, tok/s with its "
+        "interval, verdict, engaged) - select them there to compare.",
+        "",
+    ]
+    if crossovers:
+        lines += [f"![crossover]({plot_link('crossover/crossover.png')})", ""]
+    lines += [
+        "| job | tok/s | 95% CI | vs baseline | simultaneous CI | verdict | engaged |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm in arms:
+        s, versus = arm.summary, by_label.get(arm.label)
+        verdict = verdict_text(versus) if versus else "baseline" if arm.label in baselines else "-"
+        lines.append(
+            f"| [{arm.label}]({run_link(arm.run_id)}) | {_fmt(s.mean)} | "
+            f"[{_fmt(s.ci_low)}, {_fmt(s.ci_high)}] | "
+            + (
+                f"{_pct(versus.change)} | [{_pct(versus.ci_low - 1)}, {_pct(versus.ci_high - 1)}]"
+                if versus
+                else "- | -"
+            )
+            + f" | {verdict} | {arm.run.tags.get(Tag.engaged, '-')} |"
+        )
+    # Drift (fitted, taken out, or confounding a verdict) and other notes on comparisons.
+    warnings = _comparison_notes(comparisons)
+    warnings += [
+        f"NOT ENGAGED: {a.label}: {a.run.tags[Tag.not_engaged]}"
+        for a in arms
+        if a.run.tags.get(Tag.not_engaged)
+    ]
+    warnings += [
+        f"{a.label}: {a.run.tags[Tag.warnings]}" for a in arms if a.run.tags.get(Tag.warnings)
+    ]
+    warnings += list(notes)
+    if warnings:
+        lines += ["", "**Warnings**", ""] + [f"- {w}" for w in warnings]
+    lines += ["", f"Order: {order}. Full report: artifacts `sweep_report/`, `crossover/`."]
+    text = "\n".join(lines) + "\n"
+    if len(text) > limit:
+        cut = "\n\n(cut here: the full report is the artifact sweep_report/sweep_report.md)\n"
+        text = text[: limit - len(cut)].rsplit("\n", 1)[0] + cut
+    return text

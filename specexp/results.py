@@ -40,9 +40,15 @@ class Tag(StrEnum):
     # launches, or "blocked" (all of them back to back).
     order = "specexp.order"
     gpus = "gpus"
+    cpus = "cpus"  # the cores a CPU server was leased (its affinity)
     warnings = "warnings"
     failure = "failure"
     not_engaged = "not_engaged"
+    # Every requested setting at once: "yes", "NO: <settings>", or "unknown: <settings>".
+    engaged = "engaged"
+    # Set by the sweep report on each job it compared: the verdict against the baseline
+    # ("baseline" on the baseline's own runs).
+    verdict = "verdict"
     reference_point = "reference_point"
     hardware = "hardware"
     gpu_name = "gpu_name"
@@ -59,6 +65,11 @@ class Tag(StrEnum):
 
 class Metric(StrEnum):
     tok_per_s = "tok_per_s"  # aggregate output tok/s of one measured run
+    # The job's change against the sweep's baseline (percent) and its simultaneous interval,
+    # logged by the sweep report; on the sweep's parent per level (step = the level).
+    speedup_pct = "speedup_pct"
+    speedup_ci_low_pct = "speedup_ci_low_pct"
+    speedup_ci_high_pct = "speedup_ci_high_pct"
     launch_tok_per_s = "launch_tok_per_s"  # mean of one launch's measured runs
     server_ready_s = "server_ready_s"  # seconds from launch to ready, per launch
     wall_s = "wall_s"  # seconds one measured run took
@@ -94,8 +105,8 @@ class Unit(StrEnum):
 
 
 # Prefixes of per-setting tags: what was captured of the stack, what each requested setting
-# ran as, and whether it engaged.
-STACK, EFFECTIVE, ENGAGED = "stack.", "effective.", "engaged."
+# ran as, and whether it engaged; and of the settings a sweep varied, one tag each.
+STACK, EFFECTIVE, ENGAGED, FACTOR = "stack.", "effective.", "engaged.", "factor."
 CAPTURED = (STACK, EFFECTIVE)
 
 
@@ -109,13 +120,26 @@ def effective_tags(effective: Mapping[str, Setting]) -> dict[str, str]:
     tags = {f"{ENGAGED}{name}": str(s.status) for name, s in effective.items()}
     tags.update({f"{EFFECTIVE}{name}": s.actual for name, s in effective.items() if s.actual})
     missed = [name for name, s in effective.items() if s.status == Engagement.not_engaged]
+    unknown = [name for name, s in effective.items() if s.status == Engagement.unknown]
     if missed:
         tags[Tag.not_engaged] = ",".join(missed)
+    tags[Tag.engaged] = (
+        "NO: " + ", ".join(missed)
+        if missed
+        else "unknown: " + ", ".join(unknown)
+        if unknown
+        else "yes"
+    )
     return tags
 
 
 def factors_tag(factors: Mapping[str, str]) -> str:
     return json.dumps(dict(factors), sort_keys=True)
+
+
+def factor_tags(factors: Mapping[str, str]) -> dict[str, str]:
+    """One tag per swept setting, so that each is a column of its own in the runs table."""
+    return {f"{FACTOR}{key}": value for key, value in factors.items()}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,16 @@ from specexp import capture, report, telemetry
 from specexp.client import LoadClient, run_async
 from specexp.engines.base import Engagement, Engine, LaunchSpec, Setting
 from specexp.job import Job
-from specexp.leases import check_pool, free_port, gpu_ids, host_gpus, lease_gpus, lease_port
+from specexp.leases import (
+    PROCESS_CORES,
+    check_pool,
+    free_port,
+    gpu_ids,
+    host_cpus,
+    host_gpus,
+    lease_devices,
+    lease_port,
+)
 from specexp.measurements import RunResult
 from specexp.redaction import redact_env, redact_text, redact_tree
 from specexp.results import (
@@ -34,6 +43,7 @@ from specexp.results import (
     RunKind,
     Tag,
     effective_tags,
+    factor_tags,
     factors_tag,
     launch_metric,
 )
@@ -101,6 +111,7 @@ def run_tags(job: Job) -> dict[str, str]:
             else {}
         ),
         **({Tag.factors: factors_tag(job.factors())} if cfg.multirun.factors else {}),
+        **factor_tags(job.factors()),
         Tag.order: "blocked" if cfg.multirun.part is None else "interleaved",
     }
 
@@ -317,6 +328,9 @@ def _open(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
         )
     if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
+    cores = job.engine.cpu_cores(job.server)
+    if not cfg.engine.url and cores:
+        check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
     files = _write_job_files(job, launch, output_dir)
     tracker = _start_tracking(job, output_dir)
     result = JobResult(
@@ -464,6 +478,7 @@ def _announce_server(
         gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES")
         tracker.set_tags(
             {
+                **({Tag.cpus: ",".join(server.cores)} if server.cores else {}),
                 Tag.server_reused: str(reused).lower(),
                 Tag.server_url: server.base_url,
                 # With the URL, which server instance the runs were on (shared ones included).
@@ -505,22 +520,39 @@ def _new_server(job: Job, log_path: Path) -> ServerProcess:
         if (
             cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env
         ):  # a pinned stack keeps its devices
-            gpus = lease_gpus(
+            gpus = lease_devices(
                 lease_dir,
+                "gpu",
                 host_gpus(cfg.host.gpus),
                 cfg.engine.gpus,
-                cfg.host.gpu_wait_s,
+                cfg.host.lease_wait_s,
                 on_wait=lambda: report.console.print(
                     f"waiting for {cfg.engine.gpus} GPU(s): other jobs on this host hold them"
                 ),
             )
             leases.append(gpus)
             launch.env["CUDA_VISIBLE_DEVICES"] = gpu_ids(gpus)
+        cores: Optional[list[str]] = None
+        wanted = engine.cpu_cores(job.server)
+        if wanted != 0:
+            pool = host_cpus(cfg.host.cpus)
+            count = wanted or len(pool)
+            cores, held = PROCESS_CORES.take(
+                lease_dir,
+                pool,
+                count,
+                cfg.host.lease_wait_s,
+                on_wait=lambda: report.console.print(
+                    f"waiting for {count} CPU core(s): other jobs' servers on this host hold them"
+                ),
+            )
+            leases.append(held)
+            engine.pin_cores(launch, cores)
     except BaseException:
         for lease in leases:
             lease.release()
         raise
-    return ServerProcess(launch, host, port, engine.health_path, log_path, leases)
+    return ServerProcess(launch, host, port, engine.health_path, log_path, leases, cores)
 
 
 async def _measure(

@@ -311,6 +311,9 @@ class ConcurrencyConfig:
     name: str = MISSING
     # Streams kept in flight during one measured run; 1 is the single-stream benchmark.
     streams: int = 1
+    # The levels a sweep measures, one job each (concurrency.streams set to each), unless
+    # the sweep or the command line sets concurrency.streams itself; empty: ``streams`` only.
+    levels: list[int] = field(default_factory=list)
     # Requests each stream sends per measured run, back to back...
     requests_per_stream: int = 1
     # ...or, when set, as many as it can start within this many seconds.
@@ -331,6 +334,10 @@ class ConcurrencyConfig:
         )
         if self.client_processes is not None:
             _at_least("concurrency", 1, client_processes=self.client_processes)
+        if any(level < 1 for level in self.levels) or len(set(self.levels)) < len(self.levels):
+            raise ConfigError(
+                f"concurrency.levels must be distinct stream counts >= 1, got {self.levels}"
+            )
         if self.duration_s is not None and self.duration_s <= 0:
             raise ConfigError(
                 f"concurrency.duration_s must be > 0 (or null), got {self.duration_s}"
@@ -384,10 +391,14 @@ class HostConfig:
 
     # GPU ids to lease to servers; null: $CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi lists.
     gpus: Optional[list[str]] = None
-    # Lock files of GPU and port leases; must be local to the host (node-local /tmp on Slurm).
+    # CPU cores to lease to CPU servers (each takes as many as it runs threads); null: the
+    # cores this process may run on.
+    cpus: Optional[list[int]] = None
+    # Lock files of GPU, core and port leases; must be local to the host (node-local /tmp on
+    # Slurm).
     lease_dir: str = "/tmp/specexp-leases"
-    # How long a job waits for GPUs that other jobs on the host hold.
-    gpu_wait_s: float = 86400.0
+    # How long a job waits for GPUs or cores that other jobs on the host hold.
+    lease_wait_s: float = 86400.0
     # The GPUs' compute capability (e.g. "9.0" H100/H200, "10.0" B200, "12.0" RTX PRO 6000)
     # and how they are connected, so that what an engine decides by itself from them can be
     # predicted before launch; null: unknown (the dry run says what that leaves open).

@@ -8,6 +8,7 @@ at once, with the line that says why and the end of its log, not at the readines
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import signal
@@ -81,6 +82,14 @@ def die_with_parent() -> None:
         pass
 
 
+def before_exec(cores: Optional[Sequence[str]]) -> None:
+    """In the server, before exec: :func:`die_with_parent`, and the server, with every
+    process and thread it starts, kept on its leased cores."""
+    die_with_parent()
+    if cores:
+        os.sched_setaffinity(0, [int(c) for c in cores])
+
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -105,9 +114,11 @@ class ServerProcess:
         health_path: str,
         log_path: Path,
         leases: Sequence[Lease] = (),
+        cores: Optional[Sequence[str]] = None,
     ):
         self.launch = launch
-        self.leases = list(leases)  # its port and GPUs, held until the server is gone
+        self.leases = list(leases)  # its port, GPUs and cores, held until the server is gone
+        self.cores = list(cores) if cores else None  # its CPU affinity
         self.base_url = f"http://{host}:{port}"
         self.host, self.port = host, port
         self.health_path = health_path
@@ -136,7 +147,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, so stop() reaches every child
-                preexec_fn=die_with_parent,
+                preexec_fn=functools.partial(before_exec, self.cores),
             )
             self.started_at = time.time()
         except OSError as exc:

@@ -36,10 +36,17 @@ from specexp.analysis import (
 from specexp.job import Job, prepare
 from specexp.launchers import LauncherKind, launcher_kind
 from specexp.redaction import redact_text
-from specexp.results import Metric, RunKind, Tag
+from specexp.results import FACTOR, Metric, RunKind, Tag
 from specexp.schemas import ConfigError, JobOrder, SpeculativeConfig
 from specexp.server import POOL
-from specexp.tracking import RunLog, TrackingStore, uri_in_force
+from specexp.tracking import (
+    MAX_TAG,
+    NOTE,
+    RESULT_COLUMNS,
+    RunLog,
+    TrackingStore,
+    uri_in_force,
+)
 
 
 def expand_overrides(
@@ -57,6 +64,15 @@ def expand_overrides(
         else:
             by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
     return [list(job) for job in itertools.product(*by_key.values())]
+
+
+def with_levels(overrides: Sequence[str], levels: Sequence[int]) -> list[str]:
+    """A concurrency option's levels (``concurrency=ramp``) as a sweep of
+    ``concurrency.streams``, unless the overrides set the streams themselves."""
+    keys = {_factor(o).split("=", 1)[0] for o in overrides}
+    if not levels or "concurrency.streams" in keys:
+        return list(overrides)
+    return [*overrides, "concurrency.streams=" + ",".join(str(level) for level in levels)]
 
 
 def _factor(override: str) -> str:
@@ -345,6 +361,7 @@ def run_sweep(
             },
         )
         parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
+        sweep_view(store, parent.run_id, plan)
     status, returns = "FAILED", []
     try:
         extra = launchers.job_overrides(launcher, store.uri if store else uri)
@@ -375,6 +392,22 @@ def run_sweep(
             sweep_report(store, parent, plan, settings.baseline, order)
             parent.end(status)
     return [returns]
+
+
+def _view_id(parent_run_id: str) -> str:
+    return f"sweep-{parent_run_id}"
+
+
+def sweep_view(store: TrackingStore, parent_run_id: str, plan: Plan) -> str:
+    """A saved view of the runs table with the sweep's jobs and the columns to read them by:
+    each swept setting, then the results. Returns its link."""
+    factors = dict.fromkeys(f.split("=", 1)[0] for j in plan.jobs for f in j.factors)
+    return store.save_view(
+        _view_id(parent_run_id),
+        f"sweep {parent_run_id[:8]}: {' x '.join(factors) or 'one configuration'}",
+        [f"tags.`{FACTOR}{factor}`" for factor in factors] + RESULT_COLUMNS,
+        f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+    )
 
 
 def sweep_report(
@@ -458,6 +491,28 @@ def sweep_report(
                     report.print_switch_off(check)
         if crossovers:
             publish.log_crossover(parent, families, crossovers, factor, checks)
+    publish.log_verdicts(store, arms, comparisons)
+    publish.log_levels(parent, arms, comparisons, factor)
+    parent.set_tags(
+        {
+            NOTE: report.sweep_description(
+                arms=arms,
+                comparisons=comparisons,
+                crossovers=crossovers,
+                checks=checks,
+                notes=notes + [f"{len(skipped)} run(s) left out: {'; '.join(skipped)}"]
+                if skipped
+                else notes,
+                engine=plan.jobs[0].job.engine.name,
+                order=order,
+                failed=len(failed),
+                view_link=store.view_link(_view_id(parent.run_id)),
+                run_link=store.run_link,
+                plot_link=lambda path: f"get-artifact?path={path}&run_uuid={parent.run_id}",
+                limit=MAX_TAG,
+            )
+        }
+    )
     document = {
         "parent_run_id": parent.run_id,
         "failed_jobs": len(failed),

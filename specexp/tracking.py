@@ -11,7 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 try:
     from mlflow.entities import Metric, Param, RunTag
@@ -24,8 +24,43 @@ from specexp.redaction import redact_text
 from specexp.results import JobRun, RunKind, Tag, launch_metric
 from specexp.results import Metric as ResultMetric
 
-# MLflow rejects longer param values.
+# MLflow rejects longer param values, and run tags (a run's description among them) longer
+# than this.
 _MAX_PARAM = 6000
+MAX_TAG = 8000
+
+# How MLflow 3's web UI presents an experiment (it infers a kind when the tag is absent, and
+# benchmark runs without models look like GenAI development to it): model development opens
+# the runs table.
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+# A run's or experiment's description, in markdown.
+NOTE = "mlflow.note.content"
+# Runs-table views the UI lists by name and opens from a link (?viewStateShareKey=ID): the
+# columns, filter and order of its "save & share view", one experiment tag each.
+VIEW_PREFIX = "mlflow.sharedViewState."
+BENCHMARK_VIEW = "specexp-benchmark"
+# The figures a benchmark user reads first, after the configuration.
+RESULT_COLUMNS = [
+    f"metrics.`{ResultMetric.tok_per_s_mean}`",
+    f"metrics.`{ResultMetric.tok_per_s}_ci_low`",
+    f"metrics.`{ResultMetric.tok_per_s}_ci_high`",
+    f"tags.`{Tag.verdict}`",
+    f"metrics.`{ResultMetric.speedup_pct}`",
+    f"metrics.`{ResultMetric.speedup_ci_low_pct}`",
+    f"metrics.`{ResultMetric.speedup_ci_high_pct}`",
+    f"tags.`{Tag.engaged}`",
+    "metrics.`acceptance_rate_mean`",
+]
+CONFIGURATION_TAGS = [
+    "engine",
+    "stack",
+    "model",
+    "speculative",
+    "attention_backend",
+    "allreduce_backend",
+    "concurrency",
+    "workload",
+]
 
 
 def default_store(root: Optional[Path] = None) -> tuple[str, str]:
@@ -50,6 +85,42 @@ def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
     if artifacts is not None:
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     return uri, artifacts
+
+
+def view_state(columns: Sequence[str], search_filter: str = "") -> str:
+    """A runs-table view as the web UI saves one (its search facets and UI state, every
+    field present: the UI takes a shared state whole)."""
+    state = {
+        "searchFilter": search_filter,
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "startTime": "ALL",
+        "lifecycleFilter": "Active",
+        "datasetsFilter": [],
+        "modelVersionFilter": "All Runs",
+        "selectedColumns": list(columns),
+        "columnOrder": [],
+        "columnWidths": {},
+        "runsExpanded": {},
+        "runsPinned": [],
+        "runsHidden": [],
+        "runsVisibilityMap": {},
+        "runsHiddenMode": "SHOW_ALL",
+        "viewMaximized": False,
+        "runListHidden": False,
+        "isAccordionReordered": False,
+        "useGroupedValuesInCharts": True,
+        "hideEmptyCharts": True,
+        "groupBy": None,
+        "groupsExpanded": {},
+        "autoRefreshEnabled": False,
+        "globalLineChartConfig": {
+            "xAxisKey": "step",
+            "lineSmoothness": 0,
+            "selectedXAxisMetricKey": "",
+        },
+    }
+    return json.dumps(state)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -88,6 +159,48 @@ class TrackingStore:
             self.experiment_id = self.client.create_experiment(
                 experiment, artifact_location=artifact_root
             )
+        self._present(existing.tags if existing is not None else {})
+
+    def _present(self, tags: dict[str, str]) -> None:
+        """The experiment as the UI should open it: the runs table (unless someone chose
+        otherwise), a benchmark view, and a description that links to it."""
+        if EXPERIMENT_KIND[0] not in tags:
+            self.client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
+        if VIEW_PREFIX + BENCHMARK_VIEW not in tags:
+            columns = [f"tags.`{t}`" for t in CONFIGURATION_TAGS] + RESULT_COLUMNS
+            self.save_view(BENCHMARK_VIEW, "specexp: configurations and results", columns)
+        if NOTE not in tags:
+            self.client.set_experiment_tag(
+                self.experiment_id,
+                NOTE,
+                "specexp runs: one per job, a sweep's jobs under its parent run (whose "
+                f"description is the sweep's report). [Benchmark view]({self.view_link(BENCHMARK_VIEW)}): "
+                "configuration, tok/s with its interval, verdict against the baseline and "
+                "whether every requested setting engaged.",
+            )
+
+    def save_view(
+        self, view_id: str, name: str, columns: Sequence[str], search_filter: str = ""
+    ) -> str:
+        """Save a runs-table view under the UI's saved views; returns its link."""
+        now = int(time.time() * 1000)
+        envelope = {
+            "name": name,
+            "createdAt": now,
+            "updatedAt": now,
+            "state": view_state(columns, search_filter),
+        }
+        self.client.set_experiment_tag(
+            self.experiment_id, VIEW_PREFIX + view_id, json.dumps(envelope)
+        )
+        return self.view_link(view_id)
+
+    def view_link(self, view_id: str) -> str:
+        """The UI's link (relative to its address) that opens a saved view."""
+        return f"#/experiments/{self.experiment_id}/runs?viewStateShareKey={view_id}"
+
+    def run_link(self, run_id: str) -> str:
+        return f"#/experiments/{self.experiment_id}/runs/{run_id}"
 
     def start_run(
         self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None

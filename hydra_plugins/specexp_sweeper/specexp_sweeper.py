@@ -43,12 +43,16 @@ class SpecexpSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         # Imported here: Hydra imports every plugin module whenever it starts, and the sweep
         # brings MLflow (about a second) that a single run does not need this early.
-        from specexp.sweep import expand_overrides, run_sweep  # noqa: PLC0415
+        from specexp.sweep import expand_overrides, run_sweep, with_levels  # noqa: PLC0415
 
         assert self.hydra_context is not None and self.config is not None, (
             "Hydra calls setup() first"
         )
-        overrides = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        # A concurrency option with levels (concurrency=ramp) sweeps them.
+        overrides = with_levels(
+            [f"{key}={value}" for key, value in self.params.items()] + list(arguments),
+            list(self.config.concurrency.levels),
+        )
         loader = self.hydra_context.config_loader
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)

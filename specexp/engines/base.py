@@ -197,6 +197,15 @@ class Engine:
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         raise NotImplementedError
 
+    def cpu_cores(self, server: ServerSettings) -> Optional[int]:
+        """CPU cores a server of this configuration computes on, leased per job: 0 for one
+        that computes on GPUs, None for every core the host lends."""
+        return 0 if server.engine.gpus else None
+
+    def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:
+        """Fit ``launch`` to the cores leased to it (the server runs with its affinity set to
+        them): its thread count, its own thread binding."""
+
     def version(self, server: ServerSettings) -> tuple[Optional[str], str]:
         """(version, where it came from): the stack's declaration, else what the stack holds."""
         declared = server.stack.versions.get(self.name)

@@ -194,6 +194,14 @@ class LlamaCppEngine(Engine):
             files.append(str(server.speculative.draft_model))
         return files
 
+    def cpu_cores(self, server: ServerSettings) -> Optional[int]:
+        engine = server.engine
+        assert isinstance(engine, LlamaCppConfig)
+        return 0 if engine.gpus else engine.threads
+
+    def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:
+        launch.argv[launch.argv.index("--threads") + 1] = str(len(cores))
+
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         engine, spec = server.engine, server.speculative
         argv = [

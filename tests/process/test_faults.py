@@ -353,7 +353,7 @@ FIELDS = [
     "model.generate.divergence",
     "engine.gpus",
     "host.gpus",
-    "host.gpu_wait_s",
+    "host.lease_wait_s",
 ]
 VALUES = st.one_of(
     st.integers(-5, 100000),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp.leases import gpu_ids, lease_gpus
+from specexp.leases import gpu_ids, lease_devices
 from specexp.results import Tag
 from tests.conftest import (
     TINY,
@@ -259,8 +259,8 @@ def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from specexp.leases import lease_gpus; "
-            "lease_gpus(Path(sys.argv[1]), ['0', '1'], 2, 5); print('held', flush=True); time.sleep(600)",
+            "import sys, time; from pathlib import Path; from specexp.leases import lease_devices; "
+            "lease_devices(Path(sys.argv[1]), 'gpu', ['0', '1'], 2, 5); print('held', flush=True); time.sleep(600)",
             str(tmp_path),
         ],
         stdout=subprocess.PIPE,
@@ -269,12 +269,12 @@ def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RuntimeError, match="not free after"):
-            lease_gpus(tmp_path, ["0", "1"], 1, wait_s=0.5, poll_s=0.1)
+            lease_devices(tmp_path, "gpu", ["0", "1"], 1, wait_s=0.5, poll_s=0.1)
     finally:
         holder.kill()  # SIGKILL: no cleanup runs, the kernel drops the locks
         holder.wait()
-    lease = lease_gpus(tmp_path, ["0", "1"], 2, wait_s=5)
+    lease = lease_devices(tmp_path, "gpu", ["0", "1"], 2, wait_s=5)
     assert gpu_ids(lease) == "0,1"
     lease.release()
     with pytest.raises(Exception, match="needs 3 GPU"):
-        lease_gpus(tmp_path, ["0", "1"], 3, wait_s=5)
+        lease_devices(tmp_path, "gpu", ["0", "1"], 3, wait_s=5)

@@ -25,6 +25,7 @@ from tests.conftest import compose_job, compose_run
 
 BAD_CONFIGS = [
     # (overrides, words the message must contain)
+    (["concurrency=ramp", "concurrency.levels=[1,0]"], ["concurrency.levels", "[1, 0]"]),
     (
         ["allreduce_backend=nccl"],
         ["allreduce_backend=nccl", "engine=llamacpp", "valid choices: auto"],
@@ -236,3 +237,17 @@ def test_streams_are_dealt_over_client_processes():
     )
     with pytest.raises(ConfigError, match="concurrency.client_processes must be >= 1"):
         compose_job("concurrency.client_processes=0")
+
+
+def test_concurrency_options_read_like_experiments_and_measure_the_same_at_one_level():
+    ramp, cpu, saturation = (
+        compose_job(f"concurrency={name}").config.concurrency
+        for name in ("ramp", "ramp_cpu", "saturation")
+    )
+    assert ramp.levels == [1, 2, 4, 8, 16, 32, 64] and cpu.levels == [1, 2, 4, 8, 16]
+    assert (saturation.streams, saturation.duration_s, saturation.levels) == (64, 60, [])
+    # A level is the same measurement whichever option swept it there (resume finds it).
+    assert (
+        compose_job("concurrency=ramp", "concurrency.streams=4").config_fingerprint()
+        == compose_job("concurrency.streams=4").config_fingerprint()
+    )

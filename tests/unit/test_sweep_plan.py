@@ -14,6 +14,7 @@ from specexp.sweep import (
     order_jobs,
     overrides_for,
     plan_steps,
+    with_levels,
 )
 from tests.conftest import compose_job
 
@@ -120,3 +121,16 @@ def test_a_job_is_told_its_factors_label_and_server_launch():
     told = compose_job(*overrides)
     assert told.factors() == {"speculative": "draft", "concurrency.streams": "2"}
     assert describe(Plan([job]))[1] == "  speculative=draft concurrency.streams=2: server 3"
+
+
+def test_a_concurrency_option_sweeps_its_levels_unless_the_streams_are_set_explicitly():
+    assert with_levels(["speculative=none,draft"], [1, 4, 16]) == [
+        "speculative=none,draft",
+        "concurrency.streams=1,4,16",
+    ]
+    assert with_levels(["concurrency.streams=2,8", "x=1"], [1, 4]) == [
+        "concurrency.streams=2,8",
+        "x=1",
+    ]
+    assert with_levels(["+concurrency.streams=3"], [1, 4]) == ["+concurrency.streams=3"]
+    assert with_levels(["speculative=draft"], []) == ["speculative=draft"]

@@ -1,0 +1,137 @@
+"""What the MLflow UI is given to show: the sweep's description, its per-level series, each
+job's verdict, and the saved views of the runs table."""
+
+from __future__ import annotations
+
+import json
+
+from specexp import crossover, publish, report
+from specexp.analysis import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.results import JobRun, Tag, factors_tag
+from specexp.schemas import SpeculativeConfig
+from specexp.tracking import RESULT_COLUMNS, view_state
+
+# Draft twice as fast at 1 stream, 30% slower at 8: it stops paying in between.
+MEANS = {("none", 1): 100.0, ("draft", 1): 200.0, ("none", 8): 400.0, ("draft", 8): 280.0}
+
+
+def sweep_arms(not_engaged: str = ""):
+    runs = []
+    for (method, streams), mean in MEANS.items():
+        factors = {"speculative": method, "concurrency.streams": str(streams)}
+        tags = {Tag.factors: factors_tag(factors), Tag.engaged: "yes"}
+        if method == "draft" and streams == 8 and not_engaged:
+            tags |= {Tag.not_engaged: not_engaged, Tag.engaged: f"NO: {not_engaged}"}
+        values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
+        name = " ".join(f"{k}={v}" for k, v in factors.items())
+        runs.append(JobRun.from_store(f"{method}{streams}", name, "FINISHED", tags, {}, values, []))
+    arms, _ = make_arms(runs, label_tags=[], confidence=0.95, metric="tok_per_s")
+    comparisons = compare_arms(
+        baseline_pairs(arms, Selector("speculative=none")),
+        confidence=0.95,
+        threshold=0.02,
+        power=0.8,
+    )
+    return arms, comparisons
+
+
+def describe(arms, comparisons, crossovers=(), limit=8000):
+    return report.sweep_description(
+        arms=arms,
+        comparisons=comparisons,
+        crossovers=crossovers,
+        checks=[],
+        notes=[],
+        engine="vllm",
+        order="interleaved",
+        failed=1,
+        view_link="#/experiments/7/runs?viewStateShareKey=sweep-p",
+        run_link=lambda run_id: f"#/experiments/7/runs/{run_id}",
+        plot_link=lambda path: f"get-artifact?path={path}&run_uuid=p",
+        limit=limit,
+    )
+
+
+def test_the_description_leads_with_the_findings_and_links_every_job():
+    arms, comparisons = sweep_arms(not_engaged="speculative")
+    found = crossover.analyse(arms, Selector("speculative=none"), "concurrency.streams", 0.95)
+    found[0].recommendation = crossover.recommend(found[0], SpeculativeConfig(method="draft"))
+    text = describe(arms, comparisons, found)
+    first = text.splitlines()[0]
+    assert first.startswith("**Crossover:**") and "stops paying" in first
+    assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
+    assert "1 faster, 1 slower" in text and "1 job(s) failed" in text
+    assert "](#/experiments/7/runs?viewStateShareKey=sweep-p)" in text
+    assert "![crossover](get-artifact?path=crossover/crossover.png&run_uuid=p)" in text
+    for arm in arms:
+        assert f"[{arm.label}](#/experiments/7/runs/{arm.run_id})" in text
+    rows = {line.split("]")[0].lstrip("| ["): line for line in text.splitlines() if "](#/" in line}
+    assert "| faster (these launches) | yes |" in rows["speculative=draft concurrency.streams=1"]
+    assert (
+        "| slower (these launches) | NO: speculative |"
+        in rows["speculative=draft concurrency.streams=8"]
+    )
+    assert "| baseline | yes |" in rows["speculative=none concurrency.streams=1"]
+    assert "NOT ENGAGED: speculative=draft concurrency.streams=8: speculative" in text
+
+
+def test_a_description_too_long_for_a_tag_is_cut_at_a_line_and_says_where_the_rest_is():
+    arms, comparisons = sweep_arms()
+    text = describe(arms, comparisons, limit=600)
+    assert len(text) <= 600
+    assert text.endswith("the full report is the artifact sweep_report/sweep_report.md)\n")
+
+
+class Recorder:
+    """A run's log that keeps what it is given."""
+
+    def __init__(self):
+        self.metrics: list[tuple[str, float, int]] = []
+
+    def log_metrics(self, metrics, step=0):
+        self.metrics += [(name, value, step) for name, value in metrics.items()]
+
+
+def test_the_parent_gets_one_series_per_curve_with_the_level_as_the_step():
+    arms, comparisons = sweep_arms()
+    run = Recorder()
+    publish.log_levels(run, arms, comparisons, "concurrency.streams")
+    series = {(name, step): value for name, value, step in run.metrics}
+    assert series[("tok_per_s_mean/speculative-draft", 8)] == arms[3].summary.mean
+    assert series[("tok_per_s_mean/speculative-none", 1)] == arms[0].summary.mean
+    assert series[("speedup_pct/speculative-draft", 1)] > 90
+    low, high = (
+        series[("speedup_ci_low_pct/speculative-draft", 8)],
+        series[("speedup_ci_high_pct/speculative-draft", 8)],
+    )
+    assert low < -30 < high < 0
+    # Without a factor to step along, each configuration is a series of its own at step 0.
+    run = Recorder()
+    publish.log_levels(run, arms, comparisons, None)
+    assert {step for _, _, step in run.metrics} == {0}
+    assert ("speedup_pct/speculative-draft concurrency.streams-8", 0) in {
+        (name, step) for name, _, step in run.metrics
+    }
+
+
+def test_a_saved_view_holds_every_field_the_ui_takes_whole():
+    state = json.loads(view_state(RESULT_COLUMNS, "tags.`mlflow.parentRunId` = 'p'"))
+    assert state["selectedColumns"] == RESULT_COLUMNS
+    assert "metrics.`tok_per_s_mean`" in RESULT_COLUMNS and "tags.`verdict`" in RESULT_COLUMNS
+    ui_fields = [
+        "columnOrder",
+        "columnWidths",
+        "runsExpanded",
+        "runsPinned",
+        "runsHidden",
+        "runsVisibilityMap",
+        "runsHiddenMode",
+        "viewMaximized",
+        "runListHidden",
+        "isAccordionReordered",
+        "groupBy",
+        "groupsExpanded",
+        "globalLineChartConfig",
+    ]
+    assert all(name in state for name in ui_fields)
+    assert state["searchFilter"] == "tags.`mlflow.parentRunId` = 'p'"
