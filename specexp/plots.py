@@ -81,7 +81,15 @@ def comparison_plot(
 def crossover_plot(
     families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str, path: Path
 ) -> Path:
-    """Throughput against concurrency for each arm (mean and CI), crossovers marked."""
+    crossover_figure(families, crossovers, factor).savefig(path, dpi=110)
+    return path
+
+
+def crossover_figure(
+    families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str
+) -> Figure:
+    """Throughput against concurrency for each arm (mean and CI), crossovers marked; the
+    findings, whole, as its title."""
     title = _wrapped("; ".join(c.statement for c in crossovers) or "no crossover analysed", 100)
     fig = Figure(figsize=(9, 5.5 + 0.2 * title.count("\n")))
     ax = fig.subplots()
@@ -114,12 +122,11 @@ def crossover_plot(
     ax.set_xscale("log", base=2)
     ax.set_xlabel(factor)
     ax.set_ylabel("aggregate output tok/s (mean, 95% CI)")
-    ax.set_title(title, fontsize="small", loc="left")
+    ax.set_title(title, fontsize="small")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def _wrapped(text: str, width: int) -> str:

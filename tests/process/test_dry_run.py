@@ -61,3 +61,24 @@ def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracki
         and ["--spec-type", "ngram-simple"] == commands[2][commands[2].index("--spec-type") :][:2]
     )
     assert server_pids() - before == set()
+
+
+def test_a_concurrency_ramp_is_a_sweep_of_its_levels_and_no_single_run(tmp_path, tracking_env):
+    result = run_cli(
+        "-m",
+        "concurrency=ramp",
+        "speculative=none,draft",
+        "dry_run=true",
+        cwd=tmp_path,
+        env=tracking_env,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "sweep: 14 jobs, 14 to run" in result.stdout
+    for level in (1, 2, 4, 8, 16, 32, 64):
+        assert f"speculative=draft concurrency.streams={level}:" in result.stdout
+    single = run_cli("concurrency=ramp", "dry_run=true", cwd=tmp_path, env=tracking_env)
+    assert single.returncode == 2
+    assert "concurrency=ramp measures 7 levels" in single.stdout
+    assert "run it as a sweep" in " ".join(single.stdout.split())
+    assert nothing_tracked(tmp_path)

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp.leases import gpu_ids, lease_devices
+from specexp.engines.base import LaunchSpec
+from specexp.leases import ProcessCores, gpu_ids, lease_devices
 from specexp.results import Tag
+from specexp.schemas import ConfigError
+from specexp.server import ServerProcess
 from tests.conftest import (
     TINY,
     mlflow_process,
@@ -124,6 +127,51 @@ def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracki
     assert {r.data.tags[Tag.gpus] for r in children} == {"0", "1"}
     assert not any(leases.iterdir()), "every lease is given back"
     assert not (tmp_path / "mlruns").exists(), "no job fell back to a local store"
+
+
+def test_cpu_servers_side_by_side_on_two_cores_take_their_threads_in_cores_or_wait(
+    tmp_path, tracking_server
+):
+    """Four llama.cpp jobs at once on a two-core host: those with one thread run side by side
+    on a core each, those with two wait for both; no core ever serves two servers."""
+    url = tracking_server
+    result = run_cli(
+        "-m",
+        *TINY,
+        "hydra/launcher=submitit_local",
+        "hydra.sweeper.max_batch_size=4",
+        f"tracking.uri={url}",
+        "tracking.experiment=cores",
+        "host.cpus=[0,1]",
+        f"host.lease_dir={tmp_path / 'leases'}",
+        "engine.threads=1,2",
+        "replicate=0,1",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    _, children = parent_and_children(url, "cores")
+    assert len(children) == 4 and all(r.info.status == "FINISHED" for r in children)
+    servers = [
+        (
+            float(r.data.tags[Tag.server_started_at]),
+            float(r.data.tags[Tag.server_stopped_at]),
+            set(r.data.tags[Tag.cpus].split(",")),
+        )
+        for r in children
+    ]
+    for run, (_, _, cores) in zip(children, servers, strict=True):
+        assert len(cores) == int(run.data.params["engine.threads"])
+        assert "--threads " + run.data.params["engine.threads"] in client_command(url, run)
+    for i, (start, stop, cores) in enumerate(servers):
+        for other_start, other_stop, other_cores in servers[i + 1 :]:
+            if start < other_stop and other_start < stop:
+                assert not cores & other_cores, "two servers at once on one core"
+    assert not any((tmp_path / "leases").iterdir()), "every lease is given back"
+
+
+def client_command(url: str, run) -> str:
+    path = MlflowClient(url).download_artifacts(run.info.run_id, "command.txt")
+    return Path(path).read_text()
 
 
 def test_submitit_slurm_sweep_on_a_real_one_node_cluster(tmp_path, tracking_server):
@@ -278,3 +326,44 @@ def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
     lease.release()
     with pytest.raises(Exception, match="needs 3 GPU"):
         lease_devices(tmp_path, "gpu", ["0", "1"], 3, wait_s=5)
+
+
+def test_cpu_servers_of_one_process_share_its_cores_and_other_processes_wait(tmp_path: Path):
+    cores = ProcessCores()
+    first, first_handle = cores.take(tmp_path, ["0", "1"], 1, wait_s=5)
+    # A second server of this process (a sweep's other arm, taking turns) shares the core.
+    second, second_handle = cores.take(tmp_path, ["0", "1"], 1, wait_s=5)
+    assert first == second == ["0"]
+    # Needing more, it leases what is missing.
+    both, both_handle = cores.take(tmp_path, ["0", "1"], 2, wait_s=5)
+    assert both == ["0", "1"]
+    with pytest.raises(RuntimeError, match="not free after"):
+        lease_devices(tmp_path, "cpu", ["0", "1"], 1, wait_s=0.3, poll_s=0.1)
+    for handle in (first_handle, second_handle):
+        handle.release()
+        handle.release()  # a server stopped twice gives back once
+    with pytest.raises(RuntimeError, match="not free after"):
+        lease_devices(tmp_path, "cpu", ["0", "1"], 1, wait_s=0.3, poll_s=0.1)
+    both_handle.release()  # the last server stopped: the cores go back to the host
+    lease_devices(tmp_path, "cpu", ["0", "1"], 2, wait_s=1).release()
+    with pytest.raises(ConfigError, match=r"needs 3 CPU core\(s\) \(one per thread\)"):
+        cores.take(tmp_path, ["0", "1"], 3, wait_s=1)
+
+
+def test_a_server_runs_on_its_leased_cores_with_all_it_starts(tmp_path: Path):
+    probe = (
+        "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), flush=True); "
+        "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])"
+    )
+    server = ServerProcess(
+        LaunchSpec([sys.executable, "-c", probe], {}),
+        "127.0.0.1",
+        1,
+        "/",
+        tmp_path / "log",
+        (),
+        ["1"],
+    )
+    server.start()
+    assert server.process is not None and server.process.wait(timeout=60) == 0
+    assert (tmp_path / "log").read_text().split() == ["[1]", "[1]"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from specexp import crossover, publish, report
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from specexp import crossover, plots, publish, report
 from specexp.analysis import Selector, baseline_pairs, compare_arms, make_arms
 from specexp.results import JobRun, Tag, factors_tag
 from specexp.schemas import SpeculativeConfig
@@ -135,3 +137,19 @@ def test_a_saved_view_holds_every_field_the_ui_takes_whole():
     ]
     assert all(name in state for name in ui_fields)
     assert state["searchFilter"] == "tags.`mlflow.parentRunId` = 'p'"
+
+
+def test_the_crossover_plot_shows_its_findings_whole_inside_the_figure():
+    arms, _ = sweep_arms()
+    found = crossover.analyse(arms, Selector("speculative=none"), "concurrency.streams", 0.95)
+    found = found * 3  # three long statements: more than one line holds
+    figure = plots.crossover_figure(
+        crossover.families(arms, "concurrency.streams"), found, "concurrency.streams"
+    )
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    title = figure.axes[0].title
+    assert " ".join(title.get_text().split()) == "; ".join(c.statement for c in found)
+    box = title.get_window_extent(canvas.get_renderer())
+    assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
+    assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1
