@@ -121,11 +121,6 @@ class VLLMEngine(Engine):
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
-    def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:
-        # vLLM binds its OpenMP threads to cores itself ("auto": a NUMA node's); a stack that
-        # sets the binding keeps it.
-        launch.env.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(cores))
-
     def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
         engine, model, spec = server.engine, server.model, server.speculative
         # `vllm serve` resolves the wrong package name in CPU builds; the module works everywhere.
