@@ -480,8 +480,6 @@ def sweep_description(
         "interval, verdict, engaged) - select them there to compare.",
         "",
     ]
-    if crossovers:
-        lines += [f"![crossover]({plot_link('crossover/crossover.png')})", ""]
     lines += [
         "| job | tok/s | 95% CI | vs baseline | simultaneous CI | verdict | engaged |",
         "|---|---|---|---|---|---|---|",
@@ -499,6 +497,8 @@ def sweep_description(
             )
             + f" | {verdict} | {arm.run.tags.get(Tag.engaged, '-')} |"
         )
+    if crossovers:
+        lines += ["", f"![crossover]({plot_link('crossover/crossover.png')})"]
     # Drift (fitted, taken out, or confounding a verdict) and other notes on comparisons.
     warnings = _comparison_notes(comparisons)
     warnings += [

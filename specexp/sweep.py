@@ -394,19 +394,28 @@ def run_sweep(
     return [returns]
 
 
+def ui_address(uri: str) -> str:
+    """Where the UI of the store at ``uri`` is: the tracking server's address, or that of
+    ``mlflow ui`` started on the store with its defaults."""
+    if uri.startswith(("http://", "https://")):
+        return redact_text(uri).rstrip("/") + "/"
+    return f"(mlflow ui --backend-store-uri {redact_text(uri)}) http://127.0.0.1:5000/"
+
+
 def _view_id(parent_run_id: str) -> str:
     return f"sweep-{parent_run_id}"
 
 
 def sweep_view(store: TrackingStore, parent_run_id: str, plan: Plan) -> str:
-    """A saved view of the runs table with the sweep's jobs and the columns to read them by:
-    each swept setting, then the results. Returns its link."""
+    """A saved view of the runs table with the sweep's jobs, fastest first, and the columns to
+    read them by: each swept setting, then the results. Returns its link."""
     factors = dict.fromkeys(f.split("=", 1)[0] for j in plan.jobs for f in j.factors)
     return store.save_view(
         _view_id(parent_run_id),
         f"sweep {parent_run_id[:8]}: {' x '.join(factors) or 'one configuration'}",
         [f"tags.`{FACTOR}{factor}`" for factor in factors] + RESULT_COLUMNS,
         f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        order_by=f"metrics.`{Metric.tok_per_s_mean}`",
     )
 
 
@@ -491,6 +500,10 @@ def sweep_report(
                     report.print_switch_off(check)
         if crossovers:
             publish.log_crossover(parent, families, crossovers, factor, checks)
+    report.console.print(
+        f"MLflow UI: the sweep's report is its parent run's description; its jobs, with the "
+        f"columns to read them by: {ui_address(store.uri)}{store.view_link(_view_id(parent.run_id))}"
+    )
     publish.log_verdicts(store, arms, comparisons)
     publish.log_levels(parent, arms, comparisons, factor)
     parent.set_tags(

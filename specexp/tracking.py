@@ -45,10 +45,10 @@ RESULT_COLUMNS = [
     f"metrics.`{ResultMetric.tok_per_s}_ci_low`",
     f"metrics.`{ResultMetric.tok_per_s}_ci_high`",
     f"tags.`{Tag.verdict}`",
+    f"tags.`{Tag.engaged}`",
     f"metrics.`{ResultMetric.speedup_pct}`",
     f"metrics.`{ResultMetric.speedup_ci_low_pct}`",
     f"metrics.`{ResultMetric.speedup_ci_high_pct}`",
-    f"tags.`{Tag.engaged}`",
     "metrics.`acceptance_rate_mean`",
 ]
 CONFIGURATION_TAGS = [
@@ -87,19 +87,21 @@ def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
     return uri, artifacts
 
 
-def view_state(columns: Sequence[str], search_filter: str = "") -> str:
+def view_state(columns: Sequence[str], search_filter: str = "", order_by: str = "") -> str:
     """A runs-table view as the web UI saves one (its search facets and UI state, every
-    field present: the UI takes a shared state whole)."""
+    field present: the UI takes a shared state whole): ``columns`` shown in that order,
+    newest first, or ``order_by`` descending (the UI then lists the runs flat, children
+    without their parents)."""
     state = {
         "searchFilter": search_filter,
-        "orderByKey": "attributes.start_time",
+        "orderByKey": order_by or "attributes.start_time",
         "orderByAsc": False,
         "startTime": "ALL",
         "lifecycleFilter": "Active",
         "datasetsFilter": [],
         "modelVersionFilter": "All Runs",
         "selectedColumns": list(columns),
-        "columnOrder": [],
+        "columnOrder": list(columns),
         "columnWidths": {},
         "runsExpanded": {},
         "runsPinned": [],
@@ -180,7 +182,12 @@ class TrackingStore:
             )
 
     def save_view(
-        self, view_id: str, name: str, columns: Sequence[str], search_filter: str = ""
+        self,
+        view_id: str,
+        name: str,
+        columns: Sequence[str],
+        search_filter: str = "",
+        order_by: str = "",
     ) -> str:
         """Save a runs-table view under the UI's saved views; returns its link."""
         now = int(time.time() * 1000)
@@ -188,19 +195,24 @@ class TrackingStore:
             "name": name,
             "createdAt": now,
             "updatedAt": now,
-            "state": view_state(columns, search_filter),
+            "state": view_state(columns, search_filter, order_by),
         }
         self.client.set_experiment_tag(
             self.experiment_id, VIEW_PREFIX + view_id, json.dumps(envelope)
         )
         return self.view_link(view_id)
 
+    # MLflow 3.17's UI shows its GenAI pages unless the link (or the user's toggle) asks for
+    # model training; older MLflow 3 UIs read the experiment's kind instead.
     def view_link(self, view_id: str) -> str:
         """The UI's link (relative to its address) that opens a saved view."""
-        return f"#/experiments/{self.experiment_id}/runs?viewStateShareKey={view_id}"
+        return (
+            f"#/experiments/{self.experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={view_id}"
+        )
 
     def run_link(self, run_id: str) -> str:
-        return f"#/experiments/{self.experiment_id}/runs/{run_id}"
+        return f"#/experiments/{self.experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
     def start_run(
         self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None
