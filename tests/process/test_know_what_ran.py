@@ -40,20 +40,9 @@ def test_run_records_stack_and_what_engaged(tmp_path, tracking_env):
     assert {"stack.json", "effective.json"} <= names
 
 
-def test_a_setting_that_did_not_engage_is_loud(tmp_path, tracking_env):
-    result = run_cli(*QUICK, *FA_SILENTLY_OFF, cwd=tmp_path, env=tracking_env)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert (
-        "NOT ENGAGED: attention_backend=flash_attn was requested but the server ran with flash_attn disabled"
-        in result.stdout
-    )
-    (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
-    assert run.data.tags["engaged.attention_backend"] == "not engaged"
-    assert run.data.tags[Tag.not_engaged] == "attention_backend"
-
-
-def test_comparison_lists_drift_and_refuses_a_factor_that_did_not_engage(tmp_path, tracking_env):
+def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_path, tracking_env):
     env = tracking_env
+    printed = {}
     for overrides in (
         ["replicate=0", "attention_backend=no_flash_attn"],
         ["replicate=1", *FA_SILENTLY_OFF],
@@ -61,6 +50,17 @@ def test_comparison_lists_drift_and_refuses_a_factor_that_did_not_engage(tmp_pat
     ):
         result = run_cli(*QUICK, *overrides, "tracking.experiment=drift", cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        printed[overrides[0]] = result.stdout
+    assert (
+        "NOT ENGAGED: attention_backend=flash_attn was requested but the server ran with "
+        "flash_attn disabled" in printed["replicate=1"]
+    )
+    tags = {
+        r.data.tags["replicate"]: r.data.tags for r in runs_in(env["MLFLOW_TRACKING_URI"], "drift")
+    }
+    assert tags["1"]["engaged.attention_backend"] == "not engaged"
+    assert tags["1"][Tag.not_engaged] == "attention_backend"
+    assert tags["1"][Tag.engaged] == "NO: attention_backend" and tags["2"][Tag.engaged] == "yes"
 
     # Flash attention is not the declared factor here (replicate is): it shows as drift.
     out = run_cli(

@@ -76,7 +76,20 @@ def test_effective_settings_become_tags_and_read_back_as_engagement():
         "effective.speculative": "0 drafts",
         "engaged.attention_backend": "unknown",
         Tag.not_engaged: "speculative",
+        Tag.engaged: "NO: speculative",  # the one column that says it all, worst first
     }
+    assert (
+        effective_tags({"attention_backend": Setting("auto", "", Engagement.unknown, "-")})[
+            Tag.engaged
+        ]
+        == "unknown: attention_backend"
+    )
+    assert (
+        effective_tags({"speculative": Setting("draft", "4 drafts", Engagement.engaged, "c")})[
+            Tag.engaged
+        ]
+        == "yes"
+    )
     run = job_run("r", {}, **tags)
     assert (
         run.engagement("speculative") is Engagement.not_engaged
