@@ -45,28 +45,32 @@ def vllm_sweep(tmp_path_factory, name: str, *overrides: str) -> tuple[Path, dict
 
 
 @pytest.fixture(scope="module")
-def ab(tmp_path_factory):
-    """A real A/B on vLLM: speculative=none against ngram, interleaved run by run."""
-    return vllm_sweep(
+def served(tmp_path_factory):
+    """One sweep, two vLLM servers taking turns: n-grams (drafting from its first step on the
+    prompt's recurring n-grams) and EAGLE-3 with the generated target's untrained head, both
+    switched off from 2 requests per batch (num_speculative_tokens_per_batch_size), at 1 and
+    4 streams. Runs by name."""
+    _, env = vllm_sweep(
         tmp_path_factory,
         "vllm",
-        "speculative=none,ngram",
-        # n-grams that recur in the prompt: vLLM drafts from its first step on, whatever
-        # the generated model goes on to write.
+        "speculative=ngram,eagle3",
+        "speculative.switch_off_at=2",
+        "concurrency.streams=1,4",
         "workload.prompt='one two three four five one two three four five one two three four five'",
         f"workload.max_tokens={NEW_TOKENS}",
         "stats.warmup_runs=1",
         "stats.measured_runs=3",
     )
+    runs = {r.data.tags["mlflow.runName"]: r for r in runs_in(env["MLFLOW_TRACKING_URI"])}
+    return env, runs
 
 
 @pytest.fixture(scope="module")
-def ngram_run(ab):
-    tmp, env = ab
-    runs = runs_in(env["MLFLOW_TRACKING_URI"])
-    (run,) = [r for r in runs if r.data.tags.get("mlflow.runName") == "speculative=ngram"]
+def ngram_run(served, tmp_path_factory):
+    env, runs = served
+    run = runs["speculative=ngram concurrency.streams=1"]
     records = MlflowClient(env["MLFLOW_TRACKING_URI"]).download_artifacts(
-        run.info.run_id, "requests.jsonl", str(tmp)
+        run.info.run_id, "requests.jsonl", str(tmp_path_factory.mktemp("records"))
     )
     return run, [json.loads(line) for line in Path(records).read_text().splitlines()]
 
@@ -111,44 +115,30 @@ def test_vllm_tokens_are_counted_per_event_not_per_event_count(ngram_run):
     assert all(min(r["itl_s"]) > 0 for r in measured)  # no zero-length entries
 
 
-def test_a_real_vllm_ab_gets_a_verdict_from_compare(ab):
-    """`python -m specexp.compare` on the two vLLM arms: a verdict with its interval, from
-    runs that took turns on the machine."""
-    tmp, env = ab
+def test_a_real_vllm_ab_gets_a_verdict_from_compare(served, tmp_path):
+    """`python -m specexp.compare` on two vLLM arms at one stream: a verdict with its
+    interval, from runs that took turns on the machine."""
+    env, runs = served
+    ids = [runs[f"speculative={m} concurrency.streams=1"].info.run_id for m in ("ngram", "eagle3")]
     result = run_cli(
-        *"--baseline speculative=none --label speculative --json --no-log".split(),
-        cwd=tmp,
+        "--run-ids",
+        *ids,
+        *"--baseline speculative=ngram --label speculative --json --no-log".split(),
+        cwd=tmp_path,
         env=env,
         module="specexp.compare",
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (comparison,) = json.loads(result.stdout)["comparisons"]
-    assert comparison["candidate"] == "speculative=ngram"
+    assert comparison["candidate"] == "speculative=eagle3"
     assert comparison["verdict"] in (FASTER, SLOWER, EQUIVALENT, INCONCLUSIVE, CONFOUNDED)
     assert 0 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
     assert 0 <= comparison["p_welch"] <= 1
 
 
-@pytest.fixture(scope="module")
-def dynamic(tmp_path_factory):
-    """EAGLE-3 with the generated target's untrained head, switched off from 2 requests per
-    batch (num_speculative_tokens_per_batch_size), at 1 and 4 streams on one server."""
-    _, env = vllm_sweep(
-        tmp_path_factory,
-        "vllm-dynamic",
-        "speculative=eagle3",
-        "speculative.switch_off_at=2",
-        "concurrency.streams=1,4",
-        "workload.max_tokens=32",
-        "stats.warmup_runs=1",
-        "stats.measured_runs=2",
-    )
-    return {r.data.tags["mlflow.runName"]: r for r in runs_in(env["MLFLOW_TRACKING_URI"])}
-
-
-def test_eagle3_runs_on_vllms_cpu_path_with_acceptance_from_its_counters(dynamic):
-    run = dynamic["concurrency.streams=1"]
+def test_eagle3_runs_on_vllms_cpu_path_with_acceptance_from_its_counters(served):
+    run = served[1]["speculative=eagle3 concurrency.streams=1"]
     tags, metrics = run.data.tags, run.data.metrics
     assert run.info.status == "FINISHED"
     assert tags["engaged.speculative"] == "engaged", tags.get("effective.speculative")
@@ -156,10 +146,12 @@ def test_eagle3_runs_on_vllms_cpu_path_with_acceptance_from_its_counters(dynamic
     assert metrics["acceptance_rate_mean"] < 0.5
 
 
-def test_drafting_switched_off_from_two_requests_stops_at_four_streams(dynamic):
+def test_drafting_switched_off_from_two_requests_stops_at_four_streams(served):
     """vLLM serves the schedule as composed (/server_info) and, at four streams, drafts
     hardly at all - as the switch says; at one stream it drafts."""
-    alone, batched = dynamic["concurrency.streams=1"], dynamic["concurrency.streams=4"]
+    runs = served[1]
+    alone = runs["speculative=eagle3 concurrency.streams=1"]
+    batched = runs["speculative=eagle3 concurrency.streams=4"]
     for run in (alone, batched):
         assert run.data.tags["engaged.speculative"] == "engaged", run.data.tags
         assert run.data.tags["engaged.resolution"] == "engaged", run.data.tags
