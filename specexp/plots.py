@@ -81,7 +81,8 @@ def comparison_plot(
 def crossover_plot(
     families: dict[str, dict[int, Arm]], crossovers: Sequence[Crossover], factor: str, path: Path
 ) -> Path:
-    crossover_figure(families, crossovers, factor).savefig(path, dpi=110)
+    # 900 pixels wide: whole in the sweep's description, beside the UI's side panels.
+    crossover_figure(families, crossovers, factor).savefig(path, dpi=100)
     return path
 
 

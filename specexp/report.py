@@ -438,6 +438,7 @@ def sweep_description(
     crossovers: Sequence[Crossover],
     checks: Sequence[SwitchOffCheck],
     notes: Sequence[str],
+    baseline: str,
     engine: str,
     order: str,
     failed: int,
@@ -470,7 +471,7 @@ def sweep_description(
         counts[comparison.verdict] = counts.get(comparison.verdict, 0) + 1
     if comparisons:
         lines.append(
-            f"**Verdicts** against {', '.join(sorted(baselines))}: "
+            f"**Verdicts** against {baseline}: "
             + ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
             + (f"; **{failed} job(s) failed**" if failed else "")
         )

@@ -516,6 +516,7 @@ def sweep_report(
                 notes=notes + [f"{len(skipped)} run(s) left out: {'; '.join(skipped)}"]
                 if skipped
                 else notes,
+                baseline=baseline or "-",
                 engine=plan.jobs[0].job.engine.name,
                 order=order,
                 failed=len(failed),

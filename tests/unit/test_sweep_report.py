@@ -44,6 +44,7 @@ def describe(arms, comparisons, crossovers=(), limit=8000):
         crossovers=crossovers,
         checks=[],
         notes=[],
+        baseline="speculative=none",
         engine="vllm",
         order="interleaved",
         failed=1,
@@ -62,7 +63,8 @@ def test_the_description_leads_with_the_findings_and_links_every_job():
     first = text.splitlines()[0]
     assert first.startswith("**Crossover:**") and "stops paying" in first
     assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
-    assert "1 faster, 1 slower" in text and "1 job(s) failed" in text
+    assert "**Verdicts** against speculative=none: 1 faster, 1 slower" in text
+    assert "1 job(s) failed" in text
     assert "](#/experiments/7/runs?viewStateShareKey=sweep-p)" in text
     assert "![crossover](get-artifact?path=crossover/crossover.png&run_uuid=p)" in text
     for arm in arms:
