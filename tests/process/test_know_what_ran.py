@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from mlflow.tracking import MlflowClient
 
@@ -116,16 +117,23 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
 
 
 def test_doctor_on_this_machine(tmp_path):
-    parser = REPO / ".engines" / "sglang-0.5.23"
+    """The reference story's fused all-reduce with SGLang 0.5.9's own code importable: its
+    parser takes the command, its resolution names the setting it would change (a flag that
+    resets the draft), and what this machine lacks fails or is skipped."""
     result = run_cli(
         "engine=sglang",
         "model=kimi-k2.5",
+        "stack=cu130",
         "attention_backend=flashinfer",
         "allreduce_backend=flashinfer_fusion",
-        "speculative=eagle3",
-        f"+stack.env.PYTHONPATH={parser}",
+        "speculative=draft",
+        "model.draft_path=org/small-draft",
+        "engine.extra_args=[--speculative-num-steps,2]",
+        f"stack.python={sys.executable}",
+        f"+stack.env.PYTHONPATH={REPO / '.engines' / 'sglang-0.5.9'}",
         cwd=tmp_path,
         module="specexp.doctor",
+        timeout=300,
     )
     assert result.returncode == 1
     lines = {
@@ -133,9 +141,10 @@ def test_doctor_on_this_machine(tmp_path):
         for line in result.stdout.splitlines()
         if line.count("│") >= 3
     }
-    assert "pass" in lines["flags"] and "sglang 0.5.23's own parser" in lines["flags"]
+    assert "pass" in lines["flags"] and "sglang 0.5.9's own parser" in lines["flags"]
     assert "fail" in lines["GPUs"] and "0 visible, tensor parallel 8 needs 8" in lines["GPUs"]
     assert "skip" in lines["compute capability for flashinfer_fusion"]
+    assert "sglang would change --speculative-num-steps 8 -> 2" in " ".join(result.stdout.split())
 
 
 def test_doctor_failure_paths_with_fake_stacks(tmp_path):

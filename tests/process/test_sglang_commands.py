@@ -8,17 +8,14 @@ release whose spelling it was composed for.
 from __future__ import annotations
 
 import itertools
-import sys
 from collections import defaultdict
 
 from specexp.engines.base import LaunchSpec
-from tests.conftest import run_cli
 from tests.sglang_parser import (
     ENGINE,
     STACKS,
     check_with_real_parser,
     composed,
-    parser_dir,
     resolve_with_real_code,
 )
 
@@ -119,25 +116,3 @@ def test_the_resolution_check_can_fail():
 
 def _flags(launch: LaunchSpec) -> str:
     return " ".join(launch.argv[3:])
-
-
-def test_the_doctor_runs_sglangs_own_resolution_on_the_job(tmp_path):
-    """The doctor, with the stack's interpreter able to import SGLang 0.5.9, names the
-    setting SGLang's own code would change (a flag that makes it reset the draft)."""
-    stack = [
-        "engine=sglang",
-        "model=kimi-k2.5",
-        "stack=cu130",
-        "speculative=draft",
-        "model.draft_path=org/small-draft",
-        f"stack.python={sys.executable}",
-        f"+stack.env.PYTHONPATH={parser_dir('0.5.9')}",
-    ]
-    result = run_cli(
-        *stack,
-        "engine.extra_args=[--speculative-num-steps,2]",
-        cwd=tmp_path,
-        module="specexp.doctor",
-        timeout=300,
-    )
-    assert "sglang would change --speculative-num-steps 8 -> 2" in result.stdout.replace("\n", " ")

@@ -52,7 +52,9 @@ def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking
 
 
 def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_env):
-    args = ["-m", *TINY, "stats.measured_runs=4", "replicate=0,1,2,3"]
+    # Blocked: whole jobs one after another, so the first finishes while the others are
+    # still to run (interleaved, the four would take turns and finish together).
+    args = ["-m", *TINY, "stats.measured_runs=6", "multirun.order=blocked", "replicate=0,1,2,3"]
     before = server_pids()
     sweep = start_cli(*args, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
@@ -62,9 +64,9 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
             for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"])
             if r.info.status == "FINISHED" and not is_sweep(r)
         ]
-        if len(finished) >= 2:
+        if finished:
             break
-        time.sleep(0.5)
+        time.sleep(0.2)
     sweep.send_signal(signal.SIGTERM)
     output = sweep.communicate(timeout=120)[0]
     assert sweep.returncode != 0

@@ -16,7 +16,10 @@ def test_a_process_holding_a_core_makes_a_busy_machine_warning(tmp_path):
     try:
         result = run_cli(
             *QUICK,
-            "workload.max_tokens=32",
+            # One core for llama.cpp, the other the hog's: the run is not slowed ~14x, and
+            # long enough for several telemetry samples (0.5 s apart).
+            "engine.threads=1",
+            "workload.max_tokens=256",
             "stats.warmup_runs=0",
             "stats.measured_runs=2",
             cwd=tmp_path,

@@ -59,7 +59,7 @@ def served(tmp_path_factory):
         "workload.prompt='one two three four five one two three four five one two three four five'",
         f"workload.max_tokens={NEW_TOKENS}",
         "stats.warmup_runs=1",
-        "stats.measured_runs=3",
+        "stats.measured_runs=2",
     )
     runs = {r.data.tags["mlflow.runName"]: r for r in runs_in(env["MLFLOW_TRACKING_URI"])}
     return env, runs
