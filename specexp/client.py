@@ -11,15 +11,33 @@ import asyncio
 import multiprocessing
 import multiprocessing.pool
 import time
-from typing import Any, Coroutine, Iterable, Mapping, Optional, Sequence, TypeVar
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+)
 
 import aiohttp
 import orjson
 import uvloop
 
-from specexp.engines.base import Engine, Prompt, is_local, parse_prometheus
+from specexp.engines.base import Engine, Prompt, ServerLoad, is_local, parse_prometheus
 from specexp.measurements import RequestRecord, RunResult
-from specexp.schemas import PREFIX_WORDS, ConcurrencyConfig, ServerSettings, WorkloadConfig
+from specexp.schemas import (
+    PREFIX_WORDS,
+    CacheUse,
+    ConcurrencyConfig,
+    PromptReuse,
+    ServerSettings,
+    WorkloadConfig,
+)
 
 T = TypeVar("T")
 
@@ -142,11 +160,17 @@ class LoadClient:
         workload: WorkloadConfig,
         concurrency: ConcurrencyConfig,
         headers: Optional[dict[str, str]] = None,
+        prompt_namespace: str = "",
+        idle_timeout_s: float = 30.0,
     ):
+        """``prompt_namespace`` names the job in every prompt key, so that fresh prompts of
+        jobs sharing one server differ; ``idle_timeout_s``: how long a run waits for the
+        server to be idle before it starts anyway, flagged."""
         self.engine = engine
         self.base_url = base_url
         self.server, self.workload, self.concurrency = server, workload, concurrency
         self.headers = headers or {}
+        self.prompt_namespace, self.idle_timeout_s = prompt_namespace, idle_timeout_s
         # The server's tokens of the prompt and of the prefix words (workload.prompt_tokens).
         self._token_sources: Optional[tuple[list[int], list[int]]] = None
         # Worker processes, when the streams are shared out (concurrency.client_processes).
@@ -173,6 +197,7 @@ class LoadClient:
         timer = StreamTimer(self.engine, record, start, expected, workload.prompt_tokens)
         try:
             path, body = self.engine.completion_request(self.server, workload, self.prompt(record))
+            body.update(self.engine.stream_fields(self.server, record.stream))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
             timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
             async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
@@ -204,7 +229,10 @@ class LoadClient:
             timer.arrival([pending], time.perf_counter())
 
     def prompt(self, record: RequestRecord) -> Prompt:
-        key = f"{record.launch}/{record.run}/{record.warmup}/{record.stream}/{record.index}"
+        key = (
+            f"{self.prompt_namespace}/{record.launch}/{record.run}/{record.warmup}/"
+            f"{record.stream}/{record.index}"
+        )
         if self._token_sources is None:
             return self.workload.prompt_for(key)
         return self.workload.prompt_ids_for(key, *self._token_sources)
@@ -230,20 +258,58 @@ class LoadClient:
         words = await self._tokenize(session, " " + " ".join(PREFIX_WORDS))
         self._token_sources = (await self._tokenize(session, self.workload.prompt), words)
 
+    async def _get(self, session: aiohttp.ClientSession, path: Optional[str]) -> Optional[str]:
+        """The body of GET ``path``, or None (no such endpoint, or no answer)."""
+        if not path:
+            return None
+        try:
+            timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
+            async with session.get(self.base_url + path, timeout=timeout) as response:
+                return await response.text() if response.status == 200 else None
+        except (TimeoutError, aiohttp.ClientError):
+            return None
+
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
         """The server's speculative and accounting series, by metric name."""
         wanted = {**self.engine.speculative_counters, **self.engine.accounting_counters}
-        if not wanted or not self.engine.metrics_path:
-            return {}
-        try:
-            timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
-            async with session.get(
-                self.base_url + self.engine.metrics_path, timeout=timeout
-            ) as response:
-                values = parse_prometheus(await response.text())
-        except (TimeoutError, aiohttp.ClientError):
-            return {}
+        text = await self._get(session, self.engine.metrics_path) if wanted else None
+        values = parse_prometheus(text) if text else {}
         return {name: values[name] for name in wanted.values() if name in values}
+
+    async def _state(self, session: aiohttp.ClientSession) -> tuple[Optional[ServerLoad], Any]:
+        """The server's load, and the answer of its state endpoint (llama.cpp's /slots)."""
+        metrics_text = await self._get(session, self.engine.metrics_path)
+        state_text = await self._get(session, self.engine.state_path)
+        try:
+            state = orjson.loads(state_text) if state_text else None
+        except orjson.JSONDecodeError:
+            state = None
+        metrics = parse_prometheus(metrics_text) if metrics_text else {}
+        return self.engine.server_load(metrics, state), state
+
+    async def _settle(self, session: aiohttp.ClientSession) -> IdleWait:
+        """Wait until the server is idle; then, when no cache may carry work between runs and
+        prompts are fresh, empty its caches (and wait for that work too)."""
+
+        async def probe() -> Optional[ServerLoad]:
+            return (await self._state(session))[0]
+
+        waited = await wait_until_idle(probe, self.idle_timeout_s)
+        if self.server.caches != CacheUse.none or self.server.prompts != PromptReuse.fresh:
+            return waited
+        flushes = self.engine.cache_flush(self.server, (await self._state(session))[1])
+        for method, path in flushes:
+            timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
+            async with session.request(method, self.base_url + path, timeout=timeout) as response:
+                if response.status != 200:
+                    raise RuntimeError(
+                        f"emptying the server's caches before the run: {method} {path} answered "
+                        f"HTTP {response.status}: {(await response.text())[:300]}"
+                    )
+        if not flushes:
+            return waited
+        again = await wait_until_idle(probe, self.idle_timeout_s)
+        return IdleWait(waited.waited_s + again.waited_s, again.load, len(flushes))
 
     async def run(
         self,
@@ -255,6 +321,7 @@ class LoadClient:
         """One run: every stream's requests, from one start; the server's counters as deltas."""
         level = self.concurrency
         await self._prepare_prompts(session)
+        settled = await self._settle(session)
         before = await self._counters(session)
         shares = stream_shares(level.streams, level.processes())
         started_unix = time.time()
@@ -278,6 +345,9 @@ class LoadClient:
             accounting_deltas=_deltas(self.engine.accounting_counters, before, after),
             launch=launch,
             started_unix=started_unix,
+            idle_wait_s=settled.waited_s,
+            busy_at_start=None if settled.idle else settled.load.describe(),
+            caches_flushed=settled.flushed,
         )
 
     async def _streams(
@@ -332,6 +402,39 @@ class LoadClient:
         )
         records = [record for share_records, _ in parts for record in share_records]
         return records, started, max(finished for _, finished in parts)
+
+
+@dataclass(frozen=True)
+class IdleWait:
+    """How a run's start waited for the server: for how long, its last reading (None: the
+    server says nothing of its load), and how many cache-emptying requests were sent."""
+
+    waited_s: float
+    load: Optional[ServerLoad]
+    flushed: int = 0
+
+    @property
+    def idle(self) -> bool:
+        """Idle, or not known otherwise (an engine without load gauges is taken as it is)."""
+        return self.load is None or self.load.idle
+
+
+async def wait_until_idle(
+    probe: Callable[[], Awaitable[Optional[ServerLoad]]],
+    timeout_s: float,
+    poll_s: float = 0.05,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> IdleWait:
+    """Probe the server's load until it is idle (or says nothing of it), at most
+    ``timeout_s``; the wait and the last reading."""
+    started = clock()
+    while True:
+        load = await probe()
+        waited = clock() - started
+        if load is None or load.idle or waited >= timeout_s:
+            return IdleWait(waited, load)
+        await sleep(poll_s)
 
 
 # Lead time for worker processes to receive their share before the common start.

@@ -22,8 +22,18 @@ import numpy as np
 
 from specexp.analysis import Arm, Selector
 from specexp.engines import engines
+from specexp.results import Metric
 from specexp.schemas import SpeculativeConfig
-from specexp.stats import EQUIVALENT, FASTER, SLOWER, Comparison, compare, decide
+from specexp.stats import (
+    EQUIVALENT,
+    FASTER,
+    SLOWER,
+    UNSTEADY,
+    Comparison,
+    compare,
+    decide,
+    notes_for,
+)
 
 DRAWS = 4000
 
@@ -38,8 +48,21 @@ class Crossover:
     ci_low: Optional[float] = None
     ci_high: Optional[float] = None  # None with ci_low set: beyond the highest level measured
     no_crossing_share: float = 0.0  # draws without a crossover in range
+    # The ratio's interval at the lowest level (from the same draws); None without one.
+    lowest_ratio_ci: Optional[tuple[float, float]] = None
+    # Levels whose values cannot carry a crossover claim, with the reasons.
+    unreliable: dict[int, list[str]] = field(default_factory=dict)
     statement: str = ""
     recommendation: dict = field(default_factory=dict)
+
+    @property
+    def reliable(self) -> bool:
+        return not self.unreliable
+
+    @property
+    def never_pays(self) -> bool:
+        """Slower even at the lowest level, with the interval to say so."""
+        return self.lowest_ratio_ci is not None and self.lowest_ratio_ci[1] < 1
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -74,8 +97,10 @@ def find_crossover(
     base_values: Sequence[Sequence[float]],
     confidence: float = 0.95,
     seed: int = 0,
+    unreliable: Optional[Mapping[int, Sequence[str]]] = None,
 ) -> Crossover:
-    """Values per level for both arms (aggregate tok/s of each measured run)."""
+    """Values per level for both arms (aggregate tok/s of each measured run); ``unreliable``:
+    the levels whose values cannot carry a claim, with the reasons (their warnings)."""
     order = np.argsort(levels)
     levels = [int(levels[i]) for i in order]
     cand = [np.asarray(cand_values[i], float) for i in order]
@@ -88,7 +113,13 @@ def find_crossover(
         levels,
         [math.exp(v) for v in log_ratio],
         None if math.isinf(estimate) else estimate,
+        unreliable={
+            level: list(reasons)
+            for level, reasons in sorted((unreliable or {}).items())
+            if reasons and level in levels
+        },
     )
+    tail = (1 - confidence) / 2
     if all(v.size >= 2 and np.ptp(v) > 0 for v in cand + base):
         rng = np.random.default_rng(seed)
         draws = np.column_stack(
@@ -98,40 +129,82 @@ def find_crossover(
             ]
         )
         found = _crossings(levels, draws)
-        tail = (1 - confidence) / 2
         low, high = np.quantile(found, [tail, 1 - tail], method="inverted_cdf")
         result.ci_low = float(low)
         result.ci_high = None if math.isinf(high) else float(high)
         result.no_crossing_share = float(np.mean(np.isinf(found)))
+        ratio_low, ratio_high = np.exp(np.quantile(draws[:, 0], [tail, 1 - tail]))
+        result.lowest_ratio_ci = (float(ratio_low), float(ratio_high))
+    result.statement = _statement(result, confidence)
+    return result
+
+
+def _statement(result: Crossover, confidence: float) -> str:
+    """The finding in words: where the candidate stops paying, with its interval; that it
+    never pays only when the lowest level's interval says so; and first, when levels were
+    noisy, that no crossover claim can be made on them."""
+    levels, candidate, baseline = result.levels, result.candidate, result.baseline
     span = f"concurrency {levels[0]}..{levels[-1]}"
+    percent = f"{confidence * 100:g}%"
+    lowest = result.lowest_ratio_ci
+    lowest_text = (
+        f"x{result.ratio[0]:.3f}, {percent} CI {lowest[0]:.3f}..{lowest[1]:.3f}"
+        if lowest
+        else f"x{result.ratio[0]:.3f}, no interval"
+    )
     if result.estimate is None:
-        result.statement = (
-            f"no crossover in {span}: {candidate} is faster than {baseline} at every level measured "
-            f"({result.no_crossing_share:.0%} of draws agree)"
+        finding = (
+            f"no crossover in {span}: {candidate} is faster than {baseline} at every level "
+            f"measured ({result.no_crossing_share:.0%} of draws agree)"
         )
-    elif estimate == levels[0] and log_ratio[0] <= 0:
-        result.statement = (
-            f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level measured"
+    elif result.estimate == levels[0] and result.ratio[0] <= 1:
+        finding = (
+            f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level "
+            f"measured ({lowest_text})"
+            if result.never_pays
+            else f"{candidate} is not shown to pay at concurrency {levels[0]}, the lowest level "
+            f"measured, nor to cost ({lowest_text}: the interval holds 1)"
         )
     else:
         if result.ci_low is None:
             interval = "no interval: a level has fewer than 2 values or no spread"
         else:
             high = f"{result.ci_high:.1f}" if result.ci_high is not None else f"beyond {levels[-1]}"
-            interval = f"{int(confidence * 100)}% CI {result.ci_low:.1f}..{high}"
-        result.statement = (
-            f"{candidate} stops paying at concurrency {estimate:.1f} ({interval}; "
+            interval = f"{percent} CI {result.ci_low:.1f}..{high}"
+        finding = (
+            f"{candidate} stops paying at concurrency {result.estimate:.1f} ({interval}; "
             f"{result.no_crossing_share:.0%} of draws saw no crossover in {span})"
         )
-    return result
+    if result.reliable:
+        return finding
+    noisy = "; ".join(
+        f"{level}: {', '.join(reasons)}" for level, reasons in result.unreliable.items()
+    )
+    return (
+        f"crossover unreliable, levels too noisy to place it on ({noisy}); as measured, {finding}"
+    )
 
 
 def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
-    """The switch-off threshold as each engine's own dynamic-speculation setting."""
+    """The switch-off threshold as each engine's own dynamic-speculation setting; none on
+    noisy levels, or where the lowest level shows neither a gain nor a loss."""
+    if not crossover.reliable:
+        return {
+            "threshold": None,
+            "note": "no switch-off recommended: the crossover is unreliable on levels "
+            + ", ".join(map(str, crossover.unreliable))
+            + " (re-measure them)",
+        }
     if crossover.estimate is None:
         return {
             "threshold": None,
             "note": "speculation paid at every level measured: keep it on in this range",
+        }
+    if crossover.estimate == crossover.levels[0] and not crossover.never_pays:
+        return {
+            "threshold": None,
+            "note": f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
+            "is shown neither to pay nor to cost",
         }
     # The interval's lower end: speculation is switched off wherever it may not pay.
     conservative = crossover.ci_low if crossover.ci_low is not None else crossover.estimate
@@ -170,10 +243,15 @@ def families(arms: Sequence[Arm], factor: str) -> dict[str, dict[int, Arm]]:
 
 
 def analyse(
-    arms: Sequence[Arm], baseline: Selector, factor: str, confidence: float
+    arms: Sequence[Arm],
+    baseline: Selector,
+    factor: str,
+    confidence: float,
+    cv_warn: Optional[float] = None,
 ) -> list[Crossover]:
     """A crossover for each speculative family against the baseline family that shares its
-    other settings, over the levels both were measured at."""
+    other settings, over the levels both were measured at; with ``cv_warn``, the levels
+    where either arm's warnings fire (:func:`level_warnings`) are named unreliable."""
     grouped = families(arms, factor)
 
     def others(levels: dict[int, Arm]) -> tuple:
@@ -203,9 +281,34 @@ def analyse(
                 [levels[c].values for c in common],
                 [grouped[base_name][c].values for c in common],
                 confidence,
+                unreliable=None
+                if cv_warn is None
+                else {
+                    c: level_warnings(levels[c], cv_warn)
+                    + level_warnings(grouped[base_name][c], cv_warn)
+                    for c in common
+                },
             )
         )
     return results
+
+
+def level_warnings(arm: Arm, cv_warn: float) -> list[str]:
+    """Why one arm's values at a level cannot place a crossover: too much spread or a trend
+    in them, runs that started on a busy server or ran on a busy machine."""
+    reasons = [
+        f"{arm.label} {note.kind}"
+        for note in notes_for(arm.values, cv_warn)
+        if note.kind in UNSTEADY
+    ]
+    for metric, what in (
+        (Metric.busy_start_runs, "busy start"),
+        (Metric.busy_machine_runs, "busy machine"),
+    ):
+        count = arm.run.metrics.get(metric, 0.0)
+        if count:
+            reasons.append(f"{arm.label} {what} ({count:.0f} run(s))")
+    return reasons
 
 
 @dataclass

@@ -155,7 +155,11 @@ def _gpu_checks(job: Job) -> list[Check]:
     gpus = int(hardware["gpu_count"])
     # A multi-GPU engine needs its tensor-parallel GPUs; a single-process one the GPUs it
     # is given (engine.gpus: llama.cpp offloading to one); none on a CPU-only stack.
-    needed = 0 if cfg.stack.cpu_only else max(cfg.engine.gpus, tp if engine.multi_gpu else 0)
+    needed = (
+        0
+        if cfg.stack.cpu_only or cfg.engine.url
+        else max(cfg.engine.gpus, tp if engine.multi_gpu else 0)
+    )
     if not needed:
         checks = [Check("GPUs", SKIP, f"engine={engine.name} serves on the CPU (engine.gpus=0)")]
     else:

@@ -39,10 +39,15 @@ def register() -> None:
     launchers.register_resolvers()
     launchers.quiet_preset_validation()
     if not OmegaConf.has_resolver("specexp.server_gpus"):
-        # GPUs one server takes: its tensor-parallel size, none on a CPU-only stack.
+        # GPUs one server takes: its tensor-parallel size, none on a CPU-only stack or for a
+        # server specexp does not start (engine.url), whose GPUs are not this host's to lend.
         OmegaConf.register_new_resolver(
             "specexp.server_gpus",
-            lambda *, _root_: 0 if _root_.stack.cpu_only else _root_.engine.tensor_parallel_size,
+            lambda *, _root_: (
+                0
+                if _root_.stack.cpu_only or _root_.engine.get("url")
+                else _root_.engine.tensor_parallel_size
+            ),
         )
     if not OmegaConf.has_resolver("specexp.required"):
         # A value an option cannot do without, named in the error when it is not set.

@@ -53,6 +53,22 @@ class Job:
             {"argv": launch.argv, "env": launch.env, "launches": self.config.stats.launches}
         )
 
+    def prompt_namespace(self) -> str:
+        """What sets the job's requests apart from those of other jobs on the same server:
+        its client-side settings (concurrency, workload, replicate). Fresh prompts are keyed
+        by it, so jobs sharing a server never send each other's prompts, while the arms of
+        one level (on servers of their own) are sent the same ones: a paired comparison."""
+        concurrency = dataclasses.asdict(self.config.concurrency)
+        for key in ("name", "levels"):
+            concurrency.pop(key)
+        return _digest(
+            {
+                "concurrency": concurrency,
+                "workload": dataclasses.asdict(self.config.workload),
+                "replicate": self.config.replicate,
+            }
+        )
+
     def planned_launch(self) -> LaunchSpec:
         """The server command as a dry run shows it (a free port when engine.port is 0); the
         launch itself leases its port."""

@@ -79,6 +79,11 @@ class RunResult:
     # The machine while the run went on (specexp.telemetry): metrics, and what to warn of.
     telemetry: dict[str, float] = field(default_factory=dict)
     machine_warnings: list[str] = field(default_factory=list)
+    # Before the run: how long the client waited for the server to be idle; what it was
+    # still doing when the wait ran out (None: it was idle); cache-emptying requests sent.
+    idle_wait_s: float = 0.0
+    busy_at_start: Optional[str] = None
+    caches_flushed: int = 0
 
     @property
     def midpoint_unix(self) -> float:

@@ -80,6 +80,14 @@ class Metric(StrEnum):
     # Variance of tok/s within one launch and between launches (with several launches).
     var_within_launch = "tok_per_s_var_within_launch"
     var_between_launch = "tok_per_s_var_between_launch"
+    # Per measured run: seconds the client waited for an idle server before it, and 1 when
+    # the server was still busy when the wait ran out.
+    idle_wait_s = "idle_wait_s"
+    busy_start = "busy_start"
+    # Per job: measured runs that started on a busy server, and those whose machine was
+    # busy with other work meanwhile (the sweep report calls such a level unreliable).
+    busy_start_runs = "busy_start_runs"
+    busy_machine_runs = "busy_machine_runs"
 
 
 class Artifact(StrEnum):

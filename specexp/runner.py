@@ -133,6 +133,8 @@ def run_metrics(result: RunResult, engine: Engine) -> dict[str, float]:
         "e2e_s": result.e2e_s_mean,
         "acceptance_length": result.acceptance_length,
         "acceptance_rate": result.acceptance_rate,
+        Metric.idle_wait_s: result.idle_wait_s,
+        Metric.busy_start: float(result.busy_at_start is not None),
     }
     server = engine.server_accounting(result.accounting_deltas)
     metrics.update({f"server_{k.removesuffix('_mean')}": v for k, v in server.items()})
@@ -179,6 +181,18 @@ def summary_metrics(
         if values:
             metrics[name if name.endswith("_mean") else f"{name}_mean"] = sum(values) / len(values)
     warnings = warnings_for(unit_values, cfg.stats.cv_warn)
+    busy_starts = [r for r in measured if r.busy_at_start is not None]
+    metrics[Metric.busy_start_runs] = float(len(busy_starts))
+    metrics[Metric.busy_machine_runs] = float(
+        sum(1 for r in measured if telemetry.BUSY in r.machine_warnings)
+    )
+    if busy_starts:
+        warnings.append(
+            f"measured run(s) {[r.run for r in busy_starts]} started on a busy server (after "
+            f"{cfg.stats.idle_timeout_s:.0f} s of waiting, stats.idle_timeout_s: "
+            f"{busy_starts[0].busy_at_start}): another client uses it, or it is still working "
+            "on earlier requests"
+        )
     for note in dict.fromkeys(n for r in measured for n in r.machine_warnings):
         hit = [r for r in measured if note in r.machine_warnings]
         busiest = max(r.telemetry.get("cpu_other_cores", 0.0) for r in hit)
@@ -326,7 +340,7 @@ def _open(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
             f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
             "create the stack's environment, or set stack.python / stack.bin_dir"
         )
-    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
+    if cfg.engine.gpus and not cfg.engine.url and "CUDA_VISIBLE_DEVICES" not in launch.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     cores = job.engine.cpu_cores(job.server)
     if not cfg.engine.url and cores:
@@ -404,7 +418,7 @@ def _measure_part(session: JobSession, launch: int, runs: range) -> None:
             _announce_server(session, server, reused, ready_s, label, launch)
         gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES", "")
         with telemetry.monitoring(
-            server.process.pid if server.process else None,
+            server.server_pid(),
             [int(g) for g in gpus.split(",") if g.strip().isdigit()],
             stats.telemetry_interval_s,
         ) as monitor:
@@ -575,6 +589,8 @@ async def _measure(
         cfg.workload,
         cfg.concurrency,
         headers=job.request_headers(),
+        prompt_namespace=job.prompt_namespace(),
+        idle_timeout_s=cfg.stats.idle_timeout_s,
     )
     results: list[RunResult] = []
     with (

@@ -238,6 +238,20 @@ class PromptReuse(StrEnum):
     fresh = "fresh"
 
 
+class CacheUse(StrEnum):
+    """What the engine's caches may carry from one measured run into the next."""
+
+    # Only what the workload's prompts make (a fixed prompt cached in its slot or prefix
+    # cache): caches that outlive requests and cost time of their own are off (llama.cpp's
+    # host prompt cache, which saves idle slots before each new task), and with fresh
+    # prompts prefix caches are flushed before each run, so a run starts where every other
+    # one did.
+    none = "none"
+    # The caches are the subject (a prefix-cache study): the engine's own defaults, kept
+    # from run to run.
+    kept = "kept"
+
+
 # The seeded prefix that gives each request a prompt of its own (workload.prompts=fresh).
 PREFIX_WORDS = (
     "system latency token draft verify batch cache kernel memory stream tensor parallel "
@@ -255,6 +269,7 @@ class WorkloadConfig:
     # as token ids. null: the prompt text as written.
     prompt_tokens: Optional[int] = None
     prompts: PromptReuse = PromptReuse.fixed
+    caches: CacheUse = CacheUse.none
     max_tokens: int = 2048
     ignore_eos: bool = True
     # Greedy decoding: with sampling, a draft that matches the target can still be rejected.
@@ -360,11 +375,19 @@ class StatsConfig:
     # Seconds between samples of the machine (CPU load; the server's GPUs through NVML)
     # while runs are measured; 0: no telemetry.
     telemetry_interval_s: float = 0.5
+    # Before each run the client waits until the server holds no request and has done its
+    # work after the last one (its own gauges say so), at most this long; a run that still
+    # starts on a busy server is flagged.
+    idle_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         _at_least("stats", 1, measured_runs=self.measured_runs, launches=self.launches)
         _at_least(
-            "stats", 0, warmup_runs=self.warmup_runs, telemetry_interval_s=self.telemetry_interval_s
+            "stats",
+            0,
+            warmup_runs=self.warmup_runs,
+            telemetry_interval_s=self.telemetry_interval_s,
+            idle_timeout_s=self.idle_timeout_s,
         )
         _fraction("stats", confidence=self.confidence, threshold=self.threshold, power=self.power)
 
@@ -464,6 +487,8 @@ class RunConfig:
             self.concurrency.streams,
             self.host,
             self.workload.request_tokens_bound(),
+            self.workload.caches,
+            self.workload.prompts,
         )
 
 
@@ -484,6 +509,10 @@ class ServerSettings:
     # Most context one request can take (prompt + max_tokens; engines that split their
     # context among requests size or check it by this).
     request_tokens: int = 0
+    # What the caches may carry between runs, and the prompts they would carry
+    # (workload.caches, workload.prompts): engines turn caches off or flush them by these.
+    caches: CacheUse = CacheUse.none
+    prompts: PromptReuse = PromptReuse.fixed
 
     def requested(self) -> dict[str, str]:
         """The settings whose engagement is checked on the live server."""

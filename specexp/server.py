@@ -16,13 +16,14 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import psutil
 
-from specexp.engines.base import LaunchSpec, urlopen
+from specexp.engines.base import LaunchSpec, is_local, urlopen
 from specexp.leases import Lease
 
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
@@ -187,6 +188,10 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def server_pid(self) -> Optional[int]:
+        """The server's own process, for telemetry to count its CPU as the server's."""
+        return self.process.pid if self.process else None
+
     def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s``; then give
         back the port and GPUs."""
@@ -297,6 +302,28 @@ class ExternalServer(ServerProcess):
 
     def alive(self) -> bool:
         return True
+
+    def server_pid(self) -> Optional[int]:
+        """The process listening on the URL's port when the server runs on this host (its
+        CPU is then the server's, not other load); None for a remote one, or one this
+        process may not see."""
+        url = urllib.parse.urlsplit(self.base_url)
+        if not url.hostname or not is_local(url.hostname):
+            return None
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            connections = psutil.net_connections(kind="tcp")
+        except psutil.Error:
+            return None
+        for connection in connections:
+            if (
+                connection.status == psutil.CONN_LISTEN
+                and connection.laddr
+                and connection.laddr.port == port
+                and connection.pid
+            ):
+                return connection.pid
+        return None
 
     def stop(self, grace_s: float = 15.0) -> None:
         self.stopped_at = time.time()

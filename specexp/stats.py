@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from functools import lru_cache
 from typing import Optional, Sequence
 
@@ -119,7 +120,27 @@ def variance_components(
     )
 
 
-def warnings_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -> list[str]:
+class NoteKind(StrEnum):
+    """Why a set of measured values is not to be trusted as it is."""
+
+    high_cv = "high CV"
+    trend = "trend"
+    outlier = "outlier"
+    few_values = "few values"
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: NoteKind
+    message: str
+
+
+# What makes a level's values too unsteady to place a crossover on (few values widen the
+# interval, which already says so; one outlier is shown, not disqualifying).
+UNSTEADY = (NoteKind.high_cv, NoteKind.trend)
+
+
+def notes_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -> list[Note]:
     """Reasons not to trust a set of measured values, in words a person can act on."""
     data = _clean(values)
     notes = []
@@ -127,23 +148,44 @@ def warnings_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -
         cv = float(data.std(ddof=1) / data.mean()) if data.mean() else float("nan")
         if cv > cv_warn:
             notes.append(
-                f"CV {cv:.1%} is above {cv_warn:.0%}: small differences cannot be resolved"
+                Note(
+                    NoteKind.high_cv,
+                    f"CV {cv:.1%} is above {cv_warn:.0%}: small differences cannot be resolved",
+                )
             )
     if data.size >= 5:
         tau, p = scipy_stats.kendalltau(np.arange(data.size), data)
         if p < alpha:
             direction = "rising" if tau > 0 else "falling"
             notes.append(
-                f"values keep {direction} across the measured runs (Kendall tau {tau:.2f}, p={p:.3f}): "
-                "warm-up may not be over; add stats.warmup_runs"
+                Note(
+                    NoteKind.trend,
+                    f"values keep {direction} across the measured runs (Kendall tau {tau:.2f}, "
+                    f"p={p:.3f}): warm-up may not be over; add stats.warmup_runs",
+                )
             )
     if data.size >= 3:
         outlier = grubbs_outlier(data.tolist(), alpha)
         if outlier is not None:
-            notes.append(f"outlier: run {outlier} ({data[outlier]:.4g}), Grubbs' test p<{alpha:g}")
+            notes.append(
+                Note(
+                    NoteKind.outlier,
+                    f"outlier: run {outlier} ({data[outlier]:.4g}), Grubbs' test p<{alpha:g}",
+                )
+            )
     if data.size < 5:
-        notes.append(f"only {data.size} values: intervals are wide and rank tests weak")
+        notes.append(
+            Note(
+                NoteKind.few_values,
+                f"only {data.size} values: intervals are wide and rank tests weak",
+            )
+        )
     return notes
+
+
+def warnings_for(values: Sequence[float], cv_warn: float, alpha: float = 0.05) -> list[str]:
+    """The messages of :func:`notes_for`."""
+    return [note.message for note in notes_for(values, cv_warn, alpha)]
 
 
 def grubbs_outlier(values: Sequence[float], alpha: float = 0.05) -> Optional[int]:

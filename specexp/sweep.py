@@ -471,7 +471,7 @@ def sweep_report(
         # Arms with dynamic speculation are not asked where they stop paying: they are
         # checked against the fixed arms they should follow.
         adaptive = [f for f in families if speculative(f).switch_off_at is not None]
-        analysed = crossover.analyse(arms, selector, factor, stats.confidence)
+        analysed = crossover.analyse(arms, selector, factor, stats.confidence, stats.cv_warn)
         crossovers = [c for c in analysed if c.candidate not in adaptive]
         for result in crossovers:
             result.recommendation = crossover.recommend(result, speculative(result.candidate))

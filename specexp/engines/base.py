@@ -30,8 +30,10 @@ from specexp.measurements import RunResult
 from specexp.schemas import (
     AllreduceBackend,
     AttentionBackend,
+    CacheUse,
     ConfigError,
     EngineConfig,
+    PromptReuse,
     ServerSettings,
     SpeculativeConfig,
     SpeculativeMethod,
@@ -116,6 +118,23 @@ class Resolution:
 
 
 @dataclass(frozen=True)
+class ServerLoad:
+    """What a server is working on, as its own endpoints say: requests running and waiting.
+    Read through the server's own request loop (llama.cpp answers /metrics and /slots from
+    it), so an idle reading also means the work after the last request is done."""
+
+    running: float
+    waiting: float
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and self.waiting == 0
+
+    def describe(self) -> str:
+        return f"{self.running:.0f} request(s) running, {self.waiting:.0f} waiting"
+
+
+@dataclass(frozen=True)
 class Check:
     """One preflight check: passed, failed with a fix hint, or skipped with its reason."""
 
@@ -151,6 +170,24 @@ class Engine:
     runs_on_torch: ClassVar[bool] = True
     # The server takes a per-batch-size drafting setting at launch (speculative.switch_off_at).
     dynamic_speculation: ClassVar[bool] = False
+    # Prometheus gauges of the requests the server holds: {"running": name, "waiting": name}.
+    load_gauges: ClassVar[dict[str, str]] = {}
+    # A JSON endpoint :meth:`server_load` reads beside /metrics (llama.cpp's /slots), if any.
+    state_path: ClassVar[Optional[str]] = None
+
+    def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]:
+        """The server's load from its /metrics samples (and ``state``, the answer of
+        :attr:`state_path`); None when it exposes neither gauge."""
+        found = {k: metrics[v] for k, v in self.load_gauges.items() if v in metrics}
+        if not found:
+            return None
+        return ServerLoad(found.get("running", 0.0), found.get("waiting", 0.0))
+
+    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+        """Requests (method, path) that empty the caches a run could inherit from the runs
+        before it, sent before each run when workload.caches=none and prompts are fresh
+        (``state``: the answer of :attr:`state_path`); none by default."""
+        return []
 
     def validate(self, server: ServerSettings) -> None:
         """Reject what this engine cannot honour, naming the option and the valid choices."""
@@ -188,7 +225,9 @@ class Engine:
                 f"engine.tensor_parallel_size={tp} is not supported by engine={self.name}, which "
                 "serves from one process; use 1"
             )
-        if self.multi_gpu and not server.stack.cpu_only and server.engine.gpus < tp:
+        # A server specexp does not start (engine.url) takes none of this host's GPUs.
+        launched_here = not server.engine.url and not server.stack.cpu_only
+        if self.multi_gpu and launched_here and server.engine.gpus < tp:
             raise ConfigError(
                 f"engine.gpus={server.engine.gpus} cannot hold tensor parallel {tp}; set engine.gpus "
                 "to at least engine.tensor_parallel_size"
@@ -240,12 +279,14 @@ class Engine:
     ) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
         whether it engaged, with the evidence."""
-        return {
+        settings = {
             name: Setting(
                 requested, "", Engagement.unknown, f"engine={self.name} reports nothing on this"
             )
             for name, requested in server.requested().items()
         }
+        settings["caches"] = caches_setting(server, runs)
+        return settings
 
     def flag_check_command(
         self, server: ServerSettings, launches: list[LaunchSpec]
@@ -324,6 +365,11 @@ class Engine:
             if count:
                 figures[f"{name}_mean"] = deltas[f"{name}_sum"] / count
         return figures
+
+    def stream_fields(self, server: ServerSettings, stream: int) -> dict[str, Any]:
+        """Fields added to the body of every request stream ``stream`` sends (llama.cpp pins
+        each stream to a slot of its own); none by default."""
+        return {}
 
     def completion_request(
         self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
@@ -409,6 +455,43 @@ def speculation_from_counters(server: ServerSettings, runs: Sequence[RunResult])
         Engagement.engaged if drafting == wanted else Engagement.not_engaged,
         evidence,
     )
+
+
+def caches_setting(server: ServerSettings, runs: Sequence[RunResult]) -> Setting:
+    """What the measured requests found in the server's prompt cache, as each one reports
+    it, against what the workload allows: with fresh prompts and no cache carrying work
+    between runs, next to nothing (a shared token or two) - more means earlier requests'
+    prompts were served again."""
+    requested = f"caches={server.caches}, prompts={server.prompts}"
+    records = [rec for r in runs if not r.warmup for rec in r.records if rec.ok]
+    counted = [rec for rec in records if rec.prompt_cached_tokens is not None and rec.prompt_tokens]
+    if not counted:
+        return Setting(requested, "", Engagement.unknown, "no request reported cached tokens")
+    cached = sum(rec.prompt_cached_tokens or 0 for rec in counted)
+    total = sum(rec.prompt_tokens or 0 for rec in counted)
+    actual = f"{cached} of {total} prompt tokens served from cache ({cached / total:.1%})"
+    evidence = f"cached prompt tokens each of {len(counted)} measured requests reported"
+    if server.caches != CacheUse.none or server.prompts != PromptReuse.fresh:
+        return Setting(requested, actual, Engagement.engaged, evidence)
+    reused = [
+        rec
+        for rec in counted
+        if (rec.prompt_cached_tokens or 0) > fresh_cached_bound(rec.prompt_tokens or 0)
+    ]
+    if reused:
+        actual += f"; {len(reused)} request(s) found more than a fresh prompt shares"
+    return Setting(
+        requested,
+        actual,
+        Engagement.not_engaged if reused else Engagement.engaged,
+        f"{evidence}; a fresh prompt may share at most 10% of its tokens (4 at least)",
+    )
+
+
+def fresh_cached_bound(prompt_tokens: int) -> int:
+    """Most prompt tokens a fresh prompt may find cached by chance (a BOS token, a prefix
+    word shared with an earlier prompt): 10% of the prompt, 4 tokens at least."""
+    return max(4, prompt_tokens // 10)
 
 
 # Drafts per generated token still expected with drafting switched off at the level run:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
@@ -13,6 +14,7 @@ from specexp.engines.base import (
     Engine,
     LaunchSpec,
     Prompt,
+    ServerLoad,
     Setting,
     StreamChunk,
     get_json,
@@ -24,6 +26,7 @@ from specexp.measurements import RunResult
 from specexp.schemas import (
     AllreduceBackend,
     AttentionBackend,
+    CacheUse,
     ConfigError,
     EngineConfig,
     ServerSettings,
@@ -46,6 +49,16 @@ class LlamaCppConfig(EngineConfig):
     # Server slots; null means one per concurrent stream.
     parallel_slots: Optional[int] = None
     seed: int = 0
+    # Stream i is always served by slot i, so that a batch of N streams is slots 0..N-1.
+    # llama.cpp batches only consecutive slot ids in one forward pass without a unified KV
+    # cache (src/llama-batch.cpp split_equal); left to choose, it routes a request to the
+    # slot whose cached prompt is most like it, else the least recently used one - slots
+    # scattered by the runs before, and fewer streams per forward pass.
+    pin_slots: bool = True
+    # One KV buffer shared by every slot (--kv-unified), which batches any slots together;
+    # idle slots' cells stay in it and widen every slot's attention until erased, so they
+    # are erased before each run when workload.caches=none.
+    kv_unified: bool = False
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -91,6 +104,39 @@ class LlamaCppEngine(Engine):
         "decode_s": "llamacpp:tokens_predicted_seconds_total",
     }
     _flash_attn = {"auto": "auto", "flash_attn": "on", "no_flash_attn": "off"}
+    load_gauges = {
+        "running": "llamacpp:requests_processing",
+        "waiting": "llamacpp:requests_deferred",
+    }
+    state_path = "/slots"
+
+    def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]:
+        """Slots processing (from /slots: each slot's is_processing) and tasks deferred for
+        want of a free slot (/metrics). Both are answered by the server's own loop, after the
+        work it was doing."""
+        load = super().server_load(metrics, state)
+        if isinstance(state, list):
+            running = float(sum(1 for slot in state if slot.get("is_processing")))
+            return ServerLoad(running, load.waiting if load else 0.0)
+        return load
+
+    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+        """With a unified KV cache, every slot erased: what an idle slot keeps there widens the
+        attention of every later request (llama.cpp clears idle slots itself only while its
+        host prompt cache is on, which workload.caches=none turns off)."""
+        engine = server.engine
+        assert isinstance(engine, LlamaCppConfig)
+        if not engine.kv_unified or not isinstance(state, list):
+            return []
+        return [("POST", f"/slots/{slot['id']}?action=erase") for slot in state if "id" in slot]
+
+    def stream_fields(self, server: ServerSettings, stream: int) -> dict[str, Any]:
+        engine = server.engine
+        assert isinstance(engine, LlamaCppConfig)
+        slots = engine.parallel_slots or server.streams
+        # Only where every stream has a slot of its own: a pinned slot that is busy would
+        # make the request wait for it.
+        return {"id_slot": stream} if engine.pin_slots and slots >= server.streams else {}
 
     def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]:
         """Tokens, and generation time per token: llama.cpp keeps no TTFT or latency series."""
@@ -223,10 +269,19 @@ class LlamaCppEngine(Engine):
             "--seed",
             str(engine.seed),
             "--metrics",
+            "--slots",
             # Verbosity 4 logs what flash attention resolved to (read back by effective()).
             "--log-verbosity",
             "4",
         ]
+        if server.caches == CacheUse.none:
+            # The host-RAM prompt cache off: with it, each new task first saves every idle
+            # slot to it (tens of ms a slot, inside the server loop), so a run pays for the
+            # slots the run before it left.
+            argv += ["--cache-ram", "0"]
+        if engine.kv_unified:
+            # Slot actions (the erase before each run) need a save path; nothing is saved.
+            argv += ["--kv-unified", "--slot-save-path", tempfile.gettempdir()]
         if engine.gpus:
             # On its leased GPU: every layer offloaded, the draft's too.
             argv += ["--n-gpu-layers", "all"]

@@ -228,6 +228,7 @@ class SGLangEngine(Engine):
     allreduce_backends = tuple(AllreduceBackend)
     speculative_methods = tuple(SpeculativeMethod)
     speculative_counters = {}  # per-request figures come in meta_info instead
+    load_gauges = {"running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs"}
     stack_packages = {
         "sglang": "sglang",
         "flashinfer-python": "flashinfer",

@@ -118,6 +118,7 @@ class VLLMEngine(Engine):
         "step_s_sum": "vllm:inter_token_latency_seconds_sum",
         "step_s_count": "vllm:inter_token_latency_seconds_count",
     }
+    load_gauges = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
