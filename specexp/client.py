@@ -346,7 +346,7 @@ class LoadClient:
             launch=launch,
             started_unix=started_unix,
             idle_wait_s=settled.waited_s,
-            busy_at_start=None if settled.idle else settled.load.describe(),
+            busy_at_start=settled.load.describe() if settled.load and not settled.idle else None,
             caches_flushed=settled.flushed,
         )
 

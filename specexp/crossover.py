@@ -178,11 +178,9 @@ def _statement(result: Crossover, confidence: float) -> str:
     if result.reliable:
         return finding
     noisy = "; ".join(
-        f"{level}: {', '.join(reasons)}" for level, reasons in result.unreliable.items()
+        f"{level} ({', '.join(reasons)})" for level, reasons in result.unreliable.items()
     )
-    return (
-        f"crossover unreliable, levels too noisy to place it on ({noisy}); as measured, {finding}"
-    )
+    return f"UNRELIABLE: no crossover claim on noisy levels - {noisy}. As measured: {finding}"
 
 
 def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
@@ -284,8 +282,8 @@ def analyse(
                 unreliable=None
                 if cv_warn is None
                 else {
-                    c: level_warnings(levels[c], cv_warn)
-                    + level_warnings(grouped[base_name][c], cv_warn)
+                    c: level_warnings(levels[c], name, cv_warn)
+                    + level_warnings(grouped[base_name][c], base_name, cv_warn)
                     for c in common
                 },
             )
@@ -293,21 +291,20 @@ def analyse(
     return results
 
 
-def level_warnings(arm: Arm, cv_warn: float) -> list[str]:
-    """Why one arm's values at a level cannot place a crossover: too much spread or a trend
-    in them, runs that started on a busy server or ran on a busy machine."""
+def level_warnings(arm: Arm, name: str, cv_warn: float) -> list[str]:
+    """Why one arm's values at a level cannot place a crossover (``name``: its curve): too
+    much spread or a trend in them, runs that started on a busy server or ran on a busy
+    machine."""
     reasons = [
-        f"{arm.label} {note.kind}"
-        for note in notes_for(arm.values, cv_warn)
-        if note.kind in UNSTEADY
+        f"{name} {note.kind}" for note in notes_for(arm.values, cv_warn) if note.kind in UNSTEADY
     ]
     for metric, what in (
-        (Metric.busy_start_runs, "busy start"),
-        (Metric.busy_machine_runs, "busy machine"),
+        (Metric.busy_start_runs, "started on a busy server"),
+        (Metric.busy_machine_runs, "ran on a busy machine"),
     ):
         count = arm.run.metrics.get(metric, 0.0)
         if count:
-            reasons.append(f"{arm.label} {what} ({count:.0f} run(s))")
+            reasons.append(f"{name} {count:.0f} run(s) {what}")
     return reasons
 
 

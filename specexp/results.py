@@ -41,6 +41,7 @@ class Tag(StrEnum):
     order = "specexp.order"
     gpus = "gpus"
     cpus = "cpus"  # the cores a CPU server was leased (its affinity)
+    client_cpus = "client_cpus"  # the cores the client measured from, off the server's
     warnings = "warnings"
     failure = "failure"
     not_engaged = "not_engaged"

@@ -27,6 +27,7 @@ from specexp.engines.base import Engagement, Engine, LaunchSpec, Setting
 from specexp.job import Job
 from specexp.leases import (
     PROCESS_CORES,
+    away_from,
     check_pool,
     free_port,
     gpu_ids,
@@ -417,11 +418,16 @@ def _measure_part(session: JobSession, launch: int, runs: range) -> None:
         if server.log_path not in session.server_logs or not reused:
             _announce_server(session, server, reused, ready_s, label, launch)
         gpus = server.launch.env.get("CUDA_VISIBLE_DEVICES", "")
-        with telemetry.monitoring(
-            server.server_pid(),
-            [int(g) for g in gpus.split(",") if g.strip().isdigit()],
-            stats.telemetry_interval_s,
-        ) as monitor:
+        with (
+            away_from(server.cores) as client_cores,
+            telemetry.monitoring(
+                server.server_pid(),
+                [int(g) for g in gpus.split(",") if g.strip().isdigit()],
+                stats.telemetry_interval_s,
+            ) as monitor,
+        ):
+            if client_cores and tracker:
+                tracker.set_tags({Tag.client_cpus: ",".join(client_cores)})
             records = run_async(
                 _measure(
                     job,

@@ -469,20 +469,26 @@ def caches_setting(server: ServerSettings, runs: Sequence[RunResult]) -> Setting
         return Setting(requested, "", Engagement.unknown, "no request reported cached tokens")
     cached = sum(rec.prompt_cached_tokens or 0 for rec in counted)
     total = sum(rec.prompt_tokens or 0 for rec in counted)
-    actual = f"{cached} of {total} prompt tokens served from cache ({cached / total:.1%})"
-    evidence = f"cached prompt tokens each of {len(counted)} measured requests reported"
+    # The figures are evidence; the setting itself reads the same from run to run.
+    evidence = (
+        f"{cached} of {total} prompt tokens of {len(counted)} measured requests were served "
+        "from cache, as each request reported"
+    )
     if server.caches != CacheUse.none or server.prompts != PromptReuse.fresh:
-        return Setting(requested, actual, Engagement.engaged, evidence)
+        kept = "caches kept" if server.caches == CacheUse.kept else "fixed prompt"
+        return Setting(
+            requested, f"{kept}: {cached / total:.0%} cached", Engagement.engaged, evidence
+        )
     reused = [
         rec
         for rec in counted
         if (rec.prompt_cached_tokens or 0) > fresh_cached_bound(rec.prompt_tokens or 0)
     ]
-    if reused:
-        actual += f"; {len(reused)} request(s) found more than a fresh prompt shares"
     return Setting(
         requested,
-        actual,
+        f"{len(reused)} request(s) found earlier prompts cached"
+        if reused
+        else "no prompt served from earlier requests",
         Engagement.not_engaged if reused else Engagement.engaged,
         f"{evidence}; a fresh prompt may share at most 10% of its tokens (4 at least)",
     )

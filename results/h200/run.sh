@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# What made results/h200: specexp on one H200 (the device tool's nvidia-h200), in steps
+#   bash results/h200/run.sh WHEELS STEP...      (from the checkout's root, on the GPU machine)
+# WHEELS: scripts/gpu-node.sh download's wheels (of them, those the node lacks) and the
+# llama.cpp source. Steps:
+#   prepare    install them into a site folder, build llama-server for CUDA, generate
+#              model=tiny-pair-gpu (one short run; it is cached after)
+#   state      benchmarks/engine_state.py: 4 streams after 64 vs after 4 on one server,
+#              for each llama.cpp setting
+#   default    +sweep=gpu_crossover as shipped: the default (interleaved) order, the levels
+#              of one arm sharing its server
+#   reference  the same sweep with a fresh server per level, run after run (blocked)
+#   doctor     python -m specexp.doctor for the CUDA stack
+#   collect    the store (runs, reports, plots; without the servers' logs) and the step
+#              logs into $OUT
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+wheels=$1
+shift
+site=/tmp/specexp-site
+export PYTHONPATH="$site" PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true
+store="sqlite:///$PWD/h200-store/mlflow.db"
+logs=$PWD/h200-store/logs
+mkdir -p "$logs"
+sweep=(+sweep=gpu_crossover engine.threads=4 "tracking.uri=$store")
+for step in "$@"; do
+  start=$(date +%s)
+  case "$step" in
+    prepare)
+      bash scripts/gpu-node.sh install "$wheels" --site "$site" 2>&1 | tail -3
+      python3 -m specexp stack=llamacpp-cuda engine.gpus=1 model=tiny-pair-gpu workload=short \
+        workload.max_tokens=16 stats.warmup_runs=0 stats.measured_runs=1 tracking=off \
+        hydra.run.dir=/tmp/specexp-prepare >"$logs/prepare.log" 2>&1
+      ;;
+    state)
+      python3 benchmarks/engine_state.py --model tiny-pair-gpu --large 64 --small 4 \
+        --tokens 256 --threads 4 --rounds 6 --log-dir /tmp/engine-state \
+        --overrides stack=llamacpp-cuda engine.gpus=1 2>&1 | tee "$logs/state.txt" | tail -8
+      ;;
+    default)
+      python3 -m specexp -m "${sweep[@]}" hydra.sweep.dir=h200-store/default >"$logs/default.log" 2>&1
+      ;;
+    reference)
+      python3 -m specexp -m "${sweep[@]}" multirun.reuse_servers=false multirun.order=blocked \
+        hydra.sweep.dir=h200-store/reference >"$logs/reference.log" 2>&1
+      ;;
+    doctor)
+      python3 -m specexp.doctor stack=llamacpp-cuda engine.gpus=1 model=tiny-pair-gpu \
+        >"$logs/doctor_llamacpp.txt" 2>&1 || true
+      nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv \
+        >"$logs/gpu.txt"
+      ;;
+    collect)
+      tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store
+      ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+  echo "$step: $(($(date +%s) - start)) s" | tee -a "$logs/steps.txt"
+done
