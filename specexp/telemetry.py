@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ SLOWDOWNS = {
 BUSY_CORES = 0.3
 BUSY = (
     f"busy machine: processes other than the server and specexp kept more than {BUSY_CORES} "
-    "cores busy (metric cpu_other_cores)"
+    "cores busy, with no core to spare (metrics cpu_other_cores, cpu_busy_cores)"
 )
 
 
@@ -209,12 +210,18 @@ def summarize(samples: Sequence[Sample]) -> dict[str, float]:
     return metrics
 
 
-def warnings_for(samples: Sequence[Sample]) -> list[str]:
-    """What made the run's machine unlike a quiet one: a busy CPU, a throttled GPU, a GPU
-    shared with another process."""
+def warnings_for(samples: Sequence[Sample], cores: Optional[int] = None) -> list[str]:
+    """What made the run's machine unlike a quiet one: a busy CPU (other processes' work
+    while less than a core of the ``cores`` the machine has stayed idle: with a core to
+    spare, as on a GPU node, their work takes none from the server or the client), a
+    throttled GPU, a GPU shared with another process."""
     notes = []
-    if samples and sum(s.other_cores for s in samples) / len(samples) > BUSY_CORES:
-        notes.append(BUSY)
+    cores = cores or os.cpu_count() or 1
+    if samples:
+        other = sum(s.other_cores for s in samples) / len(samples)
+        busy = sum(s.busy_cores for s in samples) / len(samples)
+        if other > BUSY_CORES and busy > cores - 1:
+            notes.append(BUSY)
     slowdowns: dict[int, set[str]] = {}
     others: dict[int, set[tuple[int, str]]] = {}
     for sample in samples:

@@ -9,6 +9,7 @@
 #              for each llama.cpp setting
 #   default    +sweep=gpu_crossover as shipped: the default (interleaved) order, the levels
 #              of one arm sharing its server
+#   repeat     the default sweep again, into a store that already has the first
 #   reference  the same sweep with a fresh server per level, run after run (blocked)
 #   doctor     python -m specexp.doctor for the CUDA stack
 #   collect    the store (runs, reports, plots; without the servers' logs) and the step
@@ -18,11 +19,11 @@ cd "$(dirname "$0")/../.."
 wheels=$1
 shift
 site=/tmp/specexp-site
-export PYTHONPATH="$site" PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true
-store="sqlite:///$PWD/h200-store/mlflow.db"
+export PYTHONPATH="$PWD:$site" PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true
+# Runs go to the default store (mlruns/, artifacts beside it); step logs to h200-store/.
 logs=$PWD/h200-store/logs
 mkdir -p "$logs"
-sweep=(+sweep=gpu_crossover engine.threads=4 "tracking.uri=$store")
+sweep=(+sweep=gpu_crossover engine.threads=4)
 for step in "$@"; do
   start=$(date +%s)
   case "$step" in
@@ -40,8 +41,12 @@ for step in "$@"; do
     default)
       python3 -m specexp -m "${sweep[@]}" hydra.sweep.dir=h200-store/default >"$logs/default.log" 2>&1
       ;;
+    repeat)
+      python3 -m specexp -m "${sweep[@]}" multirun.resume=false \
+        hydra.sweep.dir=h200-store/default2 >"$logs/default2.log" 2>&1
+      ;;
     reference)
-      python3 -m specexp -m "${sweep[@]}" multirun.reuse_servers=false multirun.order=blocked \
+      python3 -m specexp -m "${sweep[@]}" multirun.reuse_servers=false multirun.order=blocked multirun.resume=false \
         hydra.sweep.dir=h200-store/reference >"$logs/reference.log" 2>&1
       ;;
     doctor)
@@ -51,7 +56,7 @@ for step in "$@"; do
         >"$logs/gpu.txt"
       ;;
     collect)
-      tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store
+      tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store mlruns
       ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

@@ -165,7 +165,7 @@ class LlamaCppEngine(Engine):
         host prompt cache is on, which workload.caches=none turns off)."""
         engine = server.engine
         assert isinstance(engine, LlamaCppConfig)
-        if not engine.kv_unified or not isinstance(state, list):
+        if not engine.kv_unified or engine.url or not isinstance(state, list):
             return []
         return [("POST", f"/slots/{slot['id']}?action=erase") for slot in state if "id" in slot]
 

@@ -515,6 +515,11 @@ class SGLangEngine(Engine):
             "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
         }
 
+    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+        """The radix (prefix) cache emptied (/flush_cache, which SGLang does only while no
+        request runs: the run has waited for an idle server), on servers specexp starts."""
+        return [] if server.engine.url else [("POST", "/flush_cache")]
+
     def effective(
         self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
     ) -> dict[str, Setting]:

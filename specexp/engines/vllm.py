@@ -172,6 +172,13 @@ class VLLMEngine(Engine):
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
         return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
 
+    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+        """The prefix cache reset, on a server specexp starts on a loopback address (the
+        development endpoints, /reset_prefix_cache among them, are on there)."""
+        if server.engine.url or not is_loopback(server.engine.host):
+            return []
+        return [("POST", "/reset_prefix_cache")]
+
     def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
         """Feed composed flags to vLLM's own parser, in the stack's interpreter, without serving."""
         return self._in_vllm(server, launches, "parse")

