@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import multiprocessing.pool
+import signal
 import time
 from dataclasses import dataclass
 from typing import (
@@ -44,9 +45,37 @@ T = TypeVar("T")
 
 def run_async(work: Coroutine[Any, Any, T]) -> T:
     """Run the client's work on uvloop: libuv's loop wakes and dispatches reads at a fraction
-    of asyncio's cost per event, which is what keeps timestamps true at hundreds of streams."""
+    of asyncio's cost per event, which is what keeps timestamps true at hundreds of streams.
+    SIGTERM cancels the work and is raised as KeyboardInterrupt once it has unwound (as
+    SIGINT is): raised from the signal handler, it could land inside one of the loop's
+    transport callbacks, which would swallow it into a failed request."""
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(work)
+        return runner.run(_cancelled_by_sigterm(work))
+
+
+async def _cancelled_by_sigterm(work: Coroutine[Any, Any, T]) -> T:
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    previous = signal.getsignal(signal.SIGTERM)
+    terminated = []
+
+    def terminate() -> None:
+        terminated.append(True)
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+    except (ValueError, RuntimeError):  # not the main thread (a client worker process's pool)
+        return await work
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt(f"signal {int(signal.SIGTERM)}") from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
 
 
 class TruncatedError(RuntimeError):

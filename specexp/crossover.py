@@ -185,7 +185,7 @@ def _statement(result: Crossover, confidence: float) -> str:
 
 def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
     """The switch-off threshold as each engine's own dynamic-speculation setting; none on
-    noisy levels, or where the lowest level shows neither a gain nor a loss."""
+    noisy levels, or where the lowest level's interval shows neither a gain nor a loss."""
     if not crossover.reliable:
         return {
             "threshold": None,
@@ -198,11 +198,13 @@ def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: i
             "threshold": None,
             "note": "speculation paid at every level measured: keep it on in this range",
         }
-    if crossover.estimate == crossover.levels[0] and not crossover.never_pays:
+    lowest = crossover.lowest_ratio_ci
+    if lowest is not None and lowest[0] <= 1 and not crossover.never_pays:
+        # Not shown to pay where it should pay most: a threshold would be read off noise.
         return {
             "threshold": None,
             "note": f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
-            "is shown neither to pay nor to cost",
+            f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})",
         }
     # The interval's lower end: speculation is switched off wherever it may not pay.
     conservative = crossover.ci_low if crossover.ci_low is not None else crossover.estimate
