@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from specexp.engines.base import Engagement
-from specexp.results import JobRun, Metric, Tag, Unit
+from specexp.results import JobRun, Metric, RunStatus, Tag, Unit
 from specexp.stats import (
     CANNOT_TEST,
     FASTER,
@@ -103,6 +103,12 @@ class Arm:
         }
 
 
+def ci_label(arms: Sequence[Arm]) -> str:
+    """The interval's header at the confidence the arms were summarised with
+    (stats.confidence), e.g. "95% CI"."""
+    return f"{arms[0].summary.confidence * 100:g}% CI" if arms else "CI"
+
+
 def make_arms(
     runs: Sequence[JobRun], *, label_tags: Sequence[str], confidence: float, metric: str
 ) -> tuple[list[Arm], list[str]]:
@@ -110,7 +116,7 @@ def make_arms(
     the sweep's (recorded with each run) or, with ``label_tags``, those tags' values."""
     arms, skipped = [], []
     for run in runs:
-        if run.status != "FINISHED":
+        if run.status != RunStatus.finished:
             skipped.append(f"{run.name} ({run.run_id[:8]}): {run.status}, not compared")
             continue
         summary = summarize(run.values, confidence)
@@ -247,7 +253,7 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
     for run in runs:
         metrics = run.metrics
         if (
-            run.status != "FINISHED"
+            run.status != RunStatus.finished
             or run.unit != Unit.launch
             or len(run.values) < CALIBRATION_MIN_LAUNCHES
         ):

@@ -8,6 +8,7 @@ import platform
 import shutil
 import subprocess
 from functools import lru_cache
+from typing import Optional
 
 from specexp.engines.base import Engine, stack_env, stack_python
 from specexp.schemas import ServerSettings
@@ -120,17 +121,23 @@ def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
         else shutil.which("nvcc", path=env.get("PATH"))
     )
     if nvcc and os.path.exists(nvcc):
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30)
-        info["cuda_toolkit"] = (out.stdout.strip().splitlines() or [""])[-1]
+        toolkit = _output([nvcc, "--version"])
+        if toolkit is not None:
+            info["cuda_toolkit"] = (toolkit.strip().splitlines() or [""])[-1]
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if out.returncode == 0 and out.stdout.strip():
-            info["driver"] = out.stdout.strip().splitlines()[0]
+        driver = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        if driver and driver.strip():
+            info["driver"] = driver.strip().splitlines()[0]
     info.update(hardware())
     info["host"] = platform.node()
     return {k: str(v) for k, v in info.items()}
+
+
+def _output(command: list[str], timeout_s: float = 30) -> Optional[str]:
+    """The command's standard output when it succeeds in time; None when it fails, hangs
+    (a wedged driver) or cannot start - left out of the capture, not guessed."""
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None

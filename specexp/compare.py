@@ -33,7 +33,7 @@ from specexp.analysis import (
     make_arms,
     reproduce,
 )
-from specexp.results import RunKind, Tag
+from specexp.results import RunKind, RunStatus, Tag
 from specexp.tracking import TrackingStore
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "reference"
@@ -153,7 +153,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
         publish.log_report(run, document, markdown, arms, comparisons, args.metric)
         if not args.parent:
-            run.end("FINISHED")
+            run.end(RunStatus.finished)
         if not args.json:
             report.console.print(f"logged to MLflow run {run.run_id}")
     return 0

@@ -21,6 +21,7 @@ from specexp import launchers
 from specexp.engines import engines
 from specexp.job import prepare
 from specexp.report import console
+from specexp.results import RunStatus
 from specexp.runner import run_job
 from specexp.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 
@@ -82,6 +83,6 @@ def run_one(cfg: DictConfig) -> str:
     except ConfigError as exc:
         console.print(f"[red]config error:[/] {escape(str(exc))}")
         sys.exit(2)
-    if result.status == "FAILED" and HydraConfig.get().mode == RunMode.RUN:
+    if result.status == RunStatus.failed and HydraConfig.get().mode == RunMode.RUN:
         sys.exit(1)
     return result.status

@@ -100,13 +100,19 @@ def host_gpus(configured: Optional[Sequence[str]]) -> list[str]:
     if visible:
         return [g.strip() for g in visible.split(",") if g.strip()]
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except subprocess.TimeoutExpired:
+            return []
+        # A failing nvidia-smi (no driver loaded) prints its error on stdout: no GPUs.
+        if out.returncode != 0:
+            return []
+        return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()]
     return []
 
 

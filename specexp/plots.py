@@ -9,7 +9,7 @@ from typing import Sequence
 # Figures made directly, not through pyplot: no global backend or figure state, no display.
 from matplotlib.figure import Figure
 
-from specexp.analysis import Arm
+from specexp.analysis import Arm, ci_label
 from specexp.crossover import Crossover
 from specexp.stats import Comparison
 
@@ -28,7 +28,7 @@ def comparison_plot(
     ]
     left.errorbar(means, range(len(arms)), xerr=errors, fmt="o", capsize=4)
     left.set_yticks(range(len(arms)), labels)
-    left.set_xlabel(f"{metric} (mean, 95% CI)")
+    left.set_xlabel(f"{metric} (mean, {ci_label(arms)})")
     left.grid(axis="x", alpha=0.3)
     if comparisons:
         threshold = comparisons[0].threshold
@@ -122,7 +122,8 @@ def crossover_figure(
         )
     ax.set_xscale("log", base=2)
     ax.set_xlabel(factor)
-    ax.set_ylabel("aggregate output tok/s (mean, 95% CI)")
+    arms = [arm for levels in families.values() for arm in levels.values()]
+    ax.set_ylabel(f"aggregate output tok/s (mean, {ci_label(arms)})")
     ax.set_title(title, fontsize="small")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)

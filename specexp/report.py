@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from specexp.analysis import Arm, ClaimCheck
+from specexp.analysis import Arm, ClaimCheck, ci_label
 from specexp.crossover import Crossover, SwitchOffCheck
 from specexp.engines.base import LaunchSpec, Resolution
 from specexp.job import Job
@@ -200,7 +200,7 @@ def comparison_rows(
         "configuration",
         "n",
         "mean",
-        "95% CI",
+        ci_label(arms),
         "CV",
         "vs baseline",
         "ratio CI (simultaneous)",
@@ -341,7 +341,8 @@ def reproduction_rows(
     claims: Sequence[ClaimCheck],
     same_hardware: bool,
 ):
-    point_headers = ["point", "published tok/s", "measured tok/s", "95% CI", "run"]
+    measured = [arm for arm in points.values() if arm is not None]
+    point_headers = ["point", "published tok/s", "measured tok/s", ci_label(measured), "run"]
     point_rows = []
     for point, arm in points.items():
         published = f"{reference.points[point].tok_per_s:.1f}"
@@ -482,7 +483,7 @@ def sweep_description(
         "",
     ]
     lines += [
-        "| job | tok/s | 95% CI | vs baseline | simultaneous CI | verdict | engaged |",
+        f"| job | tok/s | {ci_label(arms)} | vs baseline | simultaneous CI | verdict | engaged |",
         "|---|---|---|---|---|---|---|",
     ]
     for arm in arms:

@@ -6,7 +6,7 @@ A job's run carries its configuration as tags (the factors it was swept over as 
 mapping), one :attr:`Metric.tok_per_s` value per measured run (step = run index) and, with
 several server launches, one :attr:`Metric.launch_tok_per_s` per launch; each value has its
 time (:attr:`Metric.midpoint_unix`, per launch its mean), the axis along which drift is fitted. Reading a run back
-gives a :class:`JobRun`, immutable and checked; nothing downstream parses names or labels.
+gives a :class:`JobRun`, immutable and checked.
 """
 
 from __future__ import annotations
@@ -24,6 +24,18 @@ class RunKind(StrEnum):
     job = "job"
     sweep = "sweep"
     comparison = "comparison"
+
+
+class RunStatus(StrEnum):
+    """How a job ended (MLflow's own run statuses), or for one part of an interleaved job
+    how that part left it; a dry run launches nothing."""
+
+    finished = "FINISHED"
+    failed = "FAILED"
+    killed = "KILLED"
+    dry_run = "DRY_RUN"
+    measuring = "MEASURING"  # parts to come
+    skipped = "SKIPPED"  # the job ended in an earlier part
 
 
 class Tag(StrEnum):
@@ -97,7 +109,7 @@ class Artifact(StrEnum):
     config = "config.yaml"  # the resolved config, secrets redacted
     command = "command.txt"  # the server command as launched, one shell line
     environment = "environment.json"  # variables specexp set, and those inherited (redacted)
-    requests = "requests.jsonl"  # one line per request, written as it arrives
+    requests = "requests.jsonl"  # one line per request, written after each run
     server_log = "server.log"
     stack = "stack.json"  # what the stack's interpreter holds
     effective = "effective.json"  # each requested setting as it ran, with the evidence

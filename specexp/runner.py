@@ -1,7 +1,8 @@
 """One job: resolve the config, launch the server, warm up, measure, summarise, track.
 
 Raw per-request records are appended to ``requests.jsonl`` in the job's output directory
-as they arrive, so nothing measured is lost if the job dies; the same file is logged to
+after each run (never during one: a write would land in the timestamps of the streams
+still running), so a job that dies keeps every run it finished; the same file is logged to
 MLflow at the end, with the server log and the exact command.
 """
 
@@ -42,6 +43,7 @@ from specexp.results import (
     Artifact,
     Metric,
     RunKind,
+    RunStatus,
     Tag,
     effective_tags,
     factor_tags,
@@ -60,9 +62,7 @@ Tracking = Union[FailoverRun, OfflineRun]
 
 @dataclass
 class JobResult:
-    # FINISHED | FAILED | KILLED | DRY_RUN, or for one part of a job: MEASURING (parts to come)
-    # | SKIPPED (the job ended in an earlier part)
-    status: str
+    status: RunStatus
     run_id: Optional[str] = None
     summary: Optional[Summary] = None
     runs: list[RunResult] = field(default_factory=list)
@@ -258,12 +258,12 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
     launch = job.planned_launch()
     if cfg.dry_run:
         report.print_dry_run(job, launch, job.predicted_resolution(launch))
-        return JobResult(status="DRY_RUN", output_dir=output_dir)
+        return JobResult(status=RunStatus.dry_run, output_dir=output_dir)
     part = cfg.multirun.part
     if part:
         session = _OPEN.pop(output_dir, None)
         if session is None:  # it ended in an earlier part, which said why
-            return JobResult(status="SKIPPED", output_dir=output_dir)
+            return JobResult(status=RunStatus.skipped, output_dir=output_dir)
     else:
         session = _open(job, launch, output_dir)
     result = session.result
@@ -279,14 +279,14 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
             _measure_part(session, 0, parts)
         if parts.stop < cfg.stats.parts:
             _OPEN[output_dir] = session
-            return dataclasses.replace(result, status="MEASURING")
+            return dataclasses.replace(result, status=RunStatus.measuring)
         measured = [r for r in result.runs if not r.warmup]
         result.summary, metrics, notes = summary_metrics(measured, cfg, job.engine)
         if session.tracker:
             session.tracker.log_metrics(metrics)
             if notes:
                 session.tracker.set_tags({Tag.warnings: " | ".join(notes)[:5000]})
-        result.status = "FINISHED"
+        result.status = RunStatus.finished
         report.print_summary(cfg, result.summary, metrics, notes, result.runs)
         if session.tracker:
             report.console.print(
@@ -301,7 +301,7 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         if session.tracker:
             session.tracker.set_tags({Tag.failure: exc.reason[:500] or str(exc)[:500]})
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
-        result.status, result.error = "KILLED", "interrupted"
+        result.status, result.error = RunStatus.killed, "interrupted"
         raise
     except Exception as exc:  # the run is marked failed; what was measured stays on disk
         result.error = f"{type(exc).__name__}: {exc}"
@@ -314,7 +314,7 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
     return result
 
 
-def end_open_jobs(status: str) -> None:
+def end_open_jobs(status: RunStatus) -> None:
     """End the jobs still waiting for their next part (an interrupted or failed sweep)."""
     while _OPEN:
         session = _OPEN.popitem()[1]
@@ -349,7 +349,7 @@ def _open(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
     files = _write_job_files(job, launch, output_dir)
     tracker = _start_tracking(job, output_dir)
     result = JobResult(
-        status="FAILED", run_id=tracker.run_id if tracker else None, output_dir=output_dir
+        status=RunStatus.failed, run_id=tracker.run_id if tracker else None, output_dir=output_dir
     )
     log_path = output_dir / Artifact.server_log
     session = JobSession(job, files, tracker, result, log_path, {log_path})

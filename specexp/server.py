@@ -125,7 +125,6 @@ class ServerProcess:
         self.health_path = health_path
         self.log_path = log_path
         self.process: Optional[subprocess.Popen] = None
-        self.ready_after_s: Optional[float] = None
         # Wall-clock seconds (epoch) of start and stop, to line a server up with others' and
         # with GPU monitoring.
         self.started_at: Optional[float] = None
@@ -174,8 +173,7 @@ class ServerProcess:
                     log_tail=log,
                 )
             if healthy(url):
-                self.ready_after_s = time.monotonic() - started
-                return self.ready_after_s
+                return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
                 log = tail(self.log_path)
                 raise ServerError(
@@ -239,7 +237,6 @@ class ServerPool:
     def __init__(self) -> None:
         self.key: Optional[str] = None
         self.server: Optional[ServerProcess] = None
-        self.launches = 0
 
     def acquire(
         self, key: str, make_server: Callable[[], ServerProcess], timeout_s: float
@@ -257,7 +254,6 @@ class ServerPool:
             server.stop()
             raise
         self.key, self.server = key, server
-        self.launches += 1
         return server, False, ready_s
 
     def close(self) -> None:
@@ -297,8 +293,7 @@ class ExternalServer(ServerProcess):
                     reason="endpoint not ready",
                 )
             time.sleep(poll_s)
-        self.ready_after_s = time.monotonic() - started
-        return self.ready_after_s
+        return time.monotonic() - started
 
     def alive(self) -> bool:
         return True

@@ -36,7 +36,7 @@ from specexp.analysis import (
 from specexp.job import Job, prepare
 from specexp.launchers import LauncherKind, launcher_kind
 from specexp.redaction import redact_text
-from specexp.results import FACTOR, Metric, RunKind, Tag
+from specexp.results import FACTOR, Metric, RunKind, RunStatus, Tag
 from specexp.schemas import ConfigError, JobOrder, SpeculativeConfig
 from specexp.server import POOL
 from specexp.tracking import (
@@ -362,7 +362,7 @@ def run_sweep(
         )
         parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
         sweep_view(store, parent.run_id, plan)
-    status, returns = "FAILED", []
+    status, returns = RunStatus.failed, []
     try:
         extra = launchers.job_overrides(launcher, store.uri if store else uri)
         numbers = {id(j): i for i, j in enumerate(plan.to_run)}
@@ -376,19 +376,21 @@ def run_sweep(
                 # Hydra numbers the job's directory; every part of a job goes to the same one.
                 initial_job_idx=numbers[id(steps[start].planned)],
             )
-        status = "FINISHED"
+        status = RunStatus.finished
     except KeyboardInterrupt:
-        status = "KILLED"
+        status = RunStatus.killed
         if kind == LauncherKind.local:
             launchers.stop_local_jobs()
         raise
     finally:
-        runner.end_open_jobs("FAILED" if status == "FINISHED" else status)
+        runner.end_open_jobs(RunStatus.failed if status == RunStatus.finished else status)
         POOL.close()
         if store and parent:
             if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
                 # A job process that was killed could not end its run; its server is gone with it.
-                store.end_children(parent.run_id, "FAILED" if status == "FINISHED" else status)
+                store.end_children(
+                    parent.run_id, RunStatus.failed if status == RunStatus.finished else status
+                )
             sweep_report(store, parent, plan, settings.baseline, order)
             parent.end(status)
     return [returns]
@@ -430,7 +432,7 @@ def sweep_report(
     children = store.job_runs(parent=parent.run_id)
     resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]
     runs = children + (store.job_runs(run_ids=resumed) if resumed else [])
-    failed = [r for r in children if r.status != "FINISHED"]
+    failed = [r for r in children if r.status != RunStatus.finished]
     launched = sum(1 for r in children if r.tags.get(Tag.server_reused) == "false")
     parent.set_tags({Tag.failed_jobs: str(len(failed)), Tag.server_launches: str(launched)})
     arms, skipped = make_arms(

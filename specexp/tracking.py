@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # a node without MLflow: runs go to the offline jou
 
 from specexp.analysis import CALIBRATION_MIN_LAUNCHES
 from specexp.redaction import redact_text
-from specexp.results import JobRun, RunKind, Tag, launch_metric
+from specexp.results import JobRun, RunKind, RunStatus, Tag, launch_metric
 from specexp.results import Metric as ResultMetric
 
 # MLflow rejects longer param values, and run tags (a run's description among them) longer
@@ -231,9 +231,6 @@ class TrackingStore:
             [self.experiment_id], filter_string, max_results=max_results, **kwargs
         )
 
-    def children(self, parent_run_id: str) -> list:
-        return self._search(f"tags.`mlflow.parentRunId` = '{parent_run_id}'")
-
     def finished_run(self, config_fingerprint: str) -> Optional[str]:
         """The newest finished run of a configuration (for resuming a sweep)."""
         runs = self._search(
@@ -331,7 +328,7 @@ class RunLog:
             if path.exists():
                 self.client.log_artifact(self.run_id, str(path), artifact_path)
 
-    def end(self, status: str = "FINISHED") -> None:
+    def end(self, status: str = RunStatus.finished) -> None:
         self.client.set_terminated(self.run_id, status=status)
 
 
@@ -390,7 +387,7 @@ class OfflineRun:
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         self._record("log_artifacts", [str(p) for p in paths], artifact_path)
 
-    def end(self, status: str = "FINISHED") -> None:
+    def end(self, status: str = RunStatus.finished) -> None:
         self._record("end", status)
 
 
@@ -434,7 +431,7 @@ class FailoverRun:
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         self._call("log_artifacts", list(paths), artifact_path)
 
-    def end(self, status: str = "FINISHED") -> None:
+    def end(self, status: str = RunStatus.finished) -> None:
         self._call("end", status)
 
 

@@ -91,22 +91,38 @@ def test_bad_config_is_rejected_with_a_message_that_says_what_to_change(override
         assert word in str(error.value)
 
 
-def test_good_configs_pass():
-    for overrides in (
-        ["speculative=draft"],
-        ["speculative=ngram"],
-        ["attention_backend=flash_attn"],
-        [
-            "engine=sglang",
-            "model=kimi-k2.5",
-            "stack=cu130",
-            "speculative=eagle3",
-            "allreduce_backend=flashinfer_fusion",
-            "attention_backend=flashinfer",
-        ],
-        ["engine=vllm", "model=kimi-k2.5", "speculative=eagle3", "attention_backend=flashinfer"],
+def test_good_configs_pass_and_compose_what_they_ask():
+    for overrides, wanted in (
+        (["speculative=draft"], ["--spec-type", "draft-simple"]),
+        (["speculative=ngram"], ["--spec-type", "ngram-simple"]),
+        (["attention_backend=flash_attn"], ["--flash-attn", "on"]),
+        (
+            [
+                "engine=sglang",
+                "model=kimi-k2.5",
+                "stack=cu130",
+                "speculative=eagle3",
+                "allreduce_backend=flashinfer_fusion",
+                "attention_backend=flashinfer",
+            ],
+            ["--attention-backend", "flashinfer", "--speculative-algorithm", "EAGLE3"],
+        ),
+        (
+            [
+                "engine=vllm",
+                "model=kimi-k2.5",
+                "speculative=eagle3",
+                "attention_backend=flashinfer",
+            ],
+            ["--attention-backend", "FLASHINFER"],
+        ),
     ):
-        prepare(compose_run(*overrides))
+        argv = prepare(compose_run(*overrides)).planned_launch().argv
+        pairs = list(zip(argv, argv[1:], strict=False))
+        assert all((flag, value) in pairs for flag, value in zip(wanted[::2], wanted[1::2], strict=True)), (
+            overrides,
+            argv,
+        )
 
 
 @pytest.mark.parametrize(

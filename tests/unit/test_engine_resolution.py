@@ -44,8 +44,8 @@ def test_versions_and_features_a_stack_lacks_are_refused_before_launch(overrides
 
 
 def test_a_release_with_the_feature_or_a_declared_backport_is_accepted():
-    prepare(compose_run(*KIMI, "stack=cu128", "speculative=eagle3"))  # backport declared
-    prepare(
+    backport = prepare(compose_run(*KIMI, "stack=cu128", "speculative=eagle3"))
+    release = prepare(
         compose_run(
             *KIMI,
             "stack=cu128",
@@ -54,6 +54,9 @@ def test_a_release_with_the_feature_or_a_declared_backport_is_accepted():
             "stack.versions.sglang=0.5.10",
         )
     )
+    for job in (backport, release):
+        argv = job.planned_launch().argv
+        assert argv[argv.index("--speculative-algorithm") + 1] == "EAGLE3"
 
 
 def test_an_unknown_version_and_an_untranslatable_knob_are_said_before_launch():

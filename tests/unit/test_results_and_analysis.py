@@ -3,8 +3,6 @@ through their factors, drift, engagement, crossover families."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from specexp import crossover
@@ -194,10 +192,6 @@ def test_crossover_families_come_from_factors():
     assert sorted(families["speculative=draft"]) == [1, 2, 4]
     (result,) = crossover.analyse(arms, Selector("speculative=none"), "concurrency.streams", 0.95)
     assert result.candidate == "speculative=draft" and result.estimate is None
-
-
-def test_the_factors_tag_is_json():
-    assert json.loads(factors_tag({"b": "2", "a": "1"})) == {"a": "1", "b": "2"}
 
 
 def test_arms_of_different_units_are_not_compared():
