@@ -8,9 +8,9 @@ import platform
 import shutil
 import subprocess
 from functools import lru_cache
-from typing import Optional
 
 from specexp.engines.base import Engine, stack_env, stack_python
+from specexp.leases import command_output
 from specexp.schemas import ServerSettings
 
 # Read in every stack, whatever the engine: {distribution: tag key}.
@@ -27,22 +27,16 @@ def hardware() -> dict[str, str]:
         "gpu_name": "",
     }
     if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
+        out = command_output(
+            ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+        )
+        rows = [line.split(",") for line in (out or "").strip().splitlines() if line.strip()]
+        if rows:
+            tags.update(
+                gpu_count=str(len(rows)),
+                gpu_name=rows[0][0].strip(),
+                gpu_compute_capability=rows[0][-1].strip(),
             )
-            rows = [line.split(",") for line in out.stdout.strip().splitlines() if line.strip()]
-            if out.returncode == 0 and rows:
-                tags.update(
-                    gpu_count=str(len(rows)),
-                    gpu_name=rows[0][0].strip(),
-                    gpu_compute_capability=rows[0][-1].strip(),
-                )
-        except (OSError, subprocess.TimeoutExpired):
-            pass
     tags["hardware"] = (
         f"{tags['gpu_count']}x {tags['gpu_name']}"
         if tags["gpu_count"] != "0"
@@ -121,23 +115,15 @@ def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
         else shutil.which("nvcc", path=env.get("PATH"))
     )
     if nvcc and os.path.exists(nvcc):
-        toolkit = _output([nvcc, "--version"])
+        toolkit = command_output([nvcc, "--version"])
         if toolkit is not None:
             info["cuda_toolkit"] = (toolkit.strip().splitlines() or [""])[-1]
     if shutil.which("nvidia-smi"):
-        driver = _output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        driver = command_output(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        )
         if driver and driver.strip():
             info["driver"] = driver.strip().splitlines()[0]
     info.update(hardware())
     info["host"] = platform.node()
     return {k: str(v) for k, v in info.items()}
-
-
-def _output(command: list[str], timeout_s: float = 30) -> Optional[str]:
-    """The command's standard output when it succeeds in time; None when it fails, hangs
-    (a wedged driver) or cannot start - left out of the capture, not guessed."""
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None

@@ -88,6 +88,18 @@ def lease_port(
     raise RuntimeError(f"no free port on {host} after {attempts} tries (leases in {lease_dir})")
 
 
+def command_output(
+    command: list[str], timeout_s: float = 30, cwd: Optional[Path] = None
+) -> Optional[str]:
+    """What a command of this host prints when it succeeds in time; None when it fails,
+    hangs (a wedged driver) or cannot start - a caller leaves the fact out, unguessed."""
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
 def host_gpus(configured: Optional[Sequence[str]]) -> list[str]:
     """The GPUs this host lends to servers: ``host.gpus`` if set, else $CUDA_VISIBLE_DEVICES
     (Slurm sets it to the job's allocation), else every GPU nvidia-smi lists.
@@ -100,19 +112,9 @@ def host_gpus(configured: Optional[Sequence[str]]) -> list[str]:
     if visible:
         return [g.strip() for g in visible.split(",") if g.strip()]
     if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            )
-        except subprocess.TimeoutExpired:
-            return []
         # A failing nvidia-smi (no driver loaded) prints its error on stdout: no GPUs.
-        if out.returncode != 0:
-            return []
-        return [line.strip() for line in out.stdout.splitlines() if line.strip().isdigit()]
+        out = command_output(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"])
+        return [line.strip() for line in (out or "").splitlines() if line.strip().isdigit()]
     return []
 
 

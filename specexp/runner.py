@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import socket
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -30,6 +29,7 @@ from specexp.leases import (
     PROCESS_CORES,
     away_from,
     check_pool,
+    command_output,
     free_port,
     gpu_ids,
     host_cpus,
@@ -71,17 +71,8 @@ class JobResult:
 
 
 def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+    out = command_output(["git", "rev-parse", "HEAD"], 10, Path(__file__).resolve().parent)
+    return (out or "").strip() or "unknown"
 
 
 def run_tags(job: Job) -> dict[str, str]:

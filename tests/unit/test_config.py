@@ -119,7 +119,9 @@ def test_good_configs_pass_and_compose_what_they_ask():
     ):
         argv = prepare(compose_run(*overrides)).planned_launch().argv
         pairs = list(zip(argv, argv[1:], strict=False))
-        assert all((flag, value) in pairs for flag, value in zip(wanted[::2], wanted[1::2], strict=True)), (
+        assert all(
+            (flag, value) in pairs for flag, value in zip(wanted[::2], wanted[1::2], strict=True)
+        ), (
             overrides,
             argv,
         )
