@@ -67,6 +67,19 @@ class Crossover:
     def to_json(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict) -> Crossover:
+        """A crossover as :meth:`to_json` wrote it and JSON carried it (levels as string
+        keys, the interval as a list)."""
+        lowest = data.get("lowest_ratio_ci")
+        return cls(
+            **{
+                **data,
+                "lowest_ratio_ci": tuple(lowest) if lowest is not None else None,
+                "unreliable": {int(k): list(v) for k, v in data.get("unreliable", {}).items()},
+            }
+        )
+
 
 def _crossings(levels: Sequence[int], log_ratio: np.ndarray) -> np.ndarray:
     """Crossover of each row of log ratios (draws x levels): where the interpolated log ratio

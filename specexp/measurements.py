@@ -6,8 +6,11 @@ per-request records are also the lines of ``requests.jsonl``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
+
+# The format of what to_json writes (a line of requests.jsonl); from_json reads this one.
+FORMAT_VERSION = 1
 
 
 @dataclass
@@ -55,11 +58,24 @@ class RequestRecord:
         return None
 
     def to_json(self) -> dict[str, Any]:
+        """The record, its format version and its derived rates (for readers of the file;
+        :meth:`from_json` recomputes them)."""
         return {
+            "format_version": FORMAT_VERSION,
             **asdict(self),
             "tok_per_s": self.tok_per_s,
             "decode_tok_per_s": self.decode_tok_per_s,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
+        """A record as :meth:`to_json` wrote it; another format version is refused."""
+        version = data.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"a request record of format {version!r}; this specexp reads {FORMAT_VERSION}"
+            )
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass

@@ -99,6 +99,10 @@ class Setting:
     def to_json(self) -> dict[str, str]:
         return {k: str(v) for k, v in asdict(self).items()}
 
+    @classmethod
+    def from_json(cls, data: dict[str, str]) -> Setting:
+        return cls(data["requested"], data["actual"], Engagement(data["status"]), data["evidence"])
+
 
 class CheckStatus(StrEnum):
     passed = "pass"

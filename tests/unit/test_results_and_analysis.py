@@ -3,6 +3,8 @@ through their factors, drift, engagement, crossover families."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specexp import crossover
@@ -15,7 +17,9 @@ from specexp.analysis import (
     drift,
     make_arms,
 )
+from specexp.crossover import Crossover, find_crossover
 from specexp.engines.base import Engagement, Setting
+from specexp.measurements import FORMAT_VERSION, RequestRecord
 from specexp.results import JobRun, RunKind, Tag, Unit, effective_tags, factors_tag
 
 RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]
@@ -255,3 +259,42 @@ def test_with_launch_variance_measured_the_plan_is_launches_by_runs_at_least_cos
         note.startswith(f"to find 3.0%: {plan.launches} launches x {plan.runs} runs")
         for note in comparison.notes
     )
+
+
+def test_what_is_written_as_json_loads_back_into_the_same_value():
+    """A request record (a line of requests.jsonl), an effective setting (effective.json) and
+    a crossover (crossover.json) survive JSON whole; a record of another format is refused."""
+    record = RequestRecord(
+        run=3,
+        stream=1,
+        warmup=False,
+        start_unix=1.5,
+        launch=2,
+        index=4,
+        ok=True,
+        ttft_s=0.01,
+        e2e_s=0.5,
+        output_tokens=64,
+        prompt_tokens=100,
+        prompt_cached_tokens=1,
+        events=40,
+        itl_s=[0.007, 0.008],
+        chunk_gaps_s=[0.015],
+        speculative={"spec_draft_tokens": 80, "spec_accepted_tokens": 60},
+    )
+    line = json.loads(json.dumps(record.to_json()))
+    assert line["format_version"] == FORMAT_VERSION and line["tok_per_s"] == record.tok_per_s
+    assert RequestRecord.from_json(line) == record
+    with pytest.raises(ValueError, match="format 0"):
+        RequestRecord.from_json({**line, "format_version": 0})
+    setting = Setting("auto", "flash_attn enabled", Engagement.engaged, "server log")
+    assert Setting.from_json(json.loads(json.dumps(setting.to_json()))) == setting
+    found = find_crossover(
+        "c",
+        "b",
+        [1, 2, 4],
+        [[12.0, 12.5], [11.0, 11.2], [9.0, 9.4]],
+        [[10.0, 10.2], [10.0, 10.1], [10.0, 10.3]],
+        unreliable={2: ["b high CV"]},
+    )
+    assert Crossover.from_json(json.loads(json.dumps(found.to_json()))) == found
