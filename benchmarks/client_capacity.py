@@ -47,10 +47,10 @@ sys.path.insert(0, str(REPO))
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from specexp import hydra_app  # noqa: E402
-from specexp.client import LoadClient, run_async, session  # noqa: E402
-from specexp.job import prepare  # noqa: E402
-from specexp.leases import free_port  # noqa: E402
-from specexp.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
+from specexp.core.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
+from specexp.host.job import prepare  # noqa: E402
+from specexp.host.leases import free_port  # noqa: E402
+from specexp.serving.client import LoadClient, run_async, session  # noqa: E402
 
 PACE_MS = 2.0
 

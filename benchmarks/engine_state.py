@@ -29,11 +29,11 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from specexp import hydra_app
-from specexp.client import LoadClient, run_async
-from specexp.job import prepare
-from specexp.leases import free_port
-from specexp.server import ServerProcess
-from specexp.tinymodels import ensure_pair
+from specexp.core.tinymodels import ensure_pair
+from specexp.host.job import prepare
+from specexp.host.leases import free_port
+from specexp.serving.client import LoadClient, run_async
+from specexp.serving.server import ServerProcess
 
 VARIANTS = {
     "before": ["workload.caches=kept", "engine.pin_slots=false"],

@@ -8,7 +8,7 @@ import sys
 import hydra
 
 from specexp import hydra_app
-from specexp.report import console
+from specexp.output.terminal import console
 
 
 def _interrupt_on_sigterm(signum, frame):

@@ -15,6 +15,7 @@ as markdown, JSON and a plot - on the parent run when one is given, else on a ne
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -22,8 +23,7 @@ from typing import Any, Optional
 
 from omegaconf import OmegaConf
 
-from specexp import publish, report
-from specexp.analysis import (
+from specexp.analysis.arms import (
     SelectionError,
     Selector,
     baseline_pairs,
@@ -33,8 +33,12 @@ from specexp.analysis import (
     make_arms,
     reproduce,
 )
-from specexp.results import RunKind, RunStatus, Tag
-from specexp.tracking import TrackingStore
+from specexp.analysis.report import caveats
+from specexp.analysis.results import RunKind, RunStatus, Tag
+from specexp.output import terminal
+from specexp.output.markdown import comparison_markdown, reproduction_markdown
+from specexp.tracking import publish
+from specexp.tracking.store import TrackingStore
 
 REFERENCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "reference"
 
@@ -82,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The JSON document --json prints and the run logs.
+COMPARISON_REPORT_FORMAT = 1
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
 
@@ -114,10 +122,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             reproduce(reference, arms, **settings, calibration=known) if reference else ({}, [])
         )
     except (SelectionError, ValueError) as exc:
-        report.console.print(f"[red]error:[/] {exc}")
+        terminal.console.print(f"[red]error:[/] {exc}")
         return 2
 
+    said_once = caveats(comparisons)
     document = {
+        "format_version": COMPARISON_REPORT_FORMAT,
         "metric": args.metric,
         "confidence": args.confidence,
         "threshold": args.threshold,
@@ -125,8 +135,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         "arms": [a.to_json() for a in arms],
         "comparisons": [c.to_json() for c in comparisons],
         "skipped": skipped,
+        "caveats": [dataclasses.asdict(c) for c in said_once],
     }
-    markdown = report.comparison_markdown(arms, comparisons, args.metric)
+    markdown = comparison_markdown(arms, comparisons, said_once, args.metric)
     if reference is not None:
         same_hw, measured_hw = hardware_matches(reference, arms)
         document["reproduction"] = {
@@ -136,15 +147,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             "points": {p: (a.to_json() if a else None) for p, a in points.items()},
             "claims": [c.to_json() for c in claims],
         }
-        markdown += "\n" + report.reproduction_markdown(
-            reference, points, claims, same_hw, measured_hw
-        )
+        markdown += "\n" + reproduction_markdown(reference, points, claims, same_hw, measured_hw)
     if args.json:
         print(json.dumps(document, indent=2, default=float))
     else:
-        report.print_comparison(arms, comparisons, skipped, args.metric)
+        terminal.print_comparison(arms, comparisons, said_once, skipped, args.metric)
         if reference is not None:
-            report.print_reproduction(reference, points, claims, same_hw, measured_hw)
+            terminal.print_reproduction(reference, points, claims, same_hw, measured_hw)
     if not args.no_log:
         run = (
             store.run(args.parent)
@@ -155,7 +164,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not args.parent:
             run.end(RunStatus.finished)
         if not args.json:
-            report.console.print(f"logged to MLflow run {run.run_id}")
+            terminal.console.print(f"logged to MLflow run {run.run_id}")
     return 0
 
 

@@ -20,7 +20,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 from rich.table import Table
 
-from specexp import capture, hydra_app
+from specexp import hydra_app
+from specexp.core.schemas import AllreduceBackend, ConfigError, ServerSettings
 from specexp.engines.base import (
     Check,
     CheckStatus,
@@ -31,10 +32,10 @@ from specexp.engines.base import (
     run_with_stack_env,
     stack_python,
 )
-from specexp.job import Job, prepare
-from specexp.report import console
-from specexp.schemas import AllreduceBackend, ConfigError, ServerSettings
-from specexp.sweep import expand_overrides
+from specexp.host import capture
+from specexp.host.job import Job, prepare
+from specexp.output.terminal import console
+from specexp.sweep.plan import expand_overrides
 
 PASS, FAIL, SKIP, NOTE = (
     CheckStatus.passed,

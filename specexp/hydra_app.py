@@ -17,13 +17,13 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from specexp import launchers
+from specexp.analysis.results import RunStatus
+from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 from specexp.engines import engines
-from specexp.job import prepare
-from specexp.report import console
-from specexp.results import RunStatus
-from specexp.runner import run_job
-from specexp.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
+from specexp.host.job import prepare
+from specexp.output.terminal import console
+from specexp.run import launchers
+from specexp.run.job_run import run_job
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 

@@ -8,10 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from specexp.redaction import REDACTED
-from specexp.report import console
-from specexp.results import Artifact
-from specexp.tracking import replay
+from specexp.analysis.results import Artifact
+from specexp.core.redaction import REDACTED
+from specexp.output.terminal import console
+from specexp.tracking.store import replay
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,12 +28,12 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from specexp import hydra_app
+from specexp.analysis.results import RunKind, Tag
+from specexp.core.tinymodels import ensure_pair
 from specexp.engines.base import LaunchSpec
-from specexp.job import Job, prepare
-from specexp.leases import free_port
-from specexp.results import RunKind, Tag
-from specexp.server import die_with_parent
-from specexp.tinymodels import ensure_pair
+from specexp.host.job import Job, prepare
+from specexp.host.leases import free_port
+from specexp.serving.server import die_with_parent
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints|mlflow ui|mlflow server"

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from specexp.engines import get_engine
-from specexp.job import Job
+from specexp.host.job import Job
 from tests.conftest import REPO, compose_job
 
 ENGINE = get_engine("sglang")

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import psutil
 
-from specexp.leases import free_port
+from specexp.host.leases import free_port
 
 PARTITION = "debug"
 

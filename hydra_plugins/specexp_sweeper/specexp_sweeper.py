@@ -43,7 +43,8 @@ class SpecexpSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         # Imported here: Hydra imports every plugin module whenever it starts, and the sweep
         # brings MLflow (about a second) that a single run does not need this early.
-        from specexp.sweep import expand_overrides, run_sweep, with_levels  # noqa: PLC0415
+        from specexp.sweep.launch import run_sweep  # noqa: PLC0415
+        from specexp.sweep.plan import expand_overrides, with_levels  # noqa: PLC0415
 
         assert self.hydra_context is not None and self.config is not None, (
             "Hydra calls setup() first"

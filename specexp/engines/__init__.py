@@ -8,8 +8,8 @@ import importlib
 import pkgutil
 from functools import cache
 
+from specexp.core.schemas import ConfigError
 from specexp.engines.base import Engine
-from specexp.schemas import ConfigError
 
 
 @cache

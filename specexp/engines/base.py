@@ -26,8 +26,9 @@ from enum import StrEnum
 from functools import cache
 from typing import Any, ClassVar, Mapping, Optional, Sequence, Union
 
-from specexp.measurements import RunResult
-from specexp.schemas import (
+from specexp.core.measurements import RunResult
+from specexp.core.records import check_format
+from specexp.core.schemas import (
     AllreduceBackend,
     AttentionBackend,
     CacheUse,
@@ -39,7 +40,7 @@ from specexp.schemas import (
     SpeculativeMethod,
     WorkloadConfig,
 )
-from specexp.tinymodels import ModelFormat
+from specexp.core.tinymodels import ModelFormat
 
 __all__ = [
     "EngineConfig",
@@ -87,6 +88,9 @@ class Engagement(StrEnum):
     unknown = "unknown"
 
 
+SETTING_FORMAT = 1
+
+
 @dataclass(frozen=True)
 class Setting:
     """One requested setting as the live server ran it, with the evidence."""
@@ -96,11 +100,12 @@ class Setting:
     status: Engagement
     evidence: str
 
-    def to_json(self) -> dict[str, str]:
-        return {k: str(v) for k, v in asdict(self).items()}
+    def to_json(self) -> dict[str, Any]:
+        return {"format_version": SETTING_FORMAT, **{k: str(v) for k, v in asdict(self).items()}}
 
     @classmethod
-    def from_json(cls, data: dict[str, str]) -> Setting:
+    def from_json(cls, data: dict[str, Any]) -> Setting:
+        check_format("effective setting", data, SETTING_FORMAT)
         return cls(data["requested"], data["actual"], Engagement(data["status"]), data["evidence"])
 
 

@@ -9,6 +9,18 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
+from specexp.core.measurements import RunResult
+from specexp.core.schemas import (
+    AllreduceBackend,
+    AttentionBackend,
+    CacheUse,
+    ConfigError,
+    EngineConfig,
+    ServerSettings,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
+from specexp.core.tinymodels import ModelFormat
 from specexp.engines.base import (
     Engagement,
     Engine,
@@ -22,18 +34,6 @@ from specexp.engines.base import (
     stack_env,
     which,
 )
-from specexp.measurements import RunResult
-from specexp.schemas import (
-    AllreduceBackend,
-    AttentionBackend,
-    CacheUse,
-    ConfigError,
-    EngineConfig,
-    ServerSettings,
-    SpeculativeMethod,
-    WorkloadConfig,
-)
-from specexp.tinymodels import ModelFormat
 
 
 @dataclass

@@ -10,10 +10,24 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from specexp.core.measurements import RunResult
+from specexp.core.schemas import (
+    AllreduceBackend,
+    AllreduceBackendConfig,
+    AttentionBackend,
+    ConfigError,
+    EngineConfig,
+    GpuInterconnect,
+    ServerSettings,
+    SpeculativeConfig,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
 from specexp.engines.base import (
     Check,
     CheckStatus,
@@ -28,19 +42,6 @@ from specexp.engines.base import (
     run_in_stack,
     stack_env,
     stack_python,
-)
-from specexp.measurements import RunResult
-from specexp.schemas import (
-    AllreduceBackend,
-    AllreduceBackendConfig,
-    AttentionBackend,
-    ConfigError,
-    EngineConfig,
-    GpuInterconnect,
-    ServerSettings,
-    SpeculativeConfig,
-    SpeculativeMethod,
-    WorkloadConfig,
 )
 
 # Releases whose flags specexp composes (checked by their own parsers in the tests); a
@@ -93,66 +94,9 @@ FEATURES = (
 )
 
 
-# Runs in the stack's interpreter: parse each flag list, print one error (or null) per list.
-_PARSE_FLAGS = """
-import argparse, contextlib, io, json, sys
-from sglang.srt.server_args import ServerArgs
-errors = []
-for flags in json.loads(sys.argv[1]):
-    parser = argparse.ArgumentParser(prog="sglang.launch_server")
-    ServerArgs.add_cli_args(parser)
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            parser.parse_args(flags)
-        errors.append(None)
-    except SystemExit:
-        errors.append(stderr.getvalue().strip().splitlines()[-1])
-print(json.dumps(errors))
-"""
-
-
-# Runs in the stack's interpreter: SGLang's own speculative resolution (0.5.9's
-# ServerArgs._handle_speculative_decoding, 0.5.23's arg_groups.speculative_hook) on each
-# flag list, the model's config answered from the declared architecture, the device from
-# the declared GPUs, the page size as SGLang's default (1) unless set (and the draft's
-# algorithm taken as given); prints the resolved
-# settings, one object per list.
-_RESOLVE_SPECULATIVE = """
-import argparse, dataclasses, json, logging, sys, types
-from sglang.srt.server_args import ServerArgs
-logging.disable(logging.CRITICAL)
-model = types.SimpleNamespace(hf_config=types.SimpleNamespace(architectures=[sys.argv[2]]))
-fields = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-          "max_running_requests")
-try:
-    from sglang.srt.arg_groups import speculative_hook
-    from sglang.srt.arg_groups.overrides import resolving_view
-except ImportError:
-    speculative_hook = None
-resolved = []
-for flags in json.loads(sys.argv[1]):
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    args = parser.parse_args(flags)
-    args.device = args.device or sys.argv[3]
-    args.page_size = args.page_size or 1  # resolved by earlier hooks: 1 unless set
-    if speculative_hook is not None:
-        server_args = ServerArgs.from_cli_args(args)
-        speculative_hook.model_config_of = lambda *a, **k: model
-        speculative_hook._resolve_speculative_algorithm_alias = lambda algorithm, *a, **k: algorithm
-        speculative_hook.handle_speculative_decoding(server_args)
-        view = resolving_view(server_args)
-    else:
-        view = object.__new__(ServerArgs)
-        for f in dataclasses.fields(ServerArgs):
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            setattr(view, f.name, getattr(args, f.name, default))
-        view.get_model_config = lambda: model
-        ServerArgs._handle_speculative_decoding(view)
-    resolved.append({f: getattr(view, f) for f in fields})
-print(json.dumps(resolved))
-"""
+# Programs the stack's interpreter runs (SGLang's own parser and resolution): files, so
+# that they are read, linted and diffed as code.
+PROGRAMS = Path(__file__).resolve().parent / "sglang_programs"
 
 # SGLang's flags for the settings its resolution may rewrite, by its server-args field name.
 RESOLVED_FLAGS = {
@@ -447,7 +391,7 @@ class SGLangEngine(Engine):
         flag_lists = [
             launch.argv[3:] for launch in launches
         ]  # after: python -m sglang.launch_server
-        return [stack_python(server), "-c", _PARSE_FLAGS, json.dumps(flag_lists)]
+        return [stack_python(server), str(PROGRAMS / "parse_flags.py"), json.dumps(flag_lists)]
 
     def resolution_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
         """Run SGLang's own speculative resolution on composed flags, in the stack's
@@ -455,8 +399,7 @@ class SGLangEngine(Engine):
         flag_lists = [launch.argv[3:] for launch in launches]
         return [
             stack_python(server),
-            "-c",
-            _RESOLVE_SPECULATIVE,
+            str(PROGRAMS / "resolve_speculative.py"),
             json.dumps(flag_lists),
             server.model.architecture or "unknown",
             "cuda" if server.engine.gpus else "cpu",

@@ -6,6 +6,16 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from specexp.core.measurements import RunResult
+from specexp.core.schemas import (
+    AllreduceBackend,
+    AttentionBackend,
+    EngineConfig,
+    ServerSettings,
+    SpeculativeConfig,
+    SpeculativeMethod,
+    WorkloadConfig,
+)
 from specexp.engines.base import (
     Engine,
     LaunchSpec,
@@ -17,16 +27,6 @@ from specexp.engines.base import (
     speculation_from_counters,
     stack_env,
     stack_python,
-)
-from specexp.measurements import RunResult
-from specexp.schemas import (
-    AllreduceBackend,
-    AttentionBackend,
-    EngineConfig,
-    ServerSettings,
-    SpeculativeConfig,
-    SpeculativeMethod,
-    WorkloadConfig,
 )
 
 # Runs in the stack's interpreter: vLLM's serve parser on each flag list (its module moved

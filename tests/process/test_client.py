@@ -9,10 +9,10 @@ import urllib.request
 
 import psutil
 
-from specexp.client import LoadClient, run_async, session
-from specexp.job import Job
-from specexp.leases import free_port
-from specexp.server import ServerProcess
+from specexp.host.job import Job
+from specexp.host.leases import free_port
+from specexp.serving.client import LoadClient, run_async, session
+from specexp.serving.server import ServerProcess
 from tests.conftest import QUICK, REPO, compose_job, llamacpp_launch
 
 

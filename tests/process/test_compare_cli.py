@@ -7,7 +7,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp.results import RunKind, Tag
+from specexp.analysis.results import RunKind, Tag
 from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli, store_env
 
@@ -66,7 +66,7 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store):
     assert comparison["verdict"] == "faster"
     # One launch per arm and no calibration run in the experiment: said plainly.
     assert comparison["launches_only"] is True
-    assert any("holds for these launches only" in note for note in comparison["notes"])
+    assert any(note["kind"] == "these launches only" for note in comparison["notes"])
     assert 1 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
     assert comparison["p_welch"] < 0.05 and 0 < comparison["p_mannwhitney"] < 1
     assert comparison["mde"] > 0
@@ -119,7 +119,7 @@ def test_aa_is_never_faster_or_slower(store):
     document = json.loads(result.stdout)
     (comparison,) = document["comparisons"]
     assert comparison["verdict"] in ("equivalent", "inconclusive")
-    assert all(arm["unit"] == "launch" and arm["n"] == 2 for arm in document["arms"])
+    assert all(arm["unit"] == "launch" and arm["summary"]["n"] == 2 for arm in document["arms"])
 
 
 def test_baseline_must_match_one_run(store):
@@ -200,5 +200,7 @@ def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launc
     assert result.returncode == 0, result.stderr
     (comparison,) = json.loads(result.stdout)["comparisons"]
     assert comparison["launches_only"] is False
-    assert any("launch-to-launch variance of calibration runs" in n for n in comparison["notes"])
+    assert any(
+        "launch-to-launch variance of calibration runs" in n["message"] for n in comparison["notes"]
+    )
     assert comparison["df"] == 2.0  # one calibration run of 3 launches

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from specexp.results import Metric, Tag, launch_metric
-from specexp.stats import CONFOUNDED, FASTER, INCONCLUSIVE, SLOWER
+from specexp.analysis.results import Metric, Tag, launch_metric
+from specexp.core.notes import NoteKind
+from specexp.core.stats import Verdict
 from tests.conftest import QUICK, TINY, is_sweep, run_cli, runs_in, sweep_parent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ def test_aa_on_a_shared_llamacpp_server_takes_turns_and_gives_no_verdict(tmp_pat
     assert all(order[i] == order[i + 3] != order[i + 1] == order[i + 2] for i in (0, 4))
     (comparison,) = report["comparisons"]
     assert comparison["drift"] is not None and abs(comparison["drift"]["shift_s"]) < 30
-    assert comparison["verdict"] not in (FASTER, SLOWER)
+    assert comparison["verdict"] not in (Verdict.faster, Verdict.slower)
     assert report["order"].startswith("interleaved")
 
 
@@ -69,7 +70,7 @@ def test_aa_across_launches_alternates_the_launches(tmp_path, tracking_env):
     assert len(order) == 4 and order[0] == order[3] != order[1] == order[2]  # ABBA
     (comparison,) = report["comparisons"]
     assert comparison["drift"] is not None  # launches on one timeline: drift fitted with them
-    assert comparison["verdict"] not in (FASTER, SLOWER)
+    assert comparison["verdict"] not in (Verdict.faster, Verdict.slower)
 
 
 def drifting_server(tmp_path: Path, slowdown: float) -> Path:
@@ -102,12 +103,13 @@ def test_a_known_drift_is_measured_and_blocks_are_never_called_slower(tmp_path, 
     # ...but is never called slower: the drift is not pinned on the arm. (Whether the raw
     # difference reaches significance - "confounded" rather than "inconclusive" - depends on
     # the machine's noise; tests/statistics/test_drift.py measures how often it does.)
-    assert blocked["verdict"] in (CONFOUNDED, INCONCLUSIVE)
-    assert any(n.startswith("measured in blocks") for n in blocked["notes"])
+    assert blocked["finding"] == Verdict.inconclusive
+    assert any(n["kind"] == NoteKind.blocked_order for n in blocked["notes"])
     assert report["order"].startswith("blocked")
 
     tracking_env = {**tracking_env, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/second.db"}
     _, report = sweep(tmp_path, tracking_env, *common, "stats.confidence=0.999")
     (interleaved,) = report["comparisons"]
     assert abs(interleaved["drift"]["shift_s"]) < abs(blocked["drift"]["shift_s"]) / 3
-    assert interleaved["verdict"] not in (FASTER, SLOWER, CONFOUNDED)
+    assert interleaved["finding"] not in (Verdict.faster, Verdict.slower)
+    assert not interleaved["confounded"]

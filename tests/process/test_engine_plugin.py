@@ -21,7 +21,7 @@ ENGINE_MODULE = textwrap.dedent('''\
     from typing import Any
 
     from specexp.engines.base import Engine, LaunchSpec, StreamChunk
-    from specexp.schemas import EngineConfig, ServerSettings, WorkloadConfig
+    from specexp.core.schemas import EngineConfig, ServerSettings, WorkloadConfig
 
 
     @dataclass

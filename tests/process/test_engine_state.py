@@ -9,10 +9,10 @@ import math
 import statistics
 import urllib.request
 
-from specexp.client import LoadClient, run_async
 from specexp.engines.base import fresh_cached_bound
-from specexp.leases import free_port
-from specexp.server import ServerProcess
+from specexp.host.leases import free_port
+from specexp.serving.client import LoadClient, run_async
+from specexp.serving.server import ServerProcess
 from tests.conftest import QUICK, compose_job
 
 SHARED = (*QUICK, "workload.max_tokens=48", "workload.prompts=fresh", "engine.parallel_slots=16")

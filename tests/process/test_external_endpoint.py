@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specexp.server import ExternalServer, die_with_parent
+from specexp.serving.server import ExternalServer, die_with_parent
 from tests.conftest import TINY, compose_job, llamacpp_launch, run_cli, runs_in
 
 KEY = "sk-specexp-test-4f7c2a"  # a made-up key: it must appear nowhere specexp writes

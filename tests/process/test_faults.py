@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
-from specexp.job import prepare
-from specexp.results import Tag
-from specexp.schemas import ConfigError
+from specexp.analysis.results import Tag
+from specexp.core.schemas import ConfigError
+from specexp.host.job import prepare
 from tests.conftest import (
     CONFIG_DIR,
     TINY,

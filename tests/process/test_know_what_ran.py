@@ -7,7 +7,7 @@ import sys
 
 from mlflow.tracking import MlflowClient
 
-from specexp.results import Tag
+from specexp.analysis.results import Tag
 from tests.conftest import QUICK as BASE
 from tests.conftest import REPO, run_cli, runs_in
 
@@ -78,7 +78,10 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
         module="specexp.compare",
     )
     assert out.returncode == 0, out.stderr
-    notes = {c["candidate"]: c["notes"] for c in json.loads(out.stdout)["comparisons"]}
+    notes = {
+        c["candidate"]: [n["message"] for n in c["notes"]]
+        for c in json.loads(out.stdout)["comparisons"]
+    }
     assert (
         "drift: effective.attention_backend: flash_attn disabled vs flash_attn enabled"
         in notes["replicate=2"]
@@ -109,9 +112,10 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
     )
     assert out.returncode == 0, out.stderr
     (comparison,) = json.loads(out.stdout)["comparisons"]
-    assert comparison["verdict"] == "not attributable"
+    assert comparison["label"] == "not attributable" and not comparison["attributable"]
+    assert comparison["finding"] == "inconclusive"
     assert any(
-        "attention_backend did not engage in attention_backend=flash_attn" in n
+        "attention_backend did not engage in attention_backend=flash_attn" in n["message"]
         for n in comparison["notes"]
     )
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp.analysis.results import Tag
+from specexp.core.schemas import ConfigError
 from specexp.engines.base import LaunchSpec
-from specexp.leases import ProcessCores, gpu_ids, lease_devices
-from specexp.results import Tag
-from specexp.schemas import ConfigError
-from specexp.server import ServerProcess
+from specexp.host.leases import ProcessCores, gpu_ids, lease_devices
+from specexp.serving.server import ServerProcess
 from tests.conftest import (
     TINY,
     mlflow_process,
@@ -307,7 +307,7 @@ def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from specexp.leases import lease_devices; "
+            "import sys, time; from pathlib import Path; from specexp.host.leases import lease_devices; "
             "lease_devices(Path(sys.argv[1]), 'gpu', ['0', '1'], 2, 5); print('held', flush=True); time.sleep(600)",
             str(tmp_path),
         ],

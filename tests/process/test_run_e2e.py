@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp.results import Tag
+from specexp.analysis.results import Tag
 from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli, runs_in, store_env
 

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from specexp.engines.base import LaunchSpec
-from specexp.leases import free_port
-from specexp.server import ServerError, ServerProcess, live_group_members
+from specexp.host.leases import free_port
+from specexp.serving.server import ServerError, ServerProcess, live_group_members
 from tests.conftest import llamacpp_launch
 
 

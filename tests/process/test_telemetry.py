@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from specexp import telemetry
+from specexp.host import telemetry
 from tests.conftest import QUICK, run_cli, runs_in, store_env
 
 
@@ -28,8 +28,8 @@ def test_a_process_holding_a_core_makes_a_busy_machine_warning(tmp_path):
     finally:
         hog.kill()
     assert result.returncode == 0, result.stdout[-3000:]
-    assert telemetry.BUSY in result.stdout
+    assert telemetry.BUSY.message in result.stdout
     (run,) = runs_in(env["MLFLOW_TRACKING_URI"])
-    assert telemetry.BUSY in run.data.tags["warnings"]
+    assert telemetry.BUSY.message in run.data.tags["warnings"]
     # The hog's core, give or take what the machine's other processes did.
     assert run.data.metrics["cpu_other_cores"] > 0.7

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specexp.tinymodels import TinyPairSpec, ensure_pair, pair_paths
+from specexp.core.tinymodels import TinyPairSpec, ensure_pair, pair_paths
 
 SMALL = dict(
     vocab_size=400, embedding_length=64, feed_forward_length=128, head_count=4, target_layers=3

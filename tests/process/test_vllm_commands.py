@@ -13,7 +13,7 @@ import pytest
 
 from specexp.engines import get_engine
 from specexp.engines.base import LaunchSpec
-from specexp.job import Job
+from specexp.host.job import Job
 from tests.conftest import REPO, compose_job, run_cli
 
 ENGINE = get_engine("vllm")

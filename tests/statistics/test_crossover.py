@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from specexp.crossover import check_switch_off, find_crossover, recommend
-from specexp.schemas import SpeculativeConfig
+from specexp.analysis.crossover import check_switch_off, find_crossover, recommend
+from specexp.core.schemas import SpeculativeConfig
 from tests import noise
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64]

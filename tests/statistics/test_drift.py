@@ -10,10 +10,10 @@ import random
 
 import numpy as np
 
-from specexp.analysis import Selector, baseline_pairs, compare_arms, make_arms
-from specexp.results import JobRun, Tag
-from specexp.stats import CONFOUNDED, FASTER, SLOWER, compare
-from specexp.sweep import balanced_rounds
+from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis.results import JobRun, Tag
+from specexp.core.stats import Comparison, Verdict, compare
+from specexp.sweep.plan import balanced_rounds
 
 ALPHA = 0.05
 REPS = 800
@@ -59,7 +59,7 @@ def verdicts(runs: list[JobRun]):
         baseline_pairs(arms, Selector("arm=a")), confidence=0.95, threshold=0.01, power=0.8
     )
     unchecked = compare(runs[0].values, runs[1].values, confidence=0.95, threshold=0.01)
-    return checked.verdict, unchecked.verdict
+    return checked, unchecked
 
 
 def rates(interleaved: bool, effect: float = 0.0, seed: int = 0):
@@ -73,30 +73,32 @@ def rates(interleaved: bool, effect: float = 0.0, seed: int = 0):
     return checked, unchecked
 
 
-def share(verdicts: list[str], *wanted: str) -> float:
-    return sum(v in wanted for v in verdicts) / len(verdicts)
+def share(comparisons: list[Comparison], *wanted: Verdict) -> float:
+    """The share of comparisons whose finding (the verdict a reader acts on) is wanted."""
+    return sum(c.finding in wanted for c in comparisons) / len(comparisons)
 
 
 def test_interleaved_aa_on_a_drifting_server_keeps_false_verdicts_at_alpha():
     checked, unchecked = rates(interleaved=True)
-    assert share(checked, FASTER, SLOWER) <= ALPHA + MC_ERROR
+    assert share(checked, Verdict.faster, Verdict.slower) <= ALPHA + MC_ERROR
     # Balanced rounds leave no drift in the difference: the plain test is not fooled either.
-    assert share(unchecked, FASTER, SLOWER) <= ALPHA + MC_ERROR
+    assert share(unchecked, Verdict.faster, Verdict.slower) <= ALPHA + MC_ERROR
 
 
 def test_blocked_aa_would_have_failed_and_is_reported_as_confounded():
     checked, unchecked = rates(interleaved=False)
     # What specexp did before: all of A, then all of B - the drift becomes "slower".
-    assert share(unchecked, SLOWER) > 0.9
+    assert share(unchecked, Verdict.slower) > 0.9
     # With the drift fitted, the claim does not survive: no false verdict beyond alpha...
-    assert share(checked, FASTER, SLOWER) <= ALPHA + MC_ERROR
+    assert share(checked, Verdict.faster, Verdict.slower) <= ALPHA + MC_ERROR
     # ...and the report says why instead of "inconclusive".
-    assert share(checked, CONFOUNDED) > 0.8
+    assert sum(c.confounded for c in checked) / len(checked) > 0.8
+    assert all(c.label == "confounded by drift" for c in checked if c.confounded)
 
 
 def test_interleaved_order_still_finds_a_real_effect_through_the_drift():
     checked, _ = rates(interleaved=True, effect=np.log(1.03))
-    assert share(checked, FASTER) > 0.8
+    assert share(checked, Verdict.faster) > 0.8
 
 
 LAUNCHES, LAUNCH_CV, DRIFT_PER_LAUNCH, LAUNCH_S = 4, 0.02, -0.02, 300.0
@@ -141,6 +143,8 @@ def test_launches_alternating_keep_false_verdicts_at_alpha_where_blocks_fail():
             checked, unchecked = verdicts(launch_level_aa(rng, turns))
             results[interleaved][0].append(checked)
             results[interleaved][1].append(unchecked)
-    assert share(results[True][0], FASTER, SLOWER) <= ALPHA + MC_ERROR
-    assert share(results[False][1], FASTER, SLOWER) > 0.5  # AAAA BBBB: drift taken for an effect
-    assert share(results[False][0], FASTER, SLOWER) <= ALPHA + MC_ERROR
+    assert share(results[True][0], Verdict.faster, Verdict.slower) <= ALPHA + MC_ERROR
+    assert (
+        share(results[False][1], Verdict.faster, Verdict.slower) > 0.5
+    )  # AAAA BBBB: drift taken for an effect
+    assert share(results[False][0], Verdict.faster, Verdict.slower) <= ALPHA + MC_ERROR

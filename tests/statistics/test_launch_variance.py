@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
-from specexp.analysis import Selector, baseline_pairs, calibrations, compare_arms, make_arms
-from specexp.results import JobRun, Tag
-from specexp.stats import FASTER, SLOWER, variance_components
+from specexp.analysis.arms import Selector, baseline_pairs, calibrations, compare_arms, make_arms
+from specexp.analysis.results import JobRun, Tag
+from specexp.core.notes import NoteKind
+from specexp.core.stats import Verdict, variance_components
 from tests import noise
 
 ALPHA = 0.05
@@ -63,12 +64,12 @@ def test_without_calibration_a_verdict_holds_for_these_launches_only():
     rng = np.random.default_rng(17)
     trials = 300
     verdicts = [aa(rng, calibrated=False) for _ in range(trials)]
-    claimed = [c for c in verdicts if c.verdict in (FASTER, SLOWER)]
+    claimed = [c for c in verdicts if c.verdict in (Verdict.faster, Verdict.slower)]
     # Ignoring launches, the run-level test calls A/A different this often...
     assert len(claimed) / trials > 4 * ALPHA
     # ...so every such verdict says it holds for these launches only.
     assert all(c.launches_only for c in verdicts)
-    assert all(any("holds for these launches only" in n for n in c.notes) for c in verdicts)
+    assert all(NoteKind.launches_only in {n.kind for n in c.notes} for c in verdicts)
 
 
 def test_with_calibration_the_false_verdict_rate_stays_at_alpha():
@@ -78,7 +79,7 @@ def test_with_calibration_the_false_verdict_rate_stays_at_alpha():
     for _ in range(trials):
         c = aa(rng, calibrated=True)
         assert not c.launches_only
-        false += c.verdict in (FASTER, SLOWER)
+        false += c.verdict in (Verdict.faster, Verdict.slower)
         # What finding the 1% threshold would take, in launches x runs at the measured costs.
         assert c.plan is None or (c.plan.launches >= 2 and c.plan.power >= 0.8)
     assert false / trials <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)

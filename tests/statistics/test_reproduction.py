@@ -8,8 +8,8 @@ import math
 import numpy as np
 from omegaconf import OmegaConf
 
-from specexp.analysis import CONTRADICTED, REPRODUCED, make_arms, reproduce
-from specexp.results import JobRun, Tag
+from specexp.analysis.arms import ClaimStatus, make_arms, reproduce
+from specexp.analysis.results import JobRun, Tag
 from tests import noise
 from tests.conftest import REPO
 
@@ -46,7 +46,7 @@ def false_contradictions(rng: np.random.Generator, published_noise_cv: float, tr
         _, checks = reproduce(
             REFERENCE, measured_story(rng, truth, 0.02), confidence=0.95, threshold=0.01, power=0.8
         )
-        any_contradicted += any(c.status == CONTRADICTED for c in checks)
+        any_contradicted += any(c.status == ClaimStatus.contradicted for c in checks)
     return any_contradicted / trials
 
 
@@ -68,11 +68,11 @@ def test_rows_say_what_their_numbers_say_and_a_real_difference_is_caught():
             REFERENCE, measured_story(rng, truth, 0.02), confidence=0.95, threshold=0.01, power=0.8
         )
         by_id = {c.id: c for c in checks}
-        caught += by_id["eagle3-liability-cu128"].status == CONTRADICTED
+        caught += by_id["eagle3-liability-cu128"].status == ClaimStatus.contradicted
         for check in checks:
             excludes_one = check.agreement_low > 1 or check.agreement_high < 1
-            assert (check.status == CONTRADICTED) == excludes_one
-            if check.status == REPRODUCED:
+            assert (check.status == ClaimStatus.contradicted) == excludes_one
+            if check.status == ClaimStatus.reproduced:
                 side = (
                     check.comparison.ci_low > 1
                     if check.published_ratio > 1

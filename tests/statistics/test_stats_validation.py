@@ -8,12 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specexp.stats import (
-    CANNOT_TEST,
-    EQUIVALENT,
-    FASTER,
-    INCONCLUSIVE,
-    SLOWER,
+from specexp.core.stats import (
+    NoteKind,
+    Verdict,
     compare,
     decide,
     grubbs_outlier,
@@ -40,7 +37,7 @@ def test_aa_false_verdict_rate_stays_at_alpha():
     trials = 1500
     false = sum(
         compare(noise.runs(rng, 90, 5, 0.02), noise.runs(rng, 90, 5, 0.02)).verdict
-        in (FASTER, SLOWER)
+        in (Verdict.faster, Verdict.slower)
         for _ in range(trials)
     )
     assert false / trials <= upper_bound(ALPHA, trials)
@@ -52,8 +49,11 @@ def test_aa_never_claims_a_difference_at_low_noise_and_finds_equivalence_with_en
         compare(noise.runs(rng, 90, 10, 0.002), noise.runs(rng, 90, 10, 0.002)).verdict
         for _ in range(200)
     ]
-    assert verdicts.count(FASTER) + verdicts.count(SLOWER) <= upper_bound(ALPHA, 200) * 200
-    assert verdicts.count(EQUIVALENT) / len(verdicts) > 0.9
+    assert (
+        verdicts.count(Verdict.faster) + verdicts.count(Verdict.slower)
+        <= upper_bound(ALPHA, 200) * 200
+    )
+    assert verdicts.count(Verdict.equivalent) / len(verdicts) > 0.9
 
 
 def test_a_3_5_percent_effect_at_cv_0_5_percent_is_found_with_5_runs():
@@ -62,7 +62,7 @@ def test_a_3_5_percent_effect_at_cv_0_5_percent_is_found_with_5_runs():
     found = 0
     for _ in range(trials):
         result = compare(noise.runs(rng, 89.5, 5, 0.005), noise.runs(rng, 89.5 * 1.035, 5, 0.005))
-        found += result.verdict == FASTER
+        found += result.verdict == Verdict.faster
         assert result.ci_low < result.ci_high
     assert found / trials > 0.99
 
@@ -83,10 +83,14 @@ def test_ci_covers_the_true_ratio_at_its_level():
 
 def test_slower_and_inconclusive():
     rng = np.random.default_rng(5)
-    assert compare(noise.runs(rng, 89.5, 5, 0.01), noise.runs(rng, 54.1, 5, 0.01)).verdict == SLOWER
+    assert (
+        compare(noise.runs(rng, 89.5, 5, 0.01), noise.runs(rng, 54.1, 5, 0.01)).verdict
+        == Verdict.slower
+    )
     small = compare(noise.runs(rng, 90, 3, 0.05), noise.runs(rng, 91, 3, 0.05))
-    assert small.verdict == INCONCLUSIVE
-    assert any("cannot detect effects below" in note for note in small.notes)
+    assert small.verdict == Verdict.inconclusive
+    assert [n.kind for n in small.notes if n.kind == NoteKind.undetectable]
+    assert any("cannot detect effects below" in note.message for note in small.notes)
 
 
 def test_a_family_keeps_the_family_wise_error_and_its_intervals_hold_together():
@@ -97,7 +101,7 @@ def test_a_family_keeps_the_family_wise_error_and_its_intervals_hold_together():
         base = noise.runs(rng, 90, 5, 0.02)
         comparisons = [compare(base, noise.runs(rng, 90, 5, 0.02)) for _ in range(family)]
         decide(comparisons)
-        any_false += any(c.verdict in (FASTER, SLOWER) for c in comparisons)
+        any_false += any(c.verdict in (Verdict.faster, Verdict.slower) for c in comparisons)
         any_miss += any(not c.ci_low <= 1 <= c.ci_high for c in comparisons)
         assert all(c.family == family and c.ci_level == pytest.approx(0.99) for c in comparisons)
     assert any_false / trials <= upper_bound(ALPHA, trials)
@@ -117,11 +121,11 @@ def test_the_interval_the_p_value_and_the_verdict_never_disagree():
             excludes_one = c.ci_low > 1 or c.ci_high < 1
             assert excludes_one == (c.p_welch_adjusted < ALPHA)
             assert c.ci_low <= c.ratio <= c.ci_high
-            if c.verdict == FASTER:
+            if c.verdict == Verdict.faster:
                 assert c.ci_low > 1
-            elif c.verdict == SLOWER:
+            elif c.verdict == Verdict.slower:
                 assert c.ci_high < 1
-            elif c.verdict == EQUIVALENT:
+            elif c.verdict == Verdict.equivalent:
                 assert 1 / 1.01 <= c.ci_low and c.ci_high <= 1.01
             else:
                 assert c.ci_low <= 1 <= c.ci_high
@@ -129,12 +133,12 @@ def test_the_interval_the_p_value_and_the_verdict_never_disagree():
 
 def test_arms_without_spread_or_with_one_value_cannot_be_tested():
     same = compare([90.0] * 5, [95.0] * 5)
-    assert same.verdict == CANNOT_TEST and same.p_welch != same.p_welch  # nan, not 0
-    assert "5 identical values: no spread to test against" in same.notes[0]
+    assert same.verdict == Verdict.cannot_test and same.p_welch != same.p_welch  # nan, not 0
+    assert "5 identical values: no spread to test against" in same.notes[0].message
     single = compare([90.0], [91.0, 92.0, 93.0])
-    assert single.verdict == CANNOT_TEST and "1 value(s)" in single.notes[0]
+    assert single.verdict == Verdict.cannot_test and "1 value(s)" in single.notes[0].message
     decide([same, single])  # left out of the family
-    assert same.verdict == single.verdict == CANNOT_TEST
+    assert same.verdict == single.verdict == Verdict.cannot_test
 
 
 def test_per_launch_values_keep_the_error_rate_when_launches_vary():
@@ -148,8 +152,8 @@ def test_per_launch_values_keep_the_error_rate_when_launches_vary():
         b = noise.launches(rng, 90, 4, 5, run_cv=0.005, launch_cv=0.02)
         pooled = compare(sum(a, []), sum(b, []))
         per_launch = compare([np.mean(x) for x in a], [np.mean(x) for x in b])
-        pooled_false += pooled.verdict in (FASTER, SLOWER)
-        launch_false += per_launch.verdict in (FASTER, SLOWER)
+        pooled_false += pooled.verdict in (Verdict.faster, Verdict.slower)
+        launch_false += per_launch.verdict in (Verdict.faster, Verdict.slower)
     assert launch_false / trials <= upper_bound(ALPHA, trials)
     assert pooled_false / trials > 2 * ALPHA  # the trap this design avoids
 

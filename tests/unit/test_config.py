@@ -9,10 +9,7 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from specexp.client import stream_shares
-from specexp.engines.llamacpp import LlamaCppConfig
-from specexp.job import prepare
-from specexp.schemas import (
+from specexp.core.schemas import (
     AttentionBackend,
     ConfigError,
     JobOrder,
@@ -20,7 +17,10 @@ from specexp.schemas import (
     SpeculativeMethod,
     StatsConfig,
 )
-from specexp.tinymodels import TinyPairSpec
+from specexp.core.tinymodels import TinyPairSpec
+from specexp.engines.llamacpp import LlamaCppConfig
+from specexp.host.job import prepare
+from specexp.serving.client import stream_shares
 from tests.conftest import compose_job, compose_run
 
 BAD_CONFIGS = [

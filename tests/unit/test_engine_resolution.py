@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
-from specexp.client import LoadClient
+from specexp.core.schemas import ConfigError
 from specexp.engines.base import Engagement, is_local, parse_prometheus
-from specexp.job import prepare
-from specexp.schemas import ConfigError
+from specexp.host.job import prepare
+from specexp.serving.client import LoadClient
 from tests.conftest import compose_job, compose_run
 
 KIMI = ("engine=sglang", "model=kimi-k2.5")

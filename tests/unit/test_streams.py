@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specexp.client import StreamTimer, TruncatedError
+from specexp.core.measurements import RequestRecord
 from specexp.engines import get_engine
-from specexp.measurements import RequestRecord
+from specexp.serving.client import StreamTimer, TruncatedError
 
 STREAMS = Path(__file__).parent / "streams"
 GAP_S = 0.010

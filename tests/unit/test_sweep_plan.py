@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from specexp.schemas import JobOrder
-from specexp.sweep import (
+from specexp.core.schemas import JobOrder
+from specexp.sweep.plan import (
     Plan,
     PlannedJob,
     balanced_rounds,

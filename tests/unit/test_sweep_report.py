@@ -5,19 +5,25 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from specexp import crossover, plots, publish, report
-from specexp.analysis import Selector, baseline_pairs, compare_arms, make_arms
-from specexp.results import JobRun, Tag, factors_tag
-from specexp.schemas import SpeculativeConfig
-from specexp.tracking import RESULT_COLUMNS, view_state
+from specexp.analysis import crossover
+from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
+from specexp.analysis.results import JobRun, Tag, factors_tag
+from specexp.core.notes import NoteKind
+from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.output import plots
+from specexp.output.markdown import sweep_description
+from specexp.tracking import publish
+from specexp.tracking.store import RESULT_COLUMNS, view_state
 
 # Draft twice as fast at 1 stream, 30% slower at 8: it stops paying in between.
 MEANS = {("none", 1): 100.0, ("draft", 1): 200.0, ("none", 8): 400.0, ("draft", 8): 280.0}
 
 
-def sweep_arms(not_engaged: str = ""):
+def sweep_runs(not_engaged: str = "") -> list[JobRun]:
     runs = []
     for (method, streams), mean in MEANS.items():
         factors = {"speculative": method, "concurrency.streams": str(streams)}
@@ -26,8 +32,13 @@ def sweep_arms(not_engaged: str = ""):
             tags |= {Tag.not_engaged: not_engaged, Tag.engaged: f"NO: {not_engaged}"}
         values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
         name = " ".join(f"{k}={v}" for k, v in factors.items())
+        tags[Tag.config_fingerprint] = method
         runs.append(JobRun.from_store(f"{method}{streams}", name, "FINISHED", tags, {}, values, []))
-    arms, _ = make_arms(runs, label_tags=[], confidence=0.95, metric="tok_per_s")
+    return runs
+
+
+def sweep_arms(not_engaged: str = ""):
+    arms, _ = make_arms(sweep_runs(not_engaged), label_tags=[], confidence=0.95, metric="tok_per_s")
     comparisons = compare_arms(
         baseline_pairs(arms, Selector("speculative=none")),
         confidence=0.95,
@@ -37,17 +48,25 @@ def sweep_arms(not_engaged: str = ""):
     return arms, comparisons
 
 
-def describe(arms, comparisons, crossovers=(), limit=8000):
-    return report.sweep_description(
-        arms=arms,
-        comparisons=comparisons,
-        crossovers=crossovers,
-        checks=[],
-        notes=[],
-        baseline="speculative=none",
+def compiled(not_engaged: str = "", crossover_factor=None, failed: int = 1) -> SweepReport:
+    """The report on the sweep of ``sweep_runs``, compiled as the sweep does, plus ``failed``
+    job runs that did not finish."""
+    facts = SweepFacts(
+        parent_run_id="p",
         engine="vllm",
         order="interleaved",
-        failed=1,
+        baseline="speculative=none",
+        crossover_factor=crossover_factor,
+        stats=StatsConfig(threshold=0.02),
+        speculative={m: SpeculativeConfig(method=m) for m in ("none", "draft")},
+    )
+    broken = [JobRun.from_store(f"x{i}", "broken", "FAILED", {}, {}, [], []) for i in range(failed)]
+    return compile_sweep_report(facts, sweep_runs(not_engaged) + broken, [], {})
+
+
+def describe(report: SweepReport, limit=8000):
+    return sweep_description(
+        report,
         view_link="#/experiments/7/runs?viewStateShareKey=sweep-p",
         run_link=lambda run_id: f"#/experiments/7/runs/{run_id}",
         plot_link=lambda path: f"get-artifact?path={path}&run_uuid=p",
@@ -56,14 +75,16 @@ def describe(arms, comparisons, crossovers=(), limit=8000):
 
 
 def test_the_description_leads_with_the_findings_and_links_every_job():
-    arms, comparisons = sweep_arms(not_engaged="speculative")
-    found = crossover.analyse(arms, Selector("speculative=none"), "concurrency.streams", 0.95)
-    found[0].recommendation = crossover.recommend(found[0], SpeculativeConfig(method="draft"))
-    text = describe(arms, comparisons, found)
+    report = compiled(not_engaged="speculative", crossover_factor="concurrency.streams")
+    arms = report.arms
+    text = describe(report)
     first = text.splitlines()[0]
     assert first.startswith("**Crossover:**") and "stops paying" in first
     assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
-    assert "**Verdicts** against speculative=none: 1 faster, 1 slower" in text
+    assert (
+        "**Verdicts** against speculative=none: 1 faster (these launches), "
+        "1 slower (these launches)" in text
+    )
     assert "1 job(s) failed" in text
     assert "](#/experiments/7/runs?viewStateShareKey=sweep-p)" in text
     assert "![crossover](get-artifact?path=crossover/crossover.png&run_uuid=p)" in text
@@ -77,11 +98,38 @@ def test_the_description_leads_with_the_findings_and_links_every_job():
     )
     assert "| baseline | yes |" in rows["speculative=none concurrency.streams=1"]
     assert "NOT ENGAGED: speculative=draft concurrency.streams=8: speculative" in text
+    # Findings, then verdicts, then caveats.
+    assert text.index("**Crossover:**") < text.index("**Verdicts**") < text.index("**Caveats**")
+
+
+def test_what_holds_for_every_comparison_is_said_once():
+    """Both comparisons hold for their launches only and cannot see small effects: the
+    report says each once, for both, with the range of what they would need."""
+    report = compiled()
+    text = describe(report)
+    assert text.count("holds for these launches only") == 1
+    assert "all 2 comparisons: one launch per arm" in text
+    kinds = [c.kind for c in report.caveats]
+    assert kinds.count(NoteKind.launches_only) == 1
+    shared = next(c for c in report.caveats if c.kind == NoteKind.launches_only)
+    assert len(shared.subjects) == 2
+
+
+def test_the_sweep_report_is_one_value_that_loads_back_from_its_json():
+    report = compiled(crossover_factor="concurrency.streams")
+    document = json.loads(json.dumps(report.to_json(), default=float))
+    again = SweepReport.from_json(document)
+    assert again.to_json() == report.to_json()
+    assert [c.finding for c in again.comparisons] == [c.finding for c in report.comparisons]
+    assert again.failed == 1 and again.crossovers[0].statement == report.crossovers[0].statement
+    assert describe(again) == describe(report)
+    document["format_version"] = 99
+    with pytest.raises(ValueError, match="format 99"):
+        SweepReport.from_json(document)
 
 
 def test_a_description_too_long_for_a_tag_is_cut_at_a_line_and_says_where_the_rest_is():
-    arms, comparisons = sweep_arms()
-    text = describe(arms, comparisons, limit=600)
+    text = describe(compiled(), limit=600)
     assert len(text) <= 600
     assert text.endswith("the full report is the artifact sweep_report/sweep_report.md)\n")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specexp import telemetry
-from specexp.telemetry import GpuSample, Sample
+from specexp.core.notes import Note, NoteKind
+from specexp.host import telemetry
+from specexp.host.telemetry import GpuSample, Sample
 
 READINGS = Path(__file__).parent / "readings"
 
@@ -57,7 +58,7 @@ def test_an_h200_reading_under_load_becomes_a_sample_and_metrics():
     assert metrics["gpu0_sm_clock_mhz"] == gpu.sm_clock_mhz
     assert metrics["gpu0_temperature_c_max"] == gpu.temperature_c
     # The server alone on a GPU that did not slow down: nothing to warn of.
-    assert telemetry.warnings_for([Sample(0.0, 1.0, 0.0, (gpu,))]) == list(
+    assert [n.message for n in telemetry.warnings_for([Sample(0.0, 1.0, 0.0, (gpu,))])] == list(
         f"GPU 0 throttled: {', '.join(gpu.slowdowns)}" for _ in gpu.slowdowns[:1]
     )
 
@@ -67,8 +68,12 @@ def test_a_process_that_is_not_the_servers_is_named():
     nvml = RecordedNvml({**reading, "compute_pids": [*reading["compute_pids"], 4242]})
     (gpu,) = telemetry.read_gpus(nvml, [0], ours=set(reading["compute_pids"]))
     assert [pid for pid, _ in gpu.others] == [4242]
-    (note,) = [n for n in telemetry.warnings_for([Sample(0.0, 1.0, 0.0, (gpu,))]) if "shared" in n]
-    assert "pid 4242" in note
+    (note,) = [
+        n
+        for n in telemetry.warnings_for([Sample(0.0, 1.0, 0.0, (gpu,))])
+        if n.kind == NoteKind.gpu_shared
+    ]
+    assert "pid 4242" in note.message
 
 
 def test_throttling_and_a_busy_machine_are_warned_of():
@@ -77,7 +82,7 @@ def test_throttling_and_a_busy_machine_are_warned_of():
     notes = telemetry.warnings_for(
         [Sample(0.0, 2.0, 1.0, (calm,)), Sample(0.5, 2.0, 1.0, (throttled,))], cores=2
     )
-    assert "GPU 0 throttled: hardware thermal slowdown" in notes
+    assert Note(NoteKind.gpu_throttled, "GPU 0 throttled: hardware thermal slowdown") in notes
     assert telemetry.BUSY in notes
     # A quiet machine whose GPU ran at full clocks: no warning.
     assert telemetry.warnings_for([Sample(0.0, 1.0, 0.05, (calm,))], cores=2) == []

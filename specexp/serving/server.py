@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import psutil
 
 from specexp.engines.base import LaunchSpec, is_local, urlopen
-from specexp.leases import Lease
+from specexp.host.leases import Lease
 
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
 

@@ -9,9 +9,9 @@ from typing import Sequence
 # Figures made directly, not through pyplot: no global backend or figure state, no display.
 from matplotlib.figure import Figure
 
-from specexp.analysis import Arm, ci_label
-from specexp.crossover import Crossover
-from specexp.stats import Comparison
+from specexp.analysis.arms import Arm, ci_label
+from specexp.analysis.crossover import Crossover
+from specexp.core.stats import Comparison, Verdict
 
 
 def comparison_plot(
@@ -41,11 +41,10 @@ def comparison_plot(
         )
         right.axvline(0, color="black", linewidth=0.8)
         colors = {
-            "faster": "tab:green",
-            "slower": "tab:red",
-            "equivalent": "tab:blue",
-            "inconclusive": "tab:orange",
-            "confounded by drift": "tab:purple",
+            Verdict.faster: "tab:green",
+            Verdict.slower: "tab:red",
+            Verdict.equivalent: "tab:blue",
+            Verdict.inconclusive: "tab:orange",
         }
         for y, c in enumerate(comparisons):
             if not c.testable:  # no interval to draw; the label says why
@@ -56,10 +55,11 @@ def comparison_plot(
                 xerr=[[(c.ratio - c.ci_low) * 100], [(c.ci_high - c.ratio) * 100]],
                 fmt="o",
                 capsize=4,
-                color=colors.get(c.verdict, "black"),
+                # Confounded or not attributable: the interval is not the factor's.
+                color=colors[c.finding] if c.finding == c.verdict else "tab:purple",
             )
         right.set_yticks(
-            range(len(comparisons)), [f"{c.candidate}\n{c.verdict}" for c in comparisons]
+            range(len(comparisons)), [f"{c.candidate}\n{c.label}" for c in comparisons]
         )
         level = comparisons[0].ci_level
         right.set_xlabel(

@@ -9,9 +9,9 @@ import shutil
 import subprocess
 from functools import lru_cache
 
+from specexp.core.schemas import ServerSettings
 from specexp.engines.base import Engine, stack_env, stack_python
-from specexp.leases import command_output
-from specexp.schemas import ServerSettings
+from specexp.host.leases import command_output
 
 # Read in every stack, whatever the engine: {distribution: tag key}.
 _COMMON_PACKAGES = {"torch": "torch", "triton": "triton"}

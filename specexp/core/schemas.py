@@ -20,7 +20,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from specexp.tinymodels import TinyPairSpec
+from specexp.core.tinymodels import TinyPairSpec
 
 
 class ConfigError(ValueError):

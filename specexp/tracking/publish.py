@@ -9,12 +9,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from specexp import crossover, plots
-from specexp.analysis import Arm
-from specexp.crossover import Crossover, SwitchOffCheck
-from specexp.results import Metric, Tag
-from specexp.stats import Comparison
-from specexp.tracking import RunLog, TrackingStore
+from specexp.analysis import crossover
+from specexp.analysis.arms import Arm
+from specexp.analysis.crossover import Crossover, SwitchOffCheck
+from specexp.analysis.report import SweepReport
+from specexp.analysis.results import Metric, Tag
+from specexp.core.stats import Comparison
+from specexp.output import plots
+from specexp.output.markdown import sweep_markdown
+from specexp.tracking.store import NOTE, RunLog, TrackingStore
 
 
 def log_report(
@@ -83,7 +86,7 @@ def log_verdicts(
     by_label = {a.label: a for a in arms}
     for c in comparisons:
         run = store.run(by_label[c.candidate].run_id)
-        run.set_tags({Tag.verdict: c.verdict})
+        run.set_tags({Tag.verdict: c.label})
         if c.testable:
             run.log_metrics(change_metrics(c))
     for label in {c.baseline for c in comparisons}:
@@ -119,3 +122,34 @@ def log_levels(
         if c.testable:
             name, step = series(by_label[c.candidate])
             run.log_metrics({f"{k}/{name}": v for k, v in change_metrics(c).items()}, step=step)
+
+
+def log_sweep_report(
+    store: TrackingStore, parent: RunLog, report: SweepReport, description: str
+) -> None:
+    """The sweep report on the sweep's runs: its counts, each job's verdict and change, the
+    levels for the charts, the crossover, ``description`` as the parent's description, and
+    the report as markdown, JSON and plot."""
+    parent.set_tags(
+        {Tag.failed_jobs: str(report.failed), Tag.server_launches: str(report.server_launches)}
+    )
+    if report.crossovers:
+        log_crossover(
+            parent,
+            report.families(),
+            report.crossovers,
+            report.crossover_factor or "",
+            report.checks,
+        )
+    log_verdicts(store, report.arms, report.comparisons)
+    log_levels(parent, report.arms, report.comparisons, report.crossover_factor)
+    parent.set_tags({NOTE: description})
+    log_report(
+        parent,
+        report.to_json(),
+        sweep_markdown(report, Metric.tok_per_s),
+        report.arms,
+        report.comparisons,
+        Metric.tok_per_s,
+        folder="sweep_report",
+    )

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
+from specexp.core.notes import Note
+from specexp.core.records import check_format
+
 # The format of what to_json writes (a line of requests.jsonl); from_json reads this one.
 FORMAT_VERSION = 1
 
@@ -70,11 +73,7 @@ class RequestRecord:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RequestRecord:
         """A record as :meth:`to_json` wrote it; another format version is refused."""
-        version = data.get("format_version")
-        if version != FORMAT_VERSION:
-            raise ValueError(
-                f"a request record of format {version!r}; this specexp reads {FORMAT_VERSION}"
-            )
+        check_format("request", data, FORMAT_VERSION)
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
@@ -94,7 +93,7 @@ class RunResult:
     started_unix: float = 0.0
     # The machine while the run went on (specexp.telemetry): metrics, and what to warn of.
     telemetry: dict[str, float] = field(default_factory=dict)
-    machine_warnings: list[str] = field(default_factory=list)
+    machine_warnings: list[Note] = field(default_factory=list)
     # Before the run: how long the client waited for the server to be idle; what it was
     # still doing when the wait ran out (None: it was idle); cache-emptying requests sent.
     idle_wait_s: float = 0.0

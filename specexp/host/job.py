@@ -17,11 +17,17 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from specexp.core.schemas import (
+    ConfigError,
+    RunConfig,
+    ServerSettings,
+    SpeculativeMethod,
+    to_run_config,
+)
+from specexp.core.tinymodels import TinyPairSpec, pair_paths
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec, Resolution
-from specexp.leases import free_port
-from specexp.schemas import ConfigError, RunConfig, ServerSettings, SpeculativeMethod, to_run_config
-from specexp.tinymodels import TinyPairSpec, pair_paths
+from specexp.host.leases import free_port
 
 # Settings that say where and how a job is tracked or planned, not what it measures.
 _NOT_MEASURED = ("tracking", "dry_run", "multirun")

@@ -9,21 +9,21 @@ and baselines are found through it, never by parsing labels.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specexp.engines.base import Engagement
-from specexp.results import JobRun, Metric, RunStatus, Tag, Unit
-from specexp.stats import (
-    CANNOT_TEST,
-    FASTER,
-    SLOWER,
+from specexp.analysis.results import JobRun, Metric, RunStatus, Tag, Unit
+from specexp.core.records import check_format
+from specexp.core.stats import (
     Comparison,
+    NoteKind,
     RepetitionPlan,
     Summary,
+    Verdict,
     compare,
     decide,
     fit_time_drift,
@@ -31,16 +31,19 @@ from specexp.stats import (
     summarize,
     use_launch_level_error,
 )
+from specexp.engines.base import Engagement
 
 # Launches a run needs to calibrate its server family's launch-to-launch variance.
 CALIBRATION_MIN_LAUNCHES = 3
-REPRODUCED, CONTRADICTED, NOT_MEASURED, INCONCLUSIVE = (
-    "reproduced",
-    "contradicted",
-    "not measured",
-    "inconclusive",
-)
-NOT_ATTRIBUTABLE = "not attributable"
+
+
+class ClaimStatus(StrEnum):
+    """What the measurements say of a published claim."""
+
+    reproduced = "reproduced"
+    contradicted = "contradicted"
+    inconclusive = "inconclusive"
+    not_measured = "not measured"
 
 
 class SelectionError(ValueError):
@@ -89,18 +92,28 @@ class Arm:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "format_version": ARM_FORMAT,
             "run_id": self.run_id,
             "label": self.label,
             "factors": dict(self.factors),
             "values": list(self.values),
             "unit": str(self.unit),
-            "mean": self.summary.mean,
-            "std": self.summary.std,
-            "cv": self.summary.cv,
-            "ci_low": self.summary.ci_low,
-            "ci_high": self.summary.ci_high,
-            "n": self.summary.n,
+            "summary": asdict(self.summary),
+            "run": self.run.to_json(),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Arm:
+        check_format("arm", data, ARM_FORMAT)
+        return cls(
+            JobRun.from_json(data["run"]),
+            data["label"],
+            data["factors"],
+            Summary(**data["summary"]),
+        )
+
+
+ARM_FORMAT = 1
 
 
 def ci_label(arms: Sequence[Arm]) -> str:
@@ -206,9 +219,10 @@ def time_drift(pairs: Sequence[tuple[JobRun, JobRun]], comparisons: Sequence[Com
         c.drift = fit_time_drift(base.values, base.times, arm.values, arm.times)
         blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == "blocked"]
         if blocked:
-            c.notes.append(
+            c.note(
+                NoteKind.blocked_order,
                 f"measured in blocks ({', '.join(blocked)}: multirun.order=blocked): drift is told "
-                "from the effect only as far as the trend inside each arm shows it"
+                "from the effect only as far as the trend inside each arm shows it",
             )
 
 
@@ -293,17 +307,19 @@ def account_for_launches(
         if not c.testable or base.unit != Unit.run or arm.unit != Unit.run:
             continue
         if same_server(base, arm):
-            c.notes.append(
+            c.note(
+                NoteKind.one_server,
                 "both arms ran on one server launch: its offset is common to both, so "
-                "launch-to-launch variance does not enter their difference"
+                "launch-to-launch variance does not enter their difference",
             )
             continue
         first, second = known.get(family_key(base)), known.get(family_key(arm))
         if first is None or second is None:
             c.launches_only = True
-            c.notes.append(
+            c.note(
+                NoteKind.launches_only,
                 "one launch per arm and no launch variance known for this server family: the verdict "
-                "holds for these launches only (a run with stats.launches=3 or more calibrates it)"
+                "holds for these launches only (a run with stats.launches=3 or more calibrates it)",
             )
             continue
         var_base, var_arm = first.mean_var(len(base.values)), second.mean_var(len(arm.values))
@@ -313,8 +329,9 @@ def account_for_launches(
             df = (var_base + var_arm) ** 2 / (var_base**2 / first.df + var_arm**2 / second.df)
         use_launch_level_error(c, var_base + var_arm, df)
         sources = sorted({r[:8] for f in (first, second) for r in f.runs})
-        c.notes.append(
-            f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)}"
+        c.note(
+            NoteKind.launch_variance,
+            f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)}",
         )
 
 
@@ -343,10 +360,11 @@ def compare_arms(
             candidate_name=arm.label,
         )
         if base.unit != arm.unit and comparison.testable:
-            comparison.verdict = CANNOT_TEST
-            comparison.notes.append(
+            comparison.verdict = Verdict.cannot_test
+            comparison.note(
+                NoteKind.cannot_test,
                 f"cannot test: {base.label} has one value per {base.unit}, {arm.label} one per "
-                f"{arm.unit}; their spreads differ in kind. Measure both with the same stats.launches"
+                f"{arm.unit}; their spreads differ in kind. Measure both with the same stats.launches",
             )
         comparisons.append(comparison)
     runs = [(b.run, a.run) for b, a in pairs]
@@ -356,17 +374,19 @@ def compare_arms(
     for (base, arm), comparison in zip(pairs, comparisons, strict=True):
         if comparison.testable:
             comparison.plan = repetition_plan(base.run, arm.run, comparison, calibration or {})
-        comparison.notes += [f"drift: {d}" for d in drift(base, arm, factor)]
+        for difference in drift(base, arm, factor):
+            comparison.note(NoteKind.stack_drift, f"drift: {difference}")
         missed = [
             a.label
             for a in (base, arm)
             if factor and a.run.engagement(factor) == Engagement.not_engaged
         ]
         if missed:
-            comparison.verdict = NOT_ATTRIBUTABLE
-            comparison.notes.append(
+            comparison.attributable = False
+            comparison.note(
+                NoteKind.not_engaged,
                 f"{factor} did not engage in {', '.join(missed)}: the difference is not "
-                f"attributed to {factor}"
+                f"attributed to {factor}",
             )
     return comparisons
 
@@ -419,10 +439,11 @@ def repetition_plan(
         power=comparison.power,
     )
     if plan is not None:
-        comparison.notes.append(
+        comparison.note(
+            NoteKind.repetitions,
             f"to find {comparison.threshold:.1%}: {plan.launches} launches x {plan.runs} runs per arm, "
             f"about {plan.cost_s / 60:.0f} min per arm (power {plan.power:.2f}, family of "
-            f"{comparison.family})"
+            f"{comparison.family})",
         )
     return plan
 
@@ -447,7 +468,7 @@ class ClaimCheck:
     text: str
     published_ratio: float
     comparison: Optional[Comparison]
-    status: str
+    status: ClaimStatus
     # Interval of measured / published ratio, with the published figures' own noise and
     # simultaneous over the claims measured: "contradicted" exactly when it excludes 1.
     agreement_low: Optional[float] = None
@@ -510,7 +531,7 @@ def reproduce(
                 candidate_name=claim.candidate,
             )
             comparisons.append(comparison)
-        checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, NOT_MEASURED))
+        checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, ClaimStatus.not_measured))
     measured = [(by_point[c.baseline], by_point[c.candidate]) for c in comparisons]
     runs = [(b.run, a.run) for b, a in measured if a and b]
     account_for_launches(runs, comparisons, calibration or {})
@@ -528,11 +549,11 @@ def reproduce(
         gap = c.log_diff - math.log(check.published_ratio)
         check.agreement_low, check.agreement_high = math.exp(gap - half), math.exp(gap + half)
         if check.agreement_low > 1 or check.agreement_high < 1:
-            check.status = CONTRADICTED
-        elif (check.published_ratio > 1 and c.verdict == FASTER) or (
-            check.published_ratio < 1 and c.verdict == SLOWER
+            check.status = ClaimStatus.contradicted
+        elif (check.published_ratio > 1 and c.finding == Verdict.faster) or (
+            check.published_ratio < 1 and c.finding == Verdict.slower
         ):
-            check.status = REPRODUCED
+            check.status = ClaimStatus.reproduced
         else:
-            check.status = INCONCLUSIVE
+            check.status = ClaimStatus.inconclusive
     return by_point, checks

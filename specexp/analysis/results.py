@@ -17,6 +17,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
+from specexp.core.records import check_format
 from specexp.engines.base import Engagement, Setting
 
 
@@ -101,6 +102,51 @@ class Metric(StrEnum):
     # busy with other work meanwhile (the sweep report calls such a level unreliable).
     busy_start_runs = "busy_start_runs"
     busy_machine_runs = "busy_machine_runs"
+    # Per measured run, what the client saw (means over its requests where per request)...
+    request_tok_per_s = "request_tok_per_s"  # tok/s one request saw
+    decode_tok_per_s = "decode_tok_per_s"  # the same without its TTFT
+    requests = "requests"
+    output_tokens = "output_tokens"
+    ttft_s = "ttft_s"
+    tpot_s = "tpot_s"
+    e2e_s = "e2e_s"
+    acceptance_length = "acceptance_length"
+    acceptance_rate = "acceptance_rate"
+    itl_s = "itl_s"  # a series: its percentiles are logged (percentile_metric)
+    chunk_gaps_s = "chunk_gaps_s"
+    # ...and per job, over its measured runs.
+    ttft_s_mean = "ttft_s_mean"
+    tpot_s_mean = "tpot_s_mean"
+    e2e_s_mean = "e2e_s_mean"
+    request_tok_per_s_mean = "request_tok_per_s_mean"
+    decode_tok_per_s_mean = "decode_tok_per_s_mean"
+    acceptance_length_mean = "acceptance_length_mean"
+    acceptance_rate_mean = "acceptance_rate_mean"
+    output_tokens_total = "output_tokens_total"
+
+
+# What a server's own accounting gives (Engine.server_accounting's names), and the client's
+# metrics it stands beside: per run, and per job. Each is logged as server_ + that name.
+SERVER_ACCOUNTING = {
+    "output_tokens": (Metric.output_tokens, Metric.output_tokens_total),
+    "ttft_s_mean": (Metric.ttft_s, Metric.ttft_s_mean),
+    "tpot_s_mean": (Metric.tpot_s, Metric.tpot_s_mean),
+    "e2e_s_mean": (Metric.e2e_s, Metric.e2e_s_mean),
+    "step_s_mean": ("step_s", "step_s_mean"),  # the server's alone: no client figure
+}
+
+
+def server_metric(metric: str) -> str:
+    """The server's own figure for a client metric."""
+    return f"server_{metric}"
+
+
+def percentile_metric(series: Metric, percentile: str, per_run: bool = False) -> str:
+    """A percentile (p50, p90, p99) of a series: per job ``itl_s_p50``; per run the
+    inter-token latency's is named ``itl_p50_s``."""
+    if per_run:
+        return f"{series.removesuffix('_s')}_{percentile}_s"
+    return f"{series}_{percentile}"
 
 
 class Artifact(StrEnum):
@@ -129,6 +175,9 @@ class Unit(StrEnum):
 # ran as, and whether it engaged; and of the settings a sweep varied, one tag each.
 STACK, EFFECTIVE, ENGAGED, FACTOR = "stack.", "effective.", "engaged.", "factor."
 CAPTURED = (STACK, EFFECTIVE)
+
+
+JOB_RUN_FORMAT = 1
 
 
 def launch_metric(metric: str) -> str:
@@ -230,6 +279,39 @@ class JobRun:
             tuple(map(float, values)),
             unit,
             tuple(map(float, times)) if len(times) == len(values) else (),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "format_version": JOB_RUN_FORMAT,
+            "run_id": self.run_id,
+            "name": self.name,
+            "status": self.status,
+            "kind": str(self.kind),
+            "factors": dict(self.factors),
+            "tags": dict(self.tags),
+            "params": dict(self.params),
+            "metrics": dict(self.metrics),
+            "values": list(self.values),
+            "unit": str(self.unit),
+            "times": list(self.times),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> JobRun:
+        check_format("job run", data, JOB_RUN_FORMAT)
+        return cls(
+            data["run_id"],
+            data["name"],
+            data["status"],
+            RunKind(data["kind"]),
+            data["factors"],
+            data["tags"],
+            data["params"],
+            data["metrics"],
+            tuple(data["values"]),
+            Unit(data["unit"]),
+            tuple(data["times"]),
         )
 
     def engagement(self, setting: str) -> Optional[Engagement]:

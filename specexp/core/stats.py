@@ -31,9 +31,22 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as scipy_stats
 
-FASTER, SLOWER, EQUIVALENT, INCONCLUSIVE = "faster", "slower", "equivalent", "inconclusive"
-CANNOT_TEST = "cannot test"
-CONFOUNDED = "confounded by drift"
+from specexp.core.notes import Note, NoteKind
+from specexp.core.records import check_format
+
+
+class Verdict(StrEnum):
+    """What a comparison's interval says of candidate against baseline."""
+
+    faster = "faster"
+    slower = "slower"
+    equivalent = "equivalent"  # inside the practical threshold either way
+    inconclusive = "inconclusive"
+    cannot_test = "cannot test"  # an arm without two values or without spread
+
+    @property
+    def decided(self) -> bool:
+        return self in (Verdict.faster, Verdict.slower, Verdict.equivalent)
 
 
 @dataclass(frozen=True)
@@ -120,19 +133,16 @@ def variance_components(
     )
 
 
-class NoteKind(StrEnum):
-    """Why a set of measured values is not to be trusted as it is."""
-
-    high_cv = "high CV"
-    trend = "trend"
-    outlier = "outlier"
-    few_values = "few values"
-
-
-@dataclass(frozen=True)
-class Note:
-    kind: NoteKind
-    message: str
+# Notes a comparison's decision writes; deciding again replaces them.
+DECISION_NOTES = frozenset(
+    {
+        NoteKind.below_threshold,
+        NoteKind.rank_disagrees,
+        NoteKind.undetectable,
+        NoteKind.drift_fitted,
+        NoteKind.confounded,
+    }
+)
 
 
 # What makes a level's values too unsteady to place a crossover on (few values widen the
@@ -403,7 +413,7 @@ class Comparison:
     ci_level: float = math.nan
     p_welch_adjusted: Optional[float] = None
     p_equivalence_adjusted: Optional[float] = None
-    verdict: str = INCONCLUSIVE
+    verdict: Verdict = Verdict.inconclusive
     mde: Optional[float] = None
     runs_needed: Optional[int] = None
     power: float = 0.8
@@ -414,7 +424,13 @@ class Comparison:
     launches_only: bool = False
     # The arms' common trend in time, when they were measured on one timeline.
     drift: Optional[TimeDrift] = None
-    notes: list[str] = field(default_factory=list)
+    # With the drift left in, the interval would say something else: the difference cannot
+    # be told from the drift, whatever ``verdict`` (drift taken out) says.
+    confounded: bool = False
+    # The arms differ in more than the factor compared (it did not engage in one of them):
+    # the difference is not the factor's.
+    attributable: bool = True
+    notes: list[Note] = field(default_factory=list)
 
     @property
     def change(self) -> float:
@@ -422,10 +438,57 @@ class Comparison:
 
     @property
     def testable(self) -> bool:
-        return self.verdict != CANNOT_TEST
+        return self.verdict != Verdict.cannot_test
+
+    @property
+    def finding(self) -> Verdict:
+        """The verdict a reader may act on: inconclusive where drift confounds it or the
+        difference is not the factor's."""
+        if self.verdict.decided and (self.confounded or not self.attributable):
+            return Verdict.inconclusive
+        return self.verdict
+
+    @property
+    def label(self) -> str:
+        """The verdict in words, with what limits it."""
+        if not self.attributable:
+            return "not attributable"
+        if self.confounded:
+            return "confounded by drift"
+        return self.verdict + (" (these launches)" if self.launches_only else "")
+
+    def note(self, kind: NoteKind, message: str) -> None:
+        self.notes.append(Note(kind, message))
 
     def to_json(self) -> dict:
-        return {**asdict(self), "change": self.change}
+        return {
+            "format_version": COMPARISON_FORMAT,
+            **asdict(self),
+            "change": self.change,
+            "finding": self.finding,
+            "label": self.label,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> Comparison:
+        check_format("comparison", data, COMPARISON_FORMAT)
+        fields = {
+            k: v
+            for k, v in data.items()
+            if k not in ("format_version", "change", "finding", "label")
+        }
+        return cls(
+            **{
+                **fields,
+                "verdict": Verdict(fields["verdict"]),
+                "plan": RepetitionPlan(**fields["plan"]) if fields["plan"] else None,
+                "drift": TimeDrift(**fields["drift"]) if fields["drift"] else None,
+                "notes": [Note.from_json(n) for n in fields["notes"]],
+            }
+        )
+
+
+COMPARISON_FORMAT = 1
 
 
 def _alpha(confidence: float) -> float:
@@ -479,8 +542,8 @@ def compare(
     if a.size and b.size:
         result.ratio = math.exp(float(np.log(b).mean() - np.log(a).mean()))
     if reason:
-        result.verdict = CANNOT_TEST
-        result.notes.append(f"cannot test: {reason}")
+        result.verdict = Verdict.cannot_test
+        result.note(NoteKind.cannot_test, f"cannot test: {reason}")
         return result
     result.log_diff, result.se, result.df = _welch_log(a, b)
     _test(result)
@@ -538,32 +601,26 @@ def decide(comparisons: Sequence[Comparison]) -> None:
         n = min(c.n_baseline, c.n_candidate)
         c.mde = minimum_detectable_effect(cv, n, alpha / family, c.power)
         c.runs_needed = runs_needed(cv, c.threshold, alpha / family, c.power)
-        c.notes = [
-            n
-            for n in c.notes
-            if not n.startswith(
-                (
-                    "difference below",
-                    "rank test disagrees",
-                    "cannot detect",
-                    "time drift",
-                    "confounded:",
-                )
-            )
-        ]
+        c.notes = [n for n in c.notes if n.kind not in DECISION_NOTES]
         c.verdict = read_verdict(c.ci_low, c.ci_high, c.threshold)
-        if c.verdict in (FASTER, SLOWER):
+        c.confounded = False
+        if c.verdict in (Verdict.faster, Verdict.slower):
             if abs(c.change) < c.threshold:
-                c.notes.append(f"difference below the practical threshold ({c.threshold:.1%})")
-            if c.p_mannwhitney >= alpha and c.drift is None:  # ranks of drifting values mislead
-                c.notes.append(
-                    f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it "
-                    f"cannot reach {alpha:g})"
+                c.note(
+                    NoteKind.below_threshold,
+                    f"difference below the practical threshold ({c.threshold:.1%})",
                 )
-        elif c.verdict == INCONCLUSIVE and c.mde is not None and c.mde > c.threshold:
-            c.notes.append(
+            if c.p_mannwhitney >= alpha and c.drift is None:  # ranks of drifting values mislead
+                c.note(
+                    NoteKind.rank_disagrees,
+                    f"rank test disagrees (Mann-Whitney p={c.p_mannwhitney:.3f}; with few runs it "
+                    f"cannot reach {alpha:g})",
+                )
+        elif c.verdict == Verdict.inconclusive and c.mde is not None and c.mde > c.threshold:
+            c.note(
+                NoteKind.undetectable,
                 f"cannot detect effects below {c.mde:.1%} with these runs; "
-                f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}"
+                f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}",
             )
         if c.drift is not None:
             _judge_drift(c, c.drift, alpha / family)
@@ -583,17 +640,17 @@ def interval(log_diff: float, se: float, df: float, alpha: float) -> tuple[float
     return math.exp(log_diff - half), math.exp(log_diff + half)
 
 
-def read_verdict(low: float, high: float, threshold: float) -> str:
+def read_verdict(low: float, high: float, threshold: float) -> Verdict:
     """Equivalent (inside the threshold either way, which takes precedence), faster (above
     1), slower (below 1), else inconclusive."""
     limit = 1 + threshold
     if 1 / limit <= low and high <= limit:
-        return EQUIVALENT
+        return Verdict.equivalent
     if low > 1:
-        return FASTER
+        return Verdict.faster
     if high < 1:
-        return SLOWER
-    return INCONCLUSIVE
+        return Verdict.slower
+    return Verdict.inconclusive
 
 
 def _judge_drift(c: Comparison, drift: TimeDrift, alpha: float) -> None:
@@ -602,15 +659,17 @@ def _judge_drift(c: Comparison, drift: TimeDrift, alpha: float) -> None:
     the server's drift: "confounded by drift", with the figures."""
     low, high = interval(c.log_diff, c.se, c.df, alpha)
     unadjusted = read_verdict(low, high, c.threshold)
-    c.notes.append(
+    c.note(
+        NoteKind.drift_fitted,
         f"time drift {math.expm1(drift.slope_per_min):+.2%}/min (se {drift.slope_se:.2%}), taken "
         f"out of the ratio; the arms' mean times are {drift.shift_s:+.0f} s apart, which moved "
         f"it by {math.expm1(drift.bias):+.2%}: {math.exp(c.log_diff):.4f} [{low:.4f}, {high:.4f}] "
-        f"({unadjusted}) before"
+        f"({unadjusted}) before",
     )
-    if unadjusted in (FASTER, SLOWER, EQUIVALENT) and unadjusted != c.verdict:
-        c.notes.append(
+    if unadjusted.decided and unadjusted != c.verdict:
+        c.note(
+            NoteKind.confounded,
             f"confounded: {unadjusted} only with the drift left in, so the difference cannot be "
-            "told from the server's drift over time (interleave the arms: multirun.order=interleaved)"
+            "told from the server's drift over time (interleave the arms: multirun.order=interleaved)",
         )
-        c.verdict = CONFOUNDED
+        c.confounded = True

@@ -29,9 +29,8 @@ import aiohttp
 import orjson
 import uvloop
 
-from specexp.engines.base import Engine, Prompt, ServerLoad, is_local, parse_prometheus
-from specexp.measurements import RequestRecord, RunResult
-from specexp.schemas import (
+from specexp.core.measurements import RequestRecord, RunResult
+from specexp.core.schemas import (
     PREFIX_WORDS,
     CacheUse,
     ConcurrencyConfig,
@@ -39,6 +38,7 @@ from specexp.schemas import (
     ServerSettings,
     WorkloadConfig,
 )
+from specexp.engines.base import Engine, Prompt, ServerLoad, is_local, parse_prometheus
 
 T = TypeVar("T")
 

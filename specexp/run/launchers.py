@@ -26,7 +26,7 @@ import psutil
 from omegaconf import DictConfig, OmegaConf
 from submitit.slurm import slurm
 
-from specexp.schemas import RunConfig
+from specexp.core.schemas import RunConfig
 
 # A floor for the output rate of one stream when sizing a job's time limit: a job killed at
 # its limit loses its measurements, one that ends early costs nothing.

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from specexp.schemas import ConfigError
+from specexp.core.schemas import ConfigError
 
 
 def free_port(host: str = "127.0.0.1") -> int:

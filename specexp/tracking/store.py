@@ -19,10 +19,10 @@ try:
 except ModuleNotFoundError:  # a node without MLflow: runs go to the offline journal
     MlflowClient = None  # type: ignore[assignment,misc]
 
-from specexp.analysis import CALIBRATION_MIN_LAUNCHES
-from specexp.redaction import redact_text
-from specexp.results import JobRun, RunKind, RunStatus, Tag, launch_metric
-from specexp.results import Metric as ResultMetric
+from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
+from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag, launch_metric
+from specexp.analysis.results import Metric as ResultMetric
+from specexp.core.redaction import redact_text
 
 # MLflow rejects longer param values, and run tags (a run's description among them) longer
 # than this.

@@ -20,22 +20,24 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from specexp.analysis import Arm, Selector
-from specexp.engines import engines
-from specexp.results import Metric
-from specexp.schemas import SpeculativeConfig
-from specexp.stats import (
-    EQUIVALENT,
-    FASTER,
-    SLOWER,
+from specexp.analysis.arms import Arm, Selector
+from specexp.analysis.results import Metric
+from specexp.core.records import check_format
+from specexp.core.schemas import SpeculativeConfig
+from specexp.core.stats import (
     UNSTEADY,
     Comparison,
+    Verdict,
     compare,
     decide,
     notes_for,
 )
+from specexp.engines import engines
 
 DRAWS = 4000
+
+
+CROSSOVER_FORMAT = 1
 
 
 @dataclass
@@ -65,16 +67,17 @@ class Crossover:
         return self.lowest_ratio_ci is not None and self.lowest_ratio_ci[1] < 1
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {"format_version": CROSSOVER_FORMAT, **asdict(self)}
 
     @classmethod
     def from_json(cls, data: dict) -> Crossover:
         """A crossover as :meth:`to_json` wrote it and JSON carried it (levels as string
         keys, the interval as a list)."""
+        check_format("crossover", data, CROSSOVER_FORMAT)
         lowest = data.get("lowest_ratio_ci")
         return cls(
             **{
-                **data,
+                **{k: v for k, v in data.items() if k != "format_version"},
                 "lowest_ratio_ci": tuple(lowest) if lowest is not None else None,
                 "unreliable": {int(k): list(v) for k, v in data.get("unreliable", {}).items()},
             }
@@ -341,15 +344,27 @@ class SwitchOffCheck:
     @property
     def outcomes(self) -> list[str]:
         """Per level: tracks (equivalent or faster), behind (slower) or undecided."""
-        named = {EQUIVALENT: "tracks", FASTER: "tracks", SLOWER: "behind"}
-        return [named.get(c.verdict, "undecided") for c in self.comparisons]
+        named = {Verdict.equivalent: "tracks", Verdict.faster: "tracks", Verdict.slower: "behind"}
+        return [named.get(c.finding, "undecided") for c in self.comparisons]
 
     def to_json(self) -> dict:
         return {
+            "format_version": SWITCH_OFF_FORMAT,
             **{k: v for k, v in asdict(self).items() if k != "comparisons"},
             "outcomes": self.outcomes,
             "comparisons": [c.to_json() for c in self.comparisons],
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> SwitchOffCheck:
+        check_format("switch-off check", data, SWITCH_OFF_FORMAT)
+        fields = {k: v for k, v in data.items() if k not in ("format_version", "outcomes")}
+        return cls(
+            **{**fields, "comparisons": [Comparison.from_json(c) for c in data["comparisons"]]}
+        )
+
+
+SWITCH_OFF_FORMAT = 1
 
 
 def check_switch_off(

@@ -23,6 +23,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import psutil
 
+from specexp.core.notes import Note, NoteKind
+
 # NVML's clock-throttle reason bits that slow a measurement down (nvml.h); the others
 # (idle, application clocks, sync boost, display clocks) do not.
 SLOWDOWNS = {
@@ -35,9 +37,10 @@ SLOWDOWNS = {
 # Cores other processes may use before the machine counts as busy: more than noise and
 # specexp's own sampling, well under the one core a competing process holds.
 BUSY_CORES = 0.3
-BUSY = (
+BUSY = Note(
+    NoteKind.busy_machine,
     f"busy machine: processes other than the server and specexp kept more than {BUSY_CORES} "
-    "cores busy, with no core to spare (metrics cpu_other_cores, cpu_busy_cores)"
+    "cores busy, with no core to spare (metrics cpu_other_cores, cpu_busy_cores)",
 )
 
 
@@ -210,12 +213,12 @@ def summarize(samples: Sequence[Sample]) -> dict[str, float]:
     return metrics
 
 
-def warnings_for(samples: Sequence[Sample], cores: Optional[int] = None) -> list[str]:
+def warnings_for(samples: Sequence[Sample], cores: Optional[int] = None) -> list[Note]:
     """What made the run's machine unlike a quiet one: a busy CPU (other processes' work
     while less than a core of the ``cores`` the machine has stayed idle: with a core to
     spare, as on a GPU node, their work takes none from the server or the client), a
     throttled GPU, a GPU shared with another process."""
-    notes = []
+    notes: list[Note] = []
     cores = cores or os.cpu_count() or 1
     if samples:
         other = sum(s.other_cores for s in samples) / len(samples)
@@ -230,8 +233,11 @@ def warnings_for(samples: Sequence[Sample], cores: Optional[int] = None) -> list
             others.setdefault(gpu.index, set()).update(gpu.others)
     for index in sorted(slowdowns):
         if slowdowns[index]:
-            notes.append(f"GPU {index} throttled: {', '.join(sorted(slowdowns[index]))}")
+            throttled = ", ".join(sorted(slowdowns[index]))
+            notes.append(Note(NoteKind.gpu_throttled, f"GPU {index} throttled: {throttled}"))
         if others[index]:
             named = ", ".join(f"{name} (pid {pid})" for pid, name in sorted(others[index]))
-            notes.append(f"GPU {index} shared with another process: {named}")
+            notes.append(
+                Note(NoteKind.gpu_shared, f"GPU {index} shared with another process: {named}")
+            )
     return notes

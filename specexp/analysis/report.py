@@ -1,0 +1,257 @@
+"""The sweep report as one value, compiled purely from the sweep's job runs: its arms, their
+comparisons with the baseline, where speculation stops paying, dynamic speculation checked,
+and the caveats - what holds for several comparisons said once, then what is particular to
+one. The terminal, the markdown description, the JSON document, the plots and the MLflow
+writes all render this value; none of them computes anything of it."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from specexp.analysis import crossover
+from specexp.analysis.arms import (
+    Arm,
+    Calibration,
+    SelectionError,
+    Selector,
+    baseline_pairs,
+    compare_arms,
+    make_arms,
+)
+from specexp.analysis.crossover import Crossover, SwitchOffCheck
+from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
+from specexp.core.notes import Note, NoteKind
+from specexp.core.records import check_format
+from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.stats import Comparison
+
+REPORT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """A note on the comparisons: said once for all the ``subjects`` it holds for."""
+
+    kind: NoteKind
+    message: str
+    subjects: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Caveat:
+        return cls(NoteKind(data["kind"]), data["message"], tuple(data["subjects"]))
+
+
+def _range(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    low, high = min(values), max(values)
+    return fmt(low) if fmt(low) == fmt(high) else f"{fmt(low)} to {fmt(high)}"
+
+
+def caveats(comparisons: Sequence[Comparison]) -> list[Caveat]:
+    """The comparisons' notes, each said once: a note several comparisons share is one
+    caveat naming them all; the effects they cannot detect, one caveat with the range."""
+    said: dict[tuple[NoteKind, str], list[str]] = {}
+    undetectable = [c for c in comparisons if any(n.kind == NoteKind.undetectable for n in c.notes)]
+    for c in comparisons:
+        for note in c.notes:
+            if note.kind == NoteKind.undetectable and len(undetectable) > 1:
+                continue
+            said.setdefault((note.kind, note.message), []).append(c.candidate)
+    found = [Caveat(kind, message, tuple(who)) for (kind, message), who in said.items()]
+    if len(undetectable) > 1:
+        mdes = [c.mde for c in undetectable if c.mde is not None]
+        runs = [float(c.runs_needed) for c in undetectable if c.runs_needed]
+        threshold = undetectable[0].threshold
+        message = f"cannot detect effects below {_range(mdes, '{:.1%}'.format)} with these runs"
+        if runs:
+            message += f"; {_range(runs, '{:.0f}'.format)} runs per arm would find {threshold:.1%}"
+        found.append(
+            Caveat(NoteKind.undetectable, message, tuple(c.candidate for c in undetectable))
+        )
+    # Shared caveats first: they hold for most of what the report shows.
+    return sorted(found, key=lambda caveat: -len(caveat.subjects))
+
+
+@dataclass
+class SweepReport:
+    """What a sweep found. ``notes`` are the report's own (a baseline that matched nothing,
+    runs left out); the comparisons' notes are in ``caveats``."""
+
+    parent_run_id: str
+    engine: str
+    order: str
+    baseline: Optional[str]
+    confidence: float
+    job_runs: int
+    failed: int
+    server_launches: int
+    arms: list[Arm]
+    comparisons: list[Comparison]
+    skipped: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    crossover_factor: Optional[str] = None
+    crossovers: list[Crossover] = field(default_factory=list)
+    checks: list[SwitchOffCheck] = field(default_factory=list)
+    caveats: list[Caveat] = field(default_factory=list)
+
+    @property
+    def verdict_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for c in self.comparisons:
+            counts[c.label] = counts.get(c.label, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def families(self) -> dict[str, dict[int, Arm]]:
+        if not self.crossover_factor:
+            return {}
+        return crossover.families(self.arms, self.crossover_factor)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": REPORT_FORMAT,
+            **{
+                f.name: getattr(self, f.name)
+                for f in dataclasses.fields(self)
+                if f.name not in ("arms", "comparisons", "crossovers", "checks", "notes", "caveats")
+            },
+            "arms": [a.to_json() for a in self.arms],
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "crossovers": [c.to_json() for c in self.crossovers],
+            "switch_off_checks": [c.to_json() for c in self.checks],
+            "notes": [dataclasses.asdict(n) for n in self.notes],
+            "caveats": [dataclasses.asdict(c) for c in self.caveats],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SweepReport:
+        check_format("sweep report", data, REPORT_FORMAT)
+        plain = {
+            k: v
+            for k, v in data.items()
+            if k
+            not in (
+                "format_version",
+                "arms",
+                "comparisons",
+                "crossovers",
+                "switch_off_checks",
+                "notes",
+                "caveats",
+            )
+        }
+        return cls(
+            **plain,
+            arms=[Arm.from_json(a) for a in data["arms"]],
+            comparisons=[Comparison.from_json(c) for c in data["comparisons"]],
+            crossovers=[Crossover.from_json(c) for c in data["crossovers"]],
+            checks=[SwitchOffCheck.from_json(c) for c in data["switch_off_checks"]],
+            notes=[Note.from_json(n) for n in data["notes"]],
+            caveats=[Caveat.from_json(c) for c in data["caveats"]],
+        )
+
+
+@dataclass(frozen=True)
+class SweepFacts:
+    """What the sweep knows of itself beside its runs."""
+
+    parent_run_id: str
+    engine: str
+    order: str
+    baseline: Optional[str]
+    crossover_factor: Optional[str]
+    stats: StatsConfig
+    # Each job's speculative settings, by its config fingerprint.
+    speculative: Mapping[str, SpeculativeConfig]
+
+
+def _crossovers(
+    arms: Sequence[Arm], selector: Selector, facts: SweepFacts
+) -> tuple[list[Crossover], list[SwitchOffCheck]]:
+    """Where each fixed speculative family stops paying, with a recommended switch-off; and
+    each dynamic family checked against the fixed arms it should follow."""
+    factor, stats = facts.crossover_factor, facts.stats
+    assert factor is not None
+    families = crossover.families(arms, factor)
+
+    def speculative(family: str) -> SpeculativeConfig:
+        arm = next(iter(families[family].values()))
+        return facts.speculative[arm.run.tags[Tag.config_fingerprint]]
+
+    adaptive = [f for f in families if speculative(f).switch_off_at is not None]
+    analysed = crossover.analyse(arms, selector, factor, stats.confidence, stats.cv_warn)
+    found = [c for c in analysed if c.candidate not in adaptive]
+    for result in found:
+        result.recommendation = crossover.recommend(result, speculative(result.candidate))
+    checks = []
+    for name in adaptive:
+        spec = speculative(name)
+        static = dataclasses.replace(spec, switch_off_at=None)
+        for result in found:
+            if speculative(result.candidate) != static:
+                continue
+            values = {
+                family: {level: arm.values for level, arm in families[family].items()}
+                for family in (name, result.candidate, result.baseline)
+            }
+            checks.append(
+                crossover.check_switch_off(
+                    (name, values[name]),
+                    (result.candidate, values[result.candidate]),
+                    (result.baseline, values[result.baseline]),
+                    spec.switch_off_at or 0,
+                    stats.confidence,
+                    stats.threshold,
+                )
+            )
+    return found, checks
+
+
+def compile_sweep_report(
+    facts: SweepFacts,
+    children: Sequence[JobRun],
+    resumed: Sequence[JobRun],
+    calibration: Mapping[tuple[str, ...], Calibration],
+) -> SweepReport:
+    """The report on a sweep's job runs (``children``, and the finished runs of jobs it
+    resumed), compared with the baseline when one is configured."""
+    stats = facts.stats
+    runs = [*children, *resumed]
+    arms, skipped = make_arms(
+        runs, label_tags=[], confidence=stats.confidence, metric=Metric.tok_per_s
+    )
+    report = SweepReport(
+        parent_run_id=facts.parent_run_id,
+        engine=facts.engine,
+        order=facts.order,
+        baseline=facts.baseline,
+        confidence=stats.confidence,
+        job_runs=len(children),
+        failed=sum(1 for r in children if r.status != RunStatus.finished),
+        server_launches=sum(1 for r in children if r.tags.get(Tag.server_reused) == "false"),
+        arms=arms,
+        comparisons=[],
+        skipped=skipped,
+        crossover_factor=facts.crossover_factor,
+    )
+    selector = Selector(facts.baseline) if facts.baseline else None
+    if selector and arms:
+        try:
+            report.comparisons = compare_arms(
+                baseline_pairs(arms, selector),
+                calibration=dict(calibration),
+                confidence=stats.confidence,
+                threshold=stats.threshold,
+                power=stats.power,
+                factor=selector.factor,
+            )
+        except SelectionError as exc:
+            report.notes.append(Note(NoteKind.no_baseline, str(exc)))
+    if skipped:
+        report.notes.append(
+            Note(NoteKind.left_out, f"{len(skipped)} run(s) left out: {'; '.join(skipped)}")
+        )
+    if selector and facts.crossover_factor and arms:
+        report.crossovers, report.checks = _crossovers(arms, selector, facts)
+    report.caveats = caveats(report.comparisons)
+    return report

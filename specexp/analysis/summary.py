@@ -1,0 +1,202 @@
+"""A job's results as values, computed purely from its measured runs: the metrics of each run,
+and the job's summary (tok/s with its interval, variance components, latency percentiles,
+the server's own accounting beside the client's) with the notes that limit it. The runner
+logs and prints these; nothing here does I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Sequence
+
+from specexp.analysis.results import (
+    SERVER_ACCOUNTING,
+    Metric,
+    percentile_metric,
+    server_metric,
+)
+from specexp.core.measurements import RunResult
+from specexp.core.notes import Note, NoteKind
+from specexp.core.stats import Summary, notes_for, percentiles, summarize, variance_components
+
+
+def run_metrics(result: RunResult, accounting: Mapping[str, float]) -> dict[str, float]:
+    """Metrics of one measured run (logged with the run index as step): the client's, and
+    beside them what the server's own ``accounting`` (Engine.server_accounting of the run's
+    counter deltas) says of the same run."""
+    metrics: dict[str, Any] = {
+        Metric.tok_per_s: result.tok_per_s,
+        Metric.request_tok_per_s: result.request_tok_per_s,
+        Metric.decode_tok_per_s: result.decode_tok_per_s,
+        Metric.requests: len(result.records),
+        Metric.output_tokens: result.output_tokens,
+        Metric.wall_s: result.wall_s,
+        Metric.midpoint_unix: result.midpoint_unix,
+        Metric.ttft_s: result.ttft_s_mean,
+        Metric.tpot_s: result.tpot_s_mean,
+        Metric.e2e_s: result.e2e_s_mean,
+        Metric.acceptance_length: result.acceptance_length,
+        Metric.acceptance_rate: result.acceptance_rate,
+        Metric.idle_wait_s: result.idle_wait_s,
+        Metric.busy_start: float(result.busy_at_start is not None),
+    }
+    for name, value in accounting.items():
+        metrics[server_metric(SERVER_ACCOUNTING[name][0])] = value
+    metrics.update(result.telemetry)
+    itl = [x for r in result.records if r.ok for x in r.itl_s]
+    for q, value in percentiles(itl).items():
+        metrics[percentile_metric(Metric.itl_s, q, per_run=True)] = value
+    return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What a job's measured runs add up to."""
+
+    tok_per_s: Optional[Summary]
+    # Per launch means with several launches, else per run: the values tok_per_s summarises.
+    unit: str
+    metrics: Mapping[str, float]
+    notes: tuple[Note, ...] = field(default_factory=tuple)
+
+    def metric(self, name: str) -> Optional[float]:
+        return self.metrics.get(name)
+
+
+def runs_by_launch(runs: Sequence[RunResult]) -> dict[int, list[float]]:
+    groups: dict[int, list[float]] = {}
+    for r in runs:
+        groups.setdefault(r.launch, []).append(r.tok_per_s)
+    return groups
+
+
+def _mean(values: Sequence[float]) -> Optional[float]:
+    return sum(values) / len(values) if values else None
+
+
+def _client_metrics(measured: Sequence[RunResult]) -> dict[str, float]:
+    """Means and percentiles of the client's per-run and per-request figures."""
+    ok = [rec for r in measured for rec in r.records if rec.ok]
+    metrics: dict[str, Optional[float]] = {
+        Metric.ttft_s_mean: _mean([rec.ttft_s for rec in ok if rec.ttft_s]),
+        Metric.request_tok_per_s_mean: _mean(
+            [r.request_tok_per_s for r in measured if r.request_tok_per_s]
+        ),
+        Metric.decode_tok_per_s_mean: _mean(
+            [r.decode_tok_per_s for r in measured if r.decode_tok_per_s]
+        ),
+    }
+    for name, per_run in (
+        (Metric.acceptance_length_mean, [r.acceptance_length for r in measured]),
+        (Metric.acceptance_rate_mean, [r.acceptance_rate for r in measured]),
+        (Metric.tpot_s_mean, [r.tpot_s_mean for r in measured]),
+        (Metric.e2e_s_mean, [r.e2e_s_mean for r in measured]),
+    ):
+        metrics[name] = _mean([v for v in per_run if v is not None])
+    series_values: dict[Metric, list[float]] = {
+        Metric.ttft_s: [rec.ttft_s for rec in ok if rec.ttft_s is not None and rec.ttft_s],
+        Metric.itl_s: [x for rec in ok for x in rec.itl_s],
+        Metric.chunk_gaps_s: [x for rec in ok for x in rec.chunk_gaps_s],
+    }
+    for series, observed in series_values.items():
+        for q, value in percentiles(observed).items():
+            metrics[percentile_metric(series, q)] = value
+    metrics[Metric.output_tokens_total] = float(sum(r.output_tokens for r in measured))
+    return {k: v for k, v in metrics.items() if v is not None}
+
+
+def _machine_notes(
+    measured: Sequence[RunResult], idle_timeout_s: float, cores: int
+) -> tuple[dict[str, float], list[Note]]:
+    """Runs that started on a busy server or ran on a busy machine: counts and notes."""
+    busy_starts = [r for r in measured if r.busy_at_start is not None]
+    busy_kind = NoteKind.busy_machine
+    metrics: dict[str, float] = {
+        Metric.busy_start_runs: float(len(busy_starts)),
+        Metric.busy_machine_runs: float(
+            sum(1 for r in measured if any(n.kind == busy_kind for n in r.machine_warnings))
+        ),
+    }
+    notes = []
+    if busy_starts:
+        notes.append(
+            Note(
+                NoteKind.busy_server,
+                f"measured run(s) {[r.run for r in busy_starts]} started on a busy server "
+                f"(after {idle_timeout_s:.0f} s of waiting, stats.idle_timeout_s: "
+                f"{busy_starts[0].busy_at_start}): another client uses it, or it is still "
+                "working on earlier requests",
+            )
+        )
+    for note in dict.fromkeys(n for r in measured for n in r.machine_warnings):
+        hit = [r for r in measured if note in r.machine_warnings]
+        busiest = max(r.telemetry.get("cpu_other_cores", 0.0) for r in hit)
+        extent = f", up to {busiest:.2f} of {cores} cores" if note.kind == busy_kind else ""
+        notes.append(
+            Note(note.kind, f"{note.message} in measured run(s) {[r.run for r in hit]}{extent}")
+        )
+    return metrics, notes
+
+
+def _server_metrics(
+    measured: Sequence[RunResult], accounting: Mapping[str, float]
+) -> tuple[dict[str, float], list[Note]]:
+    """The server's own accounting over all measured runs, beside the client's figures; a
+    token count that differs from the client's is a note."""
+    metrics = {server_metric(SERVER_ACCOUNTING[k][1]): v for k, v in accounting.items()}
+    client_tokens = sum(r.output_tokens for r in measured)
+    notes = []
+    if "output_tokens" in accounting and accounting["output_tokens"] != client_tokens:
+        notes.append(
+            Note(
+                NoteKind.token_count,
+                f"the server counted {accounting['output_tokens']:.0f} tokens generated during "
+                f"the measured runs, the client received {client_tokens}: another client used "
+                "this server, or tokens were lost on the way",
+            )
+        )
+    return metrics, notes
+
+
+def accounting_totals(measured: Sequence[RunResult]) -> dict[str, float]:
+    """The engine's accounting counters' deltas summed over the measured runs."""
+    totals: dict[str, float] = {}
+    for run in measured:
+        for name, delta in run.accounting_deltas.items():
+            totals[name] = totals.get(name, 0.0) + delta
+    return totals
+
+
+def summarize_job(
+    measured: Sequence[RunResult],
+    *,
+    confidence: float,
+    cv_warn: float,
+    idle_timeout_s: float,
+    accounting: Mapping[str, float],
+    cores: int,
+) -> JobSummary:
+    """The job's summary from its measured runs. With several launches, tok/s is summarised
+    over the per-launch means (runs inside one launch share its launch-level variance).
+    ``accounting`` is what the server's own counters say of all measured runs
+    (Engine.server_accounting of :func:`accounting_totals`); ``cores``, the machine's."""
+    by_launch = runs_by_launch(measured)
+    run_values = [r.tok_per_s for r in measured]
+    unit_values = (
+        [sum(v) / len(v) for v in by_launch.values()] if len(by_launch) > 1 else run_values
+    )
+    tok = summarize(unit_values, confidence)
+    metrics: dict[str, float] = tok.as_dict(Metric.tok_per_s) if tok else {}
+    metrics[Metric.launches] = float(len(by_launch))
+    metrics[Metric.measured_runs] = float(len(measured))
+    components = variance_components(list(by_launch.values()))
+    if components:
+        metrics[Metric.var_within_launch] = components.within_launch
+        metrics[Metric.var_between_launch] = components.between_launch
+    metrics.update(_client_metrics(measured))
+    machine, machine_notes = _machine_notes(measured, idle_timeout_s, cores)
+    server, server_notes = _server_metrics(measured, accounting)
+    metrics.update(machine)
+    metrics.update(server)
+    notes = notes_for(unit_values, cv_warn) + machine_notes + server_notes
+    unit = "launch means" if len(by_launch) > 1 else "measured runs"
+    return JobSummary(tok, unit, metrics, tuple(notes))

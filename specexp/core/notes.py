@@ -1,0 +1,53 @@
+"""Typed notes: what a warning or caveat says, as a kind a program can act on and a message
+a person can read. Measurements, statistics and reports carry these, never bare strings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class NoteKind(StrEnum):
+    """What a note says: why a set of measured values is not to be trusted as it is, or how
+    a comparison was made and what limits its verdict."""
+
+    high_cv = "high CV"
+    trend = "trend"
+    outlier = "outlier"
+    few_values = "few values"
+    # Of a comparison.
+    cannot_test = "cannot test"
+    below_threshold = "below threshold"
+    rank_disagrees = "rank test disagrees"
+    undetectable = "undetectable"
+    drift_fitted = "time drift"
+    confounded = "confounded"
+    blocked_order = "blocked order"
+    one_server = "one server"
+    launches_only = "these launches only"
+    launch_variance = "launch variance"
+    stack_drift = "stack drift"
+    not_engaged = "not engaged"
+    repetitions = "repetitions"
+    # Of a report.
+    no_baseline = "no baseline"
+    left_out = "left out"
+    # Of a job's measured runs.
+    busy_server = "busy server"
+    busy_machine = "busy machine"
+    gpu_throttled = "GPU throttled"
+    gpu_shared = "GPU shared"
+    token_count = "token count"
+
+
+@dataclass(frozen=True)
+class Note:
+    kind: NoteKind
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    @classmethod
+    def from_json(cls, data: dict) -> Note:
+        return cls(NoteKind(data["kind"]), data["message"])

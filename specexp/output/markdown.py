@@ -1,0 +1,195 @@
+"""Reports as markdown: a comparison, a switch-off check, a reproduction, and the sweep's
+report as its parent run's description and artifact. Findings come first, then the
+verdicts, then the caveats, each said once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Optional, Sequence
+
+from specexp.analysis.arms import Arm, ClaimCheck, ci_label
+from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.report import Caveat, SweepReport
+from specexp.analysis.results import Tag
+from specexp.core.stats import Comparison
+from specexp.output.tables import (
+    Rows,
+    arm_interval,
+    claim_rows,
+    comparison_rows,
+    fmt,
+    interval,
+    pct,
+    point_rows,
+    switch_off_rows,
+)
+
+
+def table(rows: Rows) -> str:
+    lines = ["| " + " | ".join(rows.headers) + " |", "|" + "---|" * len(rows.headers)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows.rows]
+    return "\n".join(lines) + "\n"
+
+
+def caveat_lines(caveats: Sequence[Caveat], compared: int) -> list[str]:
+    """Each caveat once, with whom it holds for ("all N comparisons" when it is everyone)."""
+    lines = []
+    for caveat in caveats:
+        who = (
+            f"all {compared} comparisons"
+            if compared > 1 and len(caveat.subjects) == compared
+            else ", ".join(caveat.subjects)
+        )
+        lines.append(f"{who}: {caveat.message}")
+    return lines
+
+
+def run_warnings(arms: Sequence[Arm]) -> list[str]:
+    """What the job runs themselves warned of: settings that did not engage, noisy runs."""
+    lines = [
+        f"NOT ENGAGED: {a.label}: {a.run.tags[Tag.not_engaged]}"
+        for a in arms
+        if a.run.tags.get(Tag.not_engaged)
+    ]
+    return lines + [
+        f"{a.label}: {a.run.tags[Tag.warnings]}" for a in arms if a.run.tags.get(Tag.warnings)
+    ]
+
+
+def comparison_markdown(
+    arms: Sequence[Arm],
+    comparisons: Sequence[Comparison],
+    caveats: Sequence[Caveat],
+    metric: str,
+) -> str:
+    text = f"# Comparison of {metric}\n\n" + table(comparison_rows(arms, comparisons))
+    notes = caveat_lines(caveats, len(comparisons))
+    return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
+
+
+def switch_off_markdown(check: SwitchOffCheck) -> str:
+    return f"## Switch-off check\n\n{check.statement}\n\n" + table(switch_off_rows(check))
+
+
+def hardware_line(reference: Any, same_hardware: bool, measured: str) -> str:
+    if same_hardware:
+        return (
+            f"Hardware matches the reference ({reference.hardware.description}): absolute tok/s "
+            "are compared."
+        )
+    return (
+        f"Hardware differs: reference {reference.hardware.description}; measured on {measured}. "
+        "Absolute tok/s are not compared, so whether the published figures hold on the reference "
+        "hardware cannot be judged here; the claims are judged as ratios between configurations, "
+        "which other hardware may change too."
+    )
+
+
+def reproduction_markdown(
+    reference: Any,
+    points: dict[str, Optional[Arm]],
+    claims: Sequence[ClaimCheck],
+    same_hardware: bool,
+    measured: str,
+) -> str:
+    method = reference.method
+    return (
+        f"# Reproduction: {reference.title}\n\n{hardware_line(reference, same_hardware, measured)}"
+        f"\n\nMethod of the reference: {method.workload}, {method.warmup_runs} warm-ups, "
+        f"{method.measured_runs} measured runs; each published figure is taken to carry run "
+        f"noise up to {method.published_cv_max:.0%} CV. The claims are one family: "
+        "'contradicted' means the measured / published interval (simultaneous) excludes 1.\n\n"
+        + table(point_rows(reference, points, same_hardware))
+        + "\n"
+        + table(claim_rows(claims))
+    )
+
+
+def _findings(report: SweepReport) -> list[str]:
+    """The crossovers with the setting they recommend, and the switch-off checks."""
+    lines: list[str] = []
+    for found in report.crossovers:
+        setting = found.recommendation.get(report.engine)
+        lines.append(f"**Crossover:** {found.statement}")
+        if setting:
+            lines.append(
+                f"**{report.engine} setting** (switch off from "
+                f"{found.recommendation['threshold']}): `{json.dumps(setting)}`"
+            )
+        elif found.recommendation.get("note"):
+            lines.append(f"**Setting:** {found.recommendation['note']}")
+        lines.append("")
+    for check in report.checks:
+        lines += [f"**Switch-off check:** {check.statement}", ""]
+    return lines
+
+
+def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]:
+    by_label = {c.candidate: c for c in report.comparisons}
+    baselines = {c.baseline for c in report.comparisons}
+    lines = [
+        f"| job | tok/s | {ci_label(report.arms)} | vs baseline | simultaneous CI | verdict | "
+        "engaged |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for arm in report.arms:
+        versus = by_label.get(arm.label)
+        verdict = versus.label if versus else "baseline" if arm.label in baselines else "-"
+        change = f"{pct(versus.change)} | {interval(versus)}" if versus else "- | -"
+        lines.append(
+            f"| [{arm.label}]({run_link(arm.run_id)}) | {fmt(arm.summary.mean)} | "
+            f"{arm_interval(arm)} | {change} | {verdict} | {arm.run.tags.get(Tag.engaged, '-')} |"
+        )
+    return lines
+
+
+def sweep_description(
+    report: SweepReport,
+    *,
+    view_link: str,
+    run_link: Callable[[str], str],
+    plot_link: Callable[[str], str],
+    limit: int,
+) -> str:
+    """The sweep's report as its parent run's description (markdown, at most ``limit``
+    characters): findings first, then the verdicts with links to the job runs, then what
+    may make them wrong, each caveat once."""
+    lines = _findings(report)
+    if report.comparisons:
+        counts = ", ".join(f"{n} {label}" for label, n in report.verdict_counts.items())
+        failed = f"; **{report.failed} job(s) failed**" if report.failed else ""
+        lines.append(f"**Verdicts** against {report.baseline}: {counts}{failed}")
+    lines += [
+        "",
+        f"[Open the sweep's jobs in the runs table]({view_link}) (configuration, tok/s with its "
+        "interval, verdict, engaged) - select them there to compare.",
+        "",
+        *_job_table(report, run_link),
+    ]
+    if report.crossovers:
+        lines += ["", f"![crossover]({plot_link('crossover/crossover.png')})"]
+    warnings = (
+        caveat_lines(report.caveats, len(report.comparisons))
+        + run_warnings(report.arms)
+        + [n.message for n in report.notes]
+    )
+    if warnings:
+        lines += ["", "**Caveats**", ""] + [f"- {w}" for w in warnings]
+    lines += ["", f"Order: {report.order}. Full report: artifacts `sweep_report/`, `crossover/`."]
+    text = "\n".join(lines) + "\n"
+    if len(text) > limit:
+        cut = "\n\n(cut here: the full report is the artifact sweep_report/sweep_report.md)\n"
+        text = text[: limit - len(cut)].rsplit("\n", 1)[0] + cut
+    return text
+
+
+def sweep_markdown(report: SweepReport, metric: str) -> str:
+    """The sweep report artifact: the order, the comparison table with its caveats, the
+    switch-off checks."""
+    body = (
+        comparison_markdown(report.arms, report.comparisons, report.caveats, metric)
+        if report.arms
+        else "No finished runs.\n"
+    )
+    checks = "".join("\n" + switch_off_markdown(c) for c in report.checks)
+    return f"Order: {report.order}.\n\n" + body + checks

@@ -1,0 +1,167 @@
+"""The rows of the report tables, built once from the analysis values and drawn by the
+terminal (rich) and markdown renderers. Each row may carry a mark: the state its marked
+column shows (a verdict, a claim's status), which a renderer may colour, never parse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from specexp.analysis.arms import Arm, ClaimCheck, ci_label
+from specexp.analysis.crossover import SwitchOffCheck
+from specexp.core.stats import Comparison
+
+
+@dataclass
+class Rows:
+    headers: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    marks: list[Optional[str]] = field(default_factory=list)
+    marked: Optional[str] = None  # the header of the column the marks are of
+
+    def add(self, row: list[str], mark: Optional[str] = None) -> None:
+        self.rows.append(row)
+        self.marks.append(mark)
+
+
+def fmt(value: Optional[float], digits: int = 2) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def pct(value: Optional[float]) -> str:
+    return "-" if value is None or value != value else f"{value:+.1%}"
+
+
+def p_value(value: Optional[float]) -> str:
+    if value is None or value != value:
+        return "-"
+    return f"{value:.2g}" if value >= 1e-4 else "<1e-4"
+
+
+def mark(c: Comparison) -> str:
+    """A comparison's state: its verdict, or "caveat" where the verdict does not stand."""
+    return c.verdict if c.finding == c.verdict else "caveat"
+
+
+def interval(c: Comparison) -> str:
+    return f"[{pct(c.ci_low - 1)}, {pct(c.ci_high - 1)}]"
+
+
+def arm_interval(arm: Arm) -> str:
+    return f"[{fmt(arm.summary.ci_low)}, {fmt(arm.summary.ci_high)}]"
+
+
+def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> Rows:
+    table = Rows(
+        [
+            "configuration",
+            "n",
+            "mean",
+            ci_label(arms),
+            "CV",
+            "vs baseline",
+            "ratio CI (simultaneous)",
+            "p Welch (Bonferroni)",
+            "p Mann-Whitney",
+            "verdict",
+            "MDE",
+            "per arm for threshold",
+        ],
+        marked="verdict",
+    )
+    by_label = {c.candidate: c for c in comparisons}
+    baselines = {c.baseline for c in comparisons}
+    for arm in arms:
+        s, c = arm.summary, by_label.get(arm.label)
+        row = [
+            arm.label + (" (baseline)" if arm.label in baselines else ""),
+            f"{s.n} {arm.unit}s",
+            fmt(s.mean),
+            arm_interval(arm),
+            f"{s.cv:.1%}",
+        ]
+        if c is None:
+            table.add(row + ["-"] * 7)
+            continue
+        row += [
+            pct(c.change)
+            + (" (drift out)" if c.drift else "")
+            + ("" if len(baselines) == 1 else f" vs {c.baseline}"),
+            interval(c),
+            f"{p_value(c.p_welch)} ({p_value(c.p_welch_adjusted)})",
+            p_value(c.p_mannwhitney),
+            c.label,
+            pct(c.mde).lstrip("+"),
+            f"{c.plan.launches} launches x {c.plan.runs}" if c.plan else str(c.runs_needed or "-"),
+        ]
+        table.add(row, mark(c))
+    return table
+
+
+def switch_off_rows(check: SwitchOffCheck) -> Rows:
+    table = Rows(
+        [
+            "level",
+            "faster fixed arm",
+            "adaptive vs it",
+            "ratio CI (simultaneous)",
+            "verdict",
+            "outcome",
+        ],
+        marked="verdict",
+    )
+    for level, followed, c, outcome in zip(
+        check.levels, check.followed, check.comparisons, check.outcomes, strict=True
+    ):
+        table.add([str(level), followed, pct(c.change), interval(c), c.label, outcome], mark(c))
+    return table
+
+
+def point_rows(reference: Any, points: dict[str, Optional[Arm]], same_hardware: bool) -> Rows:
+    measured = [arm for arm in points.values() if arm is not None]
+    table = Rows(["point", "published tok/s", "measured tok/s", ci_label(measured), "run"])
+    for point, arm in points.items():
+        published = f"{reference.points[point].tok_per_s:.1f}"
+        if arm is None:
+            table.add([point, published, "not measured", "-", "-"])
+        elif same_hardware:
+            table.add([point, published, fmt(arm.summary.mean), arm_interval(arm), arm.run_id[:8]])
+        else:
+            other = f"({fmt(arm.summary.mean)}, other hardware)"
+            table.add([point, published, other, "-", arm.run_id[:8]])
+    return table
+
+
+def claim_rows(claims: Sequence[ClaimCheck]) -> Rows:
+    table = Rows(
+        [
+            "claim",
+            "published",
+            "measured",
+            "ratio CI",
+            "verdict",
+            "measured / published (CI)",
+            "status",
+        ],
+        marked="status",
+    )
+    for check in claims:
+        c = check.comparison
+        agreement = (
+            f"[{fmt(check.agreement_low, 3)}, {fmt(check.agreement_high, 3)}]"
+            if check.agreement_low is not None
+            else "-"
+        )
+        table.add(
+            [
+                f"{check.id}: {check.text}",
+                pct(check.published_ratio - 1),
+                pct(c.change) if c else "-",
+                interval(c) if c else "-",
+                c.label if c else "-",
+                agreement,
+                check.status,
+            ],
+            check.status,
+        )
+    return table

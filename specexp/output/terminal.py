@@ -1,0 +1,253 @@
+"""What a person sees in the terminal: dry-run commands, progress, a job's summary, and the
+comparison, reproduction and sweep reports."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from typing import Any, Iterator, Optional, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from specexp.analysis.arms import Arm, ClaimCheck
+from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.report import Caveat, SweepReport
+from specexp.analysis.results import Metric, server_metric
+from specexp.analysis.summary import JobSummary
+from specexp.core.measurements import RunResult
+from specexp.core.notes import NoteKind
+from specexp.core.redaction import redact_env
+from specexp.core.schemas import RunConfig
+from specexp.core.stats import Comparison
+from specexp.engines.base import LaunchSpec, Resolution
+from specexp.host.job import Job
+from specexp.output.markdown import caveat_lines, hardware_line, run_warnings
+from specexp.output.tables import Rows, claim_rows, comparison_rows, point_rows, switch_off_rows
+
+# soft_wrap: long lines (commands, paths) stay whole instead of being wrapped mid-word.
+# Logs and pipes get a wide fixed width, so tables stay readable there too.
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]) -> None:
+    """The job, how the engine will take it (notes, and its own resolution where the stack's
+    interpreter can run it here), then the command."""
+    cfg, engine = job.config, job.engine
+    version, source = engine.version(job.server)
+    console.print(
+        f"[bold]# engine={engine.name} stack={cfg.stack.name} model={cfg.model.name} "
+        f"attention_backend={cfg.attention_backend.name} allreduce_backend={cfg.allreduce_backend.name} "
+        f"speculative={cfg.speculative.method} concurrency={cfg.concurrency.streams}[/]"
+    )
+    console.print(f"# {engine.name} version: {version or 'unknown'} ({source})")
+    env = redact_env(launch.env)
+    console.print(
+        "# environment set by specexp: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "(none)")
+    )
+    for note in engine.plan_notes(job.server):
+        console.print(f"# [yellow]note:[/] {note}")
+    if resolution is None:
+        pass  # the engine has none, or its stack's interpreter is not on this machine
+    elif resolution.error:
+        console.print(f"# resolution not run: {escape(resolution.error)}")
+    elif resolution.changed:
+        console.print(
+            f"# [red]{engine.name} would change:[/] {escape('; '.join(resolution.changed))}"
+        )
+    else:
+        console.print(f"# {engine.name}'s own resolution keeps the command's settings")
+    if cfg.engine.url:
+        console.print(f"# measures the running server at {cfg.engine.url}: nothing is launched")
+        return
+    # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
+    print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
+
+
+@contextlib.contextmanager
+def status(message: str) -> Iterator[None]:
+    with console.status(message):
+        yield
+
+
+class _RunProgress:
+    def __init__(self, progress: Progress, task: Any):
+        self.progress, self.task = progress, task
+
+    def advance(self, result: RunResult) -> None:
+        kind = "warm-up" if result.warmup else f"run {result.run}"
+        note = f"{kind}: {result.tok_per_s:.1f} tok/s" if result.ok else f"{kind}: [red]failed[/]"
+        self.progress.update(self.task, advance=1, description=note)
+        if not console.is_terminal:  # a log file gets no live bar: one line per run instead
+            console.print(note)
+
+
+@contextlib.contextmanager
+def run_progress(total: int) -> Iterator[_RunProgress]:
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    with progress:
+        yield _RunProgress(progress, progress.add_task("measuring", total=total))
+
+
+def _fmt(value: Optional[float], digits: int = 2) -> str:
+    return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> None:
+    """The job's runs as a table, then its summary, its notes, and the server's own
+    accounting beside the client's figures."""
+    table = Table(
+        title=f"{cfg.engine.name} / {cfg.model.name} / speculative={cfg.speculative.method} / "
+        f"concurrency={cfg.concurrency.streams}"
+    )
+    several = cfg.stats.launches > 1
+    for header in (["launch"] if several else []) + ["run"]:
+        table.add_column(header)
+    for header in ("tok/s", "tokens", "TTFT ms", "accept len"):
+        table.add_column(header, justify="right")
+    for result in runs:
+        ttft = result.ttft_s_mean * 1000 if result.ttft_s_mean is not None else None
+        table.add_row(
+            *([str(result.launch)] if several else []),
+            "warm-up" if result.warmup else str(result.run),
+            _fmt(result.tok_per_s, 1),
+            str(result.output_tokens),
+            _fmt(ttft, 1),
+            _fmt(result.acceptance_length),
+        )
+    console.print(table)
+    summary, metric = job.tok_per_s, job.metric
+    if summary:
+        console.print(
+            f"[bold]tok/s {summary.mean:.2f}[/] ± {summary.std:.2f} (CV {summary.cv:.2%}), "
+            f"{summary.confidence * 100:g}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], "
+            f"n={summary.n} {job.unit}"
+        )
+        between = metric(Metric.var_between_launch)
+        if between is not None:
+            console.print(
+                f"variance of tok/s: within a launch {metric(Metric.var_within_launch):.3g}, "
+                f"between launches {between:.3g}"
+            )
+    for note in job.notes:
+        console.print(f"[yellow]warning:[/] {note.message}")
+    accounting = [
+        f"{label} {_fmt(server * scale, digits)} (client "
+        f"{_fmt((metric(name) or float('nan')) * scale, digits)})"
+        for label, name, scale, digits in (
+            ("tokens", Metric.output_tokens_total, 1, 0),
+            ("TTFT ms", Metric.ttft_s_mean, 1000, 1),
+            ("TPOT ms", Metric.tpot_s_mean, 1000, 2),
+            ("E2E ms", Metric.e2e_s_mean, 1000, 1),
+        )
+        if (server := metric(server_metric(name))) is not None
+    ]
+    if accounting:
+        console.print("the server's own accounting: " + ", ".join(accounting))
+    length = metric(Metric.acceptance_length_mean)
+    if length is not None:
+        rate = metric(Metric.acceptance_rate_mean)
+        console.print(f"acceptance length {length:.2f}, rate {_fmt(rate and rate * 100, 1)}%")
+
+
+# The report tables (specexp.output.tables), drawn with their marks coloured.
+
+_STYLE = {
+    "faster": "green",
+    "slower": "red",
+    "equivalent": "cyan",
+    "inconclusive": "yellow",
+    "cannot test": "magenta",
+    "caveat": "magenta",  # confounded by drift, or not attributable
+    "reproduced": "green",
+    "contradicted": "red",
+    "not measured": "dim",
+}
+
+
+def rich_table(title: str, rows: Rows) -> Table:
+    table = Table(title=title)
+    for header in rows.headers:
+        left = header in ("configuration", "claim", "point")
+        table.add_column(header, justify="left" if left else "right")
+    column = rows.headers.index(rows.marked) if rows.marked else None
+    for row, mark in zip(rows.rows, rows.marks, strict=True):
+        cells = list(row)
+        style = _STYLE.get(mark or "")
+        if column is not None and style:
+            cells[column] = f"[{style}]{escape(cells[column])}[/]"
+        table.add_row(*cells)
+    return table
+
+
+def print_comparison(
+    arms: Sequence[Arm],
+    comparisons: Sequence[Comparison],
+    caveats: Sequence[Caveat],
+    skipped: Sequence[str],
+    metric: str,
+) -> None:
+    console.print(
+        rich_table(
+            f"{metric}: ratio of geometric means vs baseline, Welch t on logs (with the time "
+            f"drift taken out where arms share a timeline); simultaneous intervals (Bonferroni) "
+            f"over {len(comparisons)} comparison(s)",
+            comparison_rows(arms, comparisons),
+        )
+    )
+    for line in caveat_lines(caveats, len(comparisons)):
+        console.print(f"[yellow]note:[/] {escape(line)}")
+    for line in run_warnings(arms):
+        console.print(f"[yellow]warning:[/] {escape(line)}")
+    for line in skipped:
+        console.print(f"[dim]skipped: {escape(line)}[/]")
+
+
+def print_switch_off(check: SwitchOffCheck) -> None:
+    console.print(rich_table(escape(check.statement), switch_off_rows(check)))
+
+
+def print_reproduction(
+    reference: Any,
+    points: dict[str, Optional[Arm]],
+    claims: Sequence[ClaimCheck],
+    same_hardware: bool,
+    measured: str,
+) -> None:
+    console.print(f"[bold]Reproduction: {reference.title}[/]")
+    console.print(hardware_line(reference, same_hardware, measured))
+    console.print(rich_table("published points", point_rows(reference, points, same_hardware)))
+    console.print(rich_table("published claims, as ratios with their CI", claim_rows(claims)))
+
+
+def print_sweep_report(report: SweepReport, ui_line: str) -> None:
+    """The sweep report in the terminal: what ran, the comparison, the findings."""
+    console.print(
+        f"[bold]sweep report[/] (parent run {report.parent_run_id}): {report.job_runs} job runs, "
+        f"{report.failed} failed, {report.server_launches} server launch(es)\n"
+        f"order: {report.order}"
+    )
+    if report.arms:
+        print_comparison(
+            report.arms, report.comparisons, report.caveats, report.skipped, Metric.tok_per_s
+        )
+    for note in report.notes:
+        if note.kind != NoteKind.left_out:  # the skipped runs are listed above
+            console.print(f"[yellow]note:[/] {escape(note.message)}")
+    for found in report.crossovers:
+        console.print(f"[bold]crossover:[/] {escape(found.statement)}")
+        console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
+    for check in report.checks:
+        print_switch_off(check)
+    console.print(ui_line)

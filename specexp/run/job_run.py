@@ -1,0 +1,150 @@
+"""One job end to end: resolve the config, open the job (files, tracked run), measure it -
+in one go, or part by part between other jobs' parts - then summarise, report and close it.
+The server log, the exact command and every request are logged with the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from contextvars import ContextVar, Token
+from pathlib import Path
+from typing import Optional
+
+from rich.markup import escape
+
+from specexp.analysis.results import RunStatus, Tag
+from specexp.analysis.summary import accounting_totals, summarize_job
+from specexp.core.redaction import redact_text
+from specexp.host.job import Job
+from specexp.output import terminal
+from specexp.run.measure import measure_part
+from specexp.run.session import JobResult, JobSession, close_session, open_session
+from specexp.serving.server import ServerError
+
+
+class OpenJobs:
+    """Jobs measured part by part between other jobs' parts (an interleaved sweep), kept
+    open between their parts, by output directory. A sweep owns one for as long as it
+    launches jobs (``with OpenJobs() as open_jobs:``); Hydra's launcher calls each job with
+    nothing but its config, so the job finds it as the one in force."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[Path, JobSession] = {}
+        self._token: Optional[Token[Optional[OpenJobs]]] = None
+
+    def __enter__(self) -> OpenJobs:
+        self._token = _IN_FORCE.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _IN_FORCE.reset(self._token)
+
+    def take(self, output_dir: Path) -> Optional[JobSession]:
+        return self._sessions.pop(output_dir, None)
+
+    def keep(self, output_dir: Path, session: JobSession) -> None:
+        self._sessions[output_dir] = session
+
+    def holds(self, output_dir: Path) -> bool:
+        return output_dir in self._sessions
+
+    def end_all(self, status: RunStatus) -> None:
+        """End the jobs still waiting for their next part (an interrupted or failed sweep)."""
+        while self._sessions:
+            session = self._sessions.popitem()[1]
+            session.result.status = status
+            close_session(session)
+
+
+_IN_FORCE: ContextVar[Optional[OpenJobs]] = ContextVar("open_jobs", default=None)
+
+
+def run_job(job: Job, output_dir: Path) -> JobResult:
+    """Run a job, or with ``multirun.part`` set one part of it (see ``StatsConfig.parts``):
+    the first part opens the job, the last one summarises and ends it."""
+    cfg = job.config
+    launch = job.planned_launch()
+    if cfg.dry_run:
+        terminal.print_dry_run(job, launch, job.predicted_resolution(launch))
+        return JobResult(status=RunStatus.dry_run, output_dir=output_dir)
+    part, open_jobs = cfg.multirun.part, _IN_FORCE.get()
+    if part is not None and open_jobs is None:
+        raise RuntimeError(
+            "multirun.part is set by an interleaving sweep, which keeps the job open"
+        )
+    if part:
+        assert open_jobs is not None
+        session = open_jobs.take(output_dir)
+        if session is None:  # it ended in an earlier part, which said why
+            return JobResult(status=RunStatus.skipped, output_dir=output_dir)
+    else:
+        session = open_session(job, launch, output_dir)
+    parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
+    try:
+        _measure_parts(session, parts)
+        if parts.stop < cfg.stats.parts:
+            assert open_jobs is not None
+            open_jobs.keep(output_dir, session)
+            return dataclasses.replace(session.result, status=RunStatus.measuring)
+        _finish(session)
+    except ServerError as exc:
+        _failed(
+            session, "server failed", str(exc), exc.reason[:500] or str(exc)[:500], exc.log_tail
+        )
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
+        session.result.status, session.result.error = RunStatus.killed, "interrupted"
+        raise
+    except Exception as exc:  # the run is marked failed; what was measured stays on disk
+        error = f"{type(exc).__name__}: {exc}"
+        _failed(session, "run failed", error, error[:500])
+    finally:
+        if not (open_jobs and open_jobs.holds(output_dir)):
+            close_session(session)
+    return session.result
+
+
+def _measure_parts(session: JobSession, parts: range) -> None:
+    """Parts are launches with several launches, else slices of the one launch's runs."""
+    stats = session.job.config.stats
+    if stats.launches > 1:
+        for launch_index in parts:
+            runs = stats.measured_runs
+            measure_part(
+                session, launch_index, range(launch_index * runs, (launch_index + 1) * runs)
+            )
+    else:
+        measure_part(session, 0, parts)
+
+
+def _finish(session: JobSession) -> None:
+    """Summarise the measured runs, log and print the summary."""
+    job, result, tracker = session.job, session.result, session.tracker
+    cfg = job.config
+    measured = [r for r in result.runs if not r.warmup]
+    result.summary = summary = summarize_job(
+        measured,
+        confidence=cfg.stats.confidence,
+        cv_warn=cfg.stats.cv_warn,
+        idle_timeout_s=cfg.stats.idle_timeout_s,
+        accounting=job.engine.server_accounting(accounting_totals(measured)),
+        cores=os.cpu_count() or 1,
+    )
+    if tracker:
+        tracker.log_metrics(dict(summary.metrics))
+        if summary.notes:
+            tracker.set_tags({Tag.warnings: " | ".join(n.message for n in summary.notes)[:5000]})
+    result.status = RunStatus.finished
+    terminal.print_summary(cfg, summary, result.runs)
+    if tracker:
+        terminal.console.print(f"MLflow: run {tracker.run_id} in {redact_text(tracker.uri)}")
+
+
+def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: str = "") -> None:
+    """The run is marked failed with its reason; what was measured stays on disk."""
+    session.result.error = error
+    terminal.console.print(f"[red]{what}:[/] {escape(redact_text(error))}")
+    if log_tail:
+        terminal.console.print(f"[dim]{escape(redact_text(log_tail))}[/]")
+    if session.tracker:
+        session.tracker.set_tags({Tag.failure: reason})

@@ -1,0 +1,1 @@
+"""The server's lifecycle and the streaming load client that measures it."""

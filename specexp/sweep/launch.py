@@ -1,0 +1,167 @@
+"""Running a sweep: plan it (specexp.sweep.plan), check that the launcher can run it, start
+its parent run, launch the jobs - whole, or part by part taking turns - and report.
+
+specexp's sweeper (hydra_plugins/) expands the overrides and hands the job list to
+:func:`run_sweep`. One parent MLflow run holds the sweep; each job is its child, and the
+sweep report (verdicts against the baseline, the crossover) is logged on the parent.
+Rerunning an interrupted sweep skips jobs whose configuration already has a finished run in
+the experiment.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from hydra.core.config_loader import ConfigLoader
+from omegaconf import DictConfig
+from rich.markup import escape
+
+from specexp.analysis.results import RunKind, RunStatus, Tag
+from specexp.core.redaction import redact_text
+from specexp.core.schemas import RunConfig
+from specexp.output import terminal
+from specexp.run import launchers
+from specexp.run.job_run import OpenJobs
+from specexp.run.launchers import LauncherKind, launcher_kind
+from specexp.serving.server import POOL
+from specexp.sweep.plan import (
+    Plan,
+    Step,
+    compose_jobs,
+    describe,
+    mark_finished,
+    order_jobs,
+    order_summary,
+    overrides_for,
+    plan_steps,
+)
+from specexp.sweep.report import sweep_report, sweep_view
+from specexp.tracking.store import RunLog, TrackingStore, uri_in_force
+
+
+def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
+    """Dry run of a sweep for a launcher that runs jobs elsewhere: every job's server command,
+    composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
+    for planned in plan.to_run:
+        launch = planned.job.planned_launch()
+        terminal.print_dry_run(planned.job, launch, planned.job.predicted_resolution(launch))
+    terminal.console.print(
+        f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
+        f"{launcher.params.get('timeout_min')} min each"
+    )
+    if launcher_kind(launcher) == LauncherKind.slurm:
+        print(launchers.sbatch_preview(launcher, len(plan.to_run)), flush=True)
+
+
+def _refuse(plan: Plan, errors: list[str], jobs: int) -> None:
+    for error in errors:
+        terminal.console.print(f"[red]config error:[/] {escape(error)}")
+    what = (
+        f"{len(plan.errors)} of {jobs} jobs cannot run"
+        if plan.errors
+        else "hydra/launcher cannot run this sweep as configured"
+    )
+    terminal.console.print(f"[red]{what}; nothing was launched[/]")
+    sys.exit(2)
+
+
+def _start_parent(store: TrackingStore, plan: Plan, first: RunConfig) -> RunLog:
+    parent = store.start_run(
+        f"sweep ({len(plan.jobs)} jobs)",
+        {
+            Tag.kind: RunKind.sweep,
+            Tag.jobs: str(len(plan.jobs)),
+            Tag.jobs_to_run: str(len(plan.to_run)),
+            Tag.planned_server_launches: str(plan.server_launches),
+            Tag.order: str(first.multirun.order),
+        },
+    )
+    parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
+    sweep_view(store, parent.run_id, plan)
+    return parent
+
+
+def _launch(
+    launcher: Any,
+    plan: Plan,
+    steps: list[Step],
+    overrides: list[str],
+    parent: Optional[RunLog],
+    batch: int,
+) -> list[Any]:
+    """Every step through the launcher, ``batch`` at a time."""
+    numbers = {id(j): i for i, j in enumerate(plan.to_run)}
+    returns: list[Any] = []
+    for start in range(0, len(steps), batch):
+        returns += launcher.launch(
+            [
+                overrides_for(s.planned, parent.run_id if parent else None, s.part) + overrides
+                for s in steps[start : start + batch]
+            ],
+            # Hydra numbers the job's directory; every part of a job goes to the same one.
+            initial_job_idx=numbers[id(steps[start].planned)],
+        )
+    return returns
+
+
+def run_sweep(
+    config_loader: ConfigLoader,
+    sweep_config: DictConfig,
+    job_overrides: list[list[str]],
+    launcher: Any,
+    max_batch_size: Optional[int] = None,
+) -> Any:
+    """Plan, check the launcher, launch the jobs (all at once, or ``max_batch_size`` at a
+    time; launchers may run a batch in parallel), report."""
+    plan = compose_jobs(config_loader, sweep_config, job_overrides)
+    first = plan.jobs[0].job.config if plan.jobs else None
+    uri = uri_in_force(first.tracking.uri)[0] if first else ""
+    configs = [j.job.config for j in plan.jobs]
+    errors = plan.errors + launchers.check(launcher, configs, uri, max_batch_size)
+    if errors:
+        _refuse(plan, errors, len(job_overrides))
+    if first is None:
+        terminal.console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
+        return []
+    settings = first.multirun
+    order_jobs(plan, settings.order)
+    kind = launcher_kind(launcher)
+    if first.dry_run and kind != LauncherKind.in_process:
+        dry_run_elsewhere(plan, launcher)
+        return []
+    tracked = first.tracking.enabled and not first.dry_run
+    store = TrackingStore(first.tracking.uri, first.tracking.experiment) if tracked else None
+    if store and settings.resume:
+        mark_finished(plan, store)
+    in_process = kind == LauncherKind.in_process
+    steps = plan_steps(plan.to_run, settings.order, settings.seed, in_process)
+    order = order_summary(steps, settings.order, in_process)
+    for line in [*describe(plan), f"order: {order}"]:
+        terminal.console.print(line)
+    if first.dry_run:  # nothing is measured: each job's command once
+        steps = [Step(planned) for planned in plan.to_run]
+    parent = _start_parent(store, plan, first) if store else None
+    status, returns = RunStatus.failed, []
+    batch = 1 if in_process else max_batch_size or len(steps) or 1
+    overrides = launchers.job_overrides(launcher, store.uri if store else uri)
+    with OpenJobs() as open_jobs:
+        try:
+            returns = _launch(launcher, plan, steps, overrides, parent, batch)
+            status = RunStatus.finished
+        except KeyboardInterrupt:
+            status = RunStatus.killed
+            if kind == LauncherKind.local:
+                launchers.stop_local_jobs()
+            raise
+        finally:
+            ended = RunStatus.failed if status == RunStatus.finished else status
+            open_jobs.end_all(ended)
+            POOL.close()
+            if store and parent:
+                if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
+                    # A job process that was killed could not end its run; its server is gone.
+                    store.end_children(parent.run_id, ended)
+                sweep_report(store, parent, plan, settings.baseline, order)
+                parent.end(status)
+    return [returns]

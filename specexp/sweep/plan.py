@@ -1,0 +1,259 @@
+"""A sweep's plan: every job expanded from the overrides, composed and checked before any
+server starts, ordered so that jobs with an identical server configuration run back to back
+and share one launch, their runs placed in time (interleaved in balanced rounds, or
+blocked), and the jobs already finished in the experiment found (resume)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from hydra.core.config_loader import ConfigLoader
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, open_dict
+
+from specexp.core.schemas import ConfigError, JobOrder
+from specexp.host.job import Job, prepare
+from specexp.tracking.store import TrackingStore
+
+
+def expand_overrides(
+    overrides: Sequence[str], config_loader: Optional[ConfigLoader] = None
+) -> list[list[str]]:
+    """Every job of a sweep: the cartesian product of the sweep overrides' values. A key given
+    twice keeps its first place and its last value (a sweep's params, then the command line)."""
+    by_key: dict[str, list[str]] = {}
+    for override in OverridesParser.create(config_loader=config_loader).parse_overrides(
+        list(overrides)
+    ):
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:
+            by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(job) for job in itertools.product(*by_key.values())]
+
+
+def with_levels(overrides: Sequence[str], levels: Sequence[int]) -> list[str]:
+    """A concurrency option's levels (``concurrency=ramp``) as a sweep of
+    ``concurrency.streams``, unless the overrides set the streams themselves."""
+    keys = {_factor(o).split("=", 1)[0] for o in overrides}
+    if not levels or "concurrency.streams" in keys:
+        return list(overrides)
+    return [*overrides, "concurrency.streams=" + ",".join(str(level) for level in levels)]
+
+
+def _factor(override: str) -> str:
+    """An override as FACTOR=VALUE: the key without Hydra's add/delete prefixes."""
+    return override.lstrip("+~")
+
+
+@dataclass
+class PlannedJob:
+    overrides: list[str]
+    job: Job
+    fingerprint: str
+    server: str
+    factors: list[str]  # the overrides that set this job apart from the others, as FACTOR=VALUE
+    server_launch: int = 0
+    finished_run_id: Optional[str] = None  # set when a finished run already exists (resume)
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.factors) or " ".join(self.overrides) or "defaults"
+
+
+@dataclass
+class Plan:
+    jobs: list[PlannedJob]
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def to_run(self) -> list[PlannedJob]:
+        return [j for j in self.jobs if j.finished_run_id is None]
+
+    @property
+    def server_launches(self) -> int:
+        """Servers the jobs to run start: one per shared configuration, one per launch of
+        jobs with several."""
+        launches = [j.job.config.stats.launches for j in self.to_run]
+        single = {j.server_launch for j, n in zip(self.to_run, launches, strict=True) if n == 1}
+        return len(single) + sum(n for n in launches if n > 1)
+
+
+def _quoted(value: str) -> str:
+    """A string as a quoted Hydra override value."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def factor_overrides(factors: Sequence[str]) -> str:
+    return "multirun.factors=[" + ",".join(_quoted(f) for f in factors) + "]"
+
+
+def compose_jobs(
+    config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: Sequence[Sequence[str]]
+) -> Plan:
+    """Compose and check every job; collect errors instead of stopping at the first."""
+    shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
+    jobs, errors = [], []
+    for overrides in job_overrides:
+        factors = [_factor(o) for o in overrides if o not in shared]
+        cfg = config_loader.load_sweep_config(sweep_config, [*overrides, factor_overrides(factors)])
+        with open_dict(cfg):
+            del cfg["hydra"]
+        try:
+            job = prepare(cfg)
+        except ConfigError as exc:
+            errors.append(f"{' '.join(overrides)}: {exc}")
+            continue
+        jobs.append(
+            PlannedJob(
+                list(overrides), job, job.config_fingerprint(), job.server_fingerprint(), factors
+            )
+        )
+    return Plan(jobs, errors)
+
+
+def order_jobs(plan: Plan, order: JobOrder) -> None:
+    """Put jobs with the same server next to each other and number their server launches:
+    interleaved, one group per server configuration (replicates included); blocked, one
+    group per server configuration inside each replicate block."""
+    blocks: dict[int, list[PlannedJob]] = {}
+    for planned in plan.jobs:
+        block = planned.job.config.replicate if order == JobOrder.blocked else 0
+        blocks.setdefault(block, []).append(planned)
+    ordered, launch = [], 0
+    for block in sorted(blocks):
+        groups: dict[str, list[PlannedJob]] = {}
+        for planned in blocks[block]:
+            groups.setdefault(planned.server, []).append(planned)
+        for group in groups.values():
+            for planned in group:
+                planned.server_launch = launch
+            launch += 1
+            ordered += group
+    plan.jobs = ordered
+
+
+@dataclass(frozen=True)
+class Step:
+    """One launch of a job by the sweep: the whole job, or one of its parts (interleaved)."""
+
+    planned: PlannedJob
+    part: Optional[int] = None
+
+
+def balanced_rounds(parts: Sequence[int], rng: random.Random) -> list[int]:
+    """Arms taking turns: round after round, every arm with parts left takes one, in a
+    seeded order that the next round reverses (ABBA for two arms). Over each pair of rounds
+    every arm sits at the same mean position, so a linear drift adds the same to each."""
+    left, forward = list(parts), list(range(len(parts)))
+    sequence: list[int] = []
+    for round_index in itertools.count():
+        if not any(left):
+            return sequence
+        if round_index % 2 == 0:
+            rng.shuffle(forward)
+        for arm in forward if round_index % 2 == 0 else reversed(forward):
+            if left[arm]:
+                sequence.append(arm)
+                left[arm] -= 1
+    raise AssertionError("unreachable")
+
+
+def plan_steps(
+    jobs: Sequence[PlannedJob], order: JobOrder, seed: int, in_process: bool
+) -> list[Step]:
+    """The sweep's launches in order. Interleaved (jobs in this process only: parts of a job
+    wait in it for their turn): jobs sharing a server take turns run by run; jobs with
+    several launches take turns launch by launch, where the first of them was; the rest run
+    whole. Blocked, or with jobs in other processes: every job whole, in plan order."""
+    if order == JobOrder.blocked or not in_process:
+        return [Step(planned) for planned in jobs]
+    rng = random.Random(seed)
+    steps: list[Step] = []
+    groups: dict[str, list[PlannedJob]] = {}
+    for planned in jobs:
+        groups.setdefault(planned.server, []).append(planned)
+    by_launch = [j for j in jobs if j.job.config.stats.launches > 1]
+    for group in groups.values():
+        config = group[0].job.config
+        if config.stats.launches > 1:
+            if group[0] is by_launch[0]:
+                steps += _take_turns(by_launch, rng)
+        elif len(group) > 1 and config.multirun.reuse_servers:
+            steps += _take_turns(group, rng)
+        else:
+            steps += [Step(planned) for planned in group]
+    return steps
+
+
+def _take_turns(jobs: Sequence[PlannedJob], rng: random.Random) -> list[Step]:
+    if len(jobs) == 1:
+        return [Step(jobs[0])]
+    parts = [j.job.config.stats.parts for j in jobs]
+    taken = [0] * len(jobs)
+    steps = []
+    for arm in balanced_rounds(parts, rng):
+        steps.append(Step(jobs[arm], taken[arm]))
+        taken[arm] += 1
+    return steps
+
+
+def order_summary(steps: Sequence[Step], order: JobOrder, in_process: bool) -> str:
+    """How the sweep places its jobs' runs in time, for the plan and every report."""
+    turns = {id(s.planned) for s in steps if s.part is not None}
+    if order == JobOrder.blocked:
+        return (
+            "blocked: each job's runs back to back, so drift over time is part of the "
+            "differences between jobs (multirun.order=blocked)"
+        )
+    if not in_process:
+        return (
+            "whole jobs: this launcher runs jobs in their own processes, where parts of "
+            "different jobs cannot take turns on one server"
+        )
+    return (
+        f"interleaved: {len(turns)} job(s) take turns in balanced rounds (ABBA), run by run on "
+        "a shared server or launch by launch; the others have a server of their own"
+    )
+
+
+def mark_finished(plan: Plan, store: TrackingStore) -> None:
+    """Resume: attach the newest finished run of each job's configuration, if there is one."""
+    for planned in plan.jobs:
+        planned.finished_run_id = store.finished_run(planned.fingerprint)
+
+
+def describe(plan: Plan) -> list[str]:
+    lines = [
+        f"sweep: {len(plan.jobs)} jobs, {len(plan.to_run)} to run, "
+        f"{plan.server_launches} server launch(es) needed"
+    ]
+    for planned in plan.jobs:
+        state = (
+            f"done in run {planned.finished_run_id[:8]}, skipped"
+            if planned.finished_run_id
+            else f"server {planned.server_launch}"
+        )
+        lines.append(f"  {planned.label}: {state}")
+    return lines
+
+
+def overrides_for(
+    planned: PlannedJob, parent_run_id: Optional[str], part: Optional[int] = None
+) -> list[str]:
+    """The job's overrides plus what the sweep tells it: its factors, label, parent run,
+    server launch and, interleaved, the part to measure."""
+    extra = [
+        f"multirun.server_launch={planned.server_launch}",
+        f"multirun.job_label={_quoted(planned.label)}",
+        factor_overrides(planned.factors),
+    ]
+    if parent_run_id:
+        extra.append(f"multirun.parent_run_id={parent_run_id}")
+    if part is not None:
+        extra.append(f"multirun.part={part}")
+    return planned.overrides + extra
