@@ -333,7 +333,7 @@ class LlamaCppEngine(Engine):
         else:
             # A CPU server, also from a build with GPU backends (which offload by default).
             argv += ["--device", "none"]
-        if spec.method == "draft":
+        if spec.method == SpeculativeMethod.draft:
             argv += [
                 "--model-draft",
                 str(spec.draft_model),
@@ -342,7 +342,7 @@ class LlamaCppEngine(Engine):
                 "--spec-draft-n-max",
                 str(spec.num_draft_tokens),
             ]
-        elif spec.method == "eagle3":
+        elif spec.method == SpeculativeMethod.eagle3:
             argv += [
                 "--model-draft",
                 str(spec.draft_model),
@@ -351,7 +351,7 @@ class LlamaCppEngine(Engine):
                 "--spec-draft-n-max",
                 str(spec.num_draft_tokens),
             ]
-        elif spec.method == "ngram":
+        elif spec.method == SpeculativeMethod.ngram:
             argv += [
                 "--spec-type",
                 "ngram-simple",

@@ -149,7 +149,7 @@ class VLLMEngine(Engine):
                 "method": self._method[spec.method],
                 "num_speculative_tokens": spec.num_draft_tokens,
             }
-            if spec.method == "ngram":
+            if spec.method == SpeculativeMethod.ngram:
                 # Both ends: given only the longest, vLLM matches that length alone, but says so
                 # nowhere (config/speculative.py __post_init__).
                 speculative["prompt_lookup_min"] = spec.ngram_size
