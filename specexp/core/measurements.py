@@ -45,6 +45,13 @@ class RequestRecord:
     chunk_gaps_s: list[float] = field(default_factory=list)
     # Speculative figures the server reported for this request.
     speculative: dict[str, Any] = field(default_factory=dict)
+    # The prompt set's prompt it sent, and its category (workload.dataset).
+    prompt_id: Optional[str] = None
+    category: Optional[str] = None
+    # What it returned, as streamed, and why it stopped: "eos" (a natural end, complete),
+    # "length" (max_tokens) or the engine's own word.
+    output_text: str = ""
+    finish: Optional[str] = None
 
     @property
     def tok_per_s(self) -> Optional[float]:

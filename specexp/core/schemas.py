@@ -15,11 +15,12 @@ import random
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from specexp.core.datasets import DatasetFormat, DatasetPrompt, load_dataset
 from specexp.core.tinymodels import TinyPairSpec
 
 
@@ -32,6 +33,21 @@ class SpeculativeMethod(StrEnum):
     eagle3 = "eagle3"
     ngram = "ngram"
     draft = "draft"
+
+
+class NgramVariant(StrEnum):
+    """How n-gram speculation finds its draft (llama.cpp's --spec-type ngram-*); vLLM's and
+    SGLang's n-gram speculation is one kind each, ``simple`` here."""
+
+    # The last n-gram looked up in the request's own tokens; the m tokens after it drafted.
+    simple = "simple"
+    # As simple, keeping a map of n-grams to the m-grams that followed them (k: one key).
+    map_k = "map-k"
+    map_k4v = "map-k4v"
+    # A rolling hash of the context predicts token by token (ngram-mod).
+    mod = "mod"
+    # n-gram statistics of the context (and of a static corpus when given) (ngram-cache).
+    cache = "cache"
 
 
 class AttentionBackend(StrEnum):
@@ -120,6 +136,19 @@ class ModelConfig:
     architecture: Optional[str] = None
     # Set for models generated locally; path and draft_path then come from the cache.
     generate: Optional[TinyPairSpec] = None
+    # A trained model from the package registry (specexp.core.trainedmodels): path is its
+    # checked file.
+    package: Optional[str] = None
+    # A self-draft: draft_path is the target's own first N blocks, written as a model.
+    self_draft_layers: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.generate is not None and self.package is not None:
+            raise ConfigError(
+                "model.generate and model.package both name the model's weights; set one"
+            )
+        if self.self_draft_layers is not None:
+            _at_least("model", 1, self_draft_layers=self.self_draft_layers)
 
 
 @dataclass
@@ -188,6 +217,10 @@ class SpeculativeConfig:
     num_steps: Optional[int] = None
     # Length of the n-gram matched against the prompt and output (n-gram speculation).
     ngram_size: int = 4
+    ngram_variant: NgramVariant = NgramVariant.simple
+    # Times an n-gram must have been seen before its continuation is drafted (llama.cpp's
+    # simple and map variants).
+    ngram_min_hits: int = 1
     # Dynamic speculation: no drafting once a batch holds this many requests, through the
     # engine's own per-batch-size setting (the crossover's recommended threshold); null:
     # draft at every batch size.
@@ -200,6 +233,7 @@ class SpeculativeConfig:
             num_draft_tokens=self.num_draft_tokens,
             eagle_topk=self.eagle_topk,
             ngram_size=self.ngram_size,
+            ngram_min_hits=self.ngram_min_hits,
             **({} if self.num_steps is None else {"num_steps": self.num_steps}),
             **({} if self.switch_off_at is None else {"switch_off_at": self.switch_off_at}),
         )
@@ -263,7 +297,19 @@ _PREFIX_LENGTH = 12
 @dataclass
 class WorkloadConfig:
     name: str = MISSING
-    prompt: str = MISSING
+    # The one prompt every request sends, unless a prompt set (dataset) is named.
+    prompt: str = ""
+    # A prompt set sent instead (specexp.core.datasets): "humaneval", or a JSONL file in
+    # Spec-Bench's, ShareGPT's or a plain prompt list's format. Each run sends the set in
+    # order (the k-th request of a run its k-th prompt, cycling), so every run and every
+    # arm sees the same prompts and their outputs can be compared prompt by prompt.
+    dataset: Optional[str] = None
+    dataset_format: DatasetFormat = DatasetFormat.auto
+    # Only the set's first N prompts (null: all).
+    dataset_limit: Optional[int] = None
+    # Send each prompt as a user message to the server's chat endpoint, which applies the
+    # model's own chat template (instruct models); else as raw text to its completion one.
+    chat: bool = False
     # The prompt's length in the server's own tokens: the prompt (behind its prefix when
     # fresh), tokenized by the server, repeated or cut to exactly this many tokens and sent
     # as token ids. null: the prompt text as written.
@@ -277,6 +323,12 @@ class WorkloadConfig:
     seed: int = 0
     # A request that sends nothing for this long is ended and reported as stalled.
     stall_timeout_s: float = 120.0
+
+    def dataset_prompts(self) -> tuple[DatasetPrompt, ...]:
+        """The prompt set's prompts (empty without one); read once per process."""
+        if self.dataset is None:
+            return ()
+        return load_dataset(self.dataset, self.dataset_format, self.dataset_limit)
 
     def prompt_for(self, key: str) -> str:
         """The prompt text of the request ``key`` names: the workload's prompt, behind a
@@ -307,6 +359,11 @@ class WorkloadConfig:
         longest prefix), plus a BOS token."""
         if self.prompt_tokens is not None:
             return self.max_tokens + self.prompt_tokens + 1
+        if self.dataset is not None:
+            # A chat template adds its turn markers: a generous allowance for them.
+            template = 256 if self.chat else 0
+            longest_prompt = max(len(p.text.encode()) for p in self.dataset_prompts())
+            return self.max_tokens + longest_prompt + template + 1
         longest = max(PREFIX_WORDS, key=len)
         fresh = self.prompts == PromptReuse.fresh
         prefix = len(" ".join([longest] * _PREFIX_LENGTH) + ". ") if fresh else 0
@@ -314,6 +371,15 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         _at_least("workload", 1, max_tokens=self.max_tokens)
+        if not self.prompt and self.dataset is None:
+            raise ConfigError("workload.prompt is empty and workload.dataset unset: name one")
+        if self.dataset is not None and self.prompt_tokens is not None:
+            raise ConfigError(
+                "workload.prompt_tokens sizes the workload's one prompt; a prompt set "
+                "(workload.dataset) is sent as written: leave prompt_tokens null"
+            )
+        if self.dataset_limit is not None:
+            _at_least("workload", 1, dataset_limit=self.dataset_limit)
         if self.prompt_tokens is not None:
             _at_least("workload", 1, prompt_tokens=self.prompt_tokens)
         _at_least("workload", 0, temperature=self.temperature)
@@ -476,7 +542,7 @@ class RunConfig:
     multirun: MultirunConfig = field(default_factory=MultirunConfig)
     host: HostConfig = field(default_factory=HostConfig)
 
-    def server_settings(self) -> ServerSettings:
+    def server_settings(self) -> ServerSettings[EngineConfig]:
         return ServerSettings(
             self.engine,
             self.stack,
@@ -492,11 +558,15 @@ class RunConfig:
         )
 
 
+# The engine's own EngineConfig subclass, which each engine module types its settings by.
+EngineConfigT = TypeVar("EngineConfigT", bound=EngineConfig)
+
+
 @dataclass(frozen=True)
-class ServerSettings:
+class ServerSettings(Generic[EngineConfigT]):
     """What an engine is told: everything that shapes the server, and nothing else."""
 
-    engine: Any  # the engine's own EngineConfig subclass
+    engine: EngineConfigT
     stack: StackConfig
     model: ModelConfig
     attention_backend: AttentionBackendConfig

@@ -7,15 +7,16 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import cache
+from typing import Any
 
 from specexp.core.schemas import ConfigError
 from specexp.engines.base import Engine
 
 
 @cache
-def engines() -> dict[str, Engine]:
+def engines() -> dict[str, Engine[Any]]:
     """Every engine defined in a module of this package, by name."""
-    found: dict[str, Engine] = {}
+    found: dict[str, Engine[Any]] = {}
     for module_info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{module_info.name}")
         for value in vars(module).values():
@@ -29,7 +30,7 @@ def engines() -> dict[str, Engine]:
     return dict(sorted(found.items()))
 
 
-def get_engine(name: str) -> Engine:
+def get_engine(name: str) -> Engine[Any]:
     try:
         return engines()[name]
     except KeyError:

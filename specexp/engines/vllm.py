@@ -85,7 +85,7 @@ class VLLMConfig(EngineConfig):
     seed: Optional[int] = None
 
 
-class VLLMEngine(Engine):
+class VLLMEngine(Engine[VLLMConfig]):
     name = "vllm"
     config_class = VLLMConfig
     attention_backends = (
@@ -122,7 +122,7 @@ class VLLMEngine(Engine):
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
-    def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+    def launch_spec(self, server: ServerSettings[VLLMConfig], port: int) -> LaunchSpec:
         engine, model, spec = server.engine, server.model, server.speculative
         # `vllm serve` resolves the wrong package name in CPU builds; the module works everywhere.
         argv = [
@@ -172,25 +172,31 @@ class VLLMEngine(Engine):
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
         return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
 
-    def cache_flush(self, server: ServerSettings, state: Any) -> list[tuple[str, str]]:
+    def cache_flush(self, server: ServerSettings[VLLMConfig], state: Any) -> list[tuple[str, str]]:
         """The prefix cache reset, on a server specexp starts on a loopback address (the
         development endpoints, /reset_prefix_cache among them, are on there)."""
         if server.engine.url or not is_loopback(server.engine.host):
             return []
         return [("POST", "/reset_prefix_cache")]
 
-    def flag_check_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
+    def flag_check_command(
+        self, server: ServerSettings[VLLMConfig], launches: list[LaunchSpec]
+    ) -> list[str]:
         """Feed composed flags to vLLM's own parser, in the stack's interpreter, without serving."""
         return self._in_vllm(server, launches, "parse")
 
-    def resolution_command(self, server: ServerSettings, launches: list[LaunchSpec]) -> list[str]:
+    def resolution_command(
+        self, server: ServerSettings[VLLMConfig], launches: list[LaunchSpec]
+    ) -> list[str]:
         """vLLM's own SpeculativeConfig built from each composed --speculative-config, in the
         stack's interpreter; methods with draft weights need the draft's config to resolve,
         so for them only the parsed values are printed."""
         return self._in_vllm(server, launches, "resolve")
 
     @staticmethod
-    def _in_vllm(server: ServerSettings, launches: list[LaunchSpec], mode: str) -> list[str]:
+    def _in_vllm(
+        server: ServerSettings[VLLMConfig], launches: list[LaunchSpec], mode: str
+    ) -> list[str]:
         flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m <module>
         return [stack_python(server), "-c", _IN_VLLM, mode, json.dumps(flag_lists)]
 
@@ -209,7 +215,11 @@ class VLLMEngine(Engine):
         return changed, filled
 
     def effective(
-        self, server: ServerSettings, base_url: str, log_text: str, runs: Sequence[RunResult]
+        self,
+        server: ServerSettings[VLLMConfig],
+        base_url: str,
+        log_text: str,
+        runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
         result["speculative"] = speculation_from_counters(server, runs)
@@ -239,7 +249,7 @@ class VLLMEngine(Engine):
         }
 
     def completion_request(
-        self, server: ServerSettings, workload: WorkloadConfig, prompt: Prompt
+        self, server: ServerSettings[VLLMConfig], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
         return "/v1/completions", {
             "model": str(server.model.path),
@@ -268,4 +278,12 @@ class VLLMEngine(Engine):
                     ),
                 },
             )
-        return StreamChunk(tokens_so_far=usage.get("completion_tokens"))
+        choice = (event.get("choices") or [{}])[0]
+        chunk = StreamChunk(
+            tokens_so_far=usage.get("completion_tokens"), text=choice.get("text") or ""
+        )
+        if choice.get("finish_reason"):
+            # "stop" is EOS or a stop string; specexp sends no stop strings.
+            reason = choice["finish_reason"]
+            chunk.final = {"finish": "eos" if reason == "stop" else reason}
+        return chunk

@@ -8,10 +8,23 @@ import platform
 import shutil
 import subprocess
 from functools import lru_cache
+from typing import Any, Mapping, Optional, Protocol
 
 from specexp.core.schemas import ServerSettings
-from specexp.engines.base import Engine, stack_env, stack_python
+from specexp.engines.base import stack_env, stack_python
 from specexp.host.leases import command_output
+
+
+class StackEngine(Protocol):
+    """What a stack capture needs of an engine (the capture owns this interface)."""
+
+    @property
+    def runs_on_torch(self) -> bool: ...
+    @property
+    def stack_packages(self) -> Mapping[str, str]: ...
+
+    def version(self, server: ServerSettings[Any]) -> tuple[Optional[str], str]: ...
+
 
 # Read in every stack, whatever the engine: {distribution: tag key}.
 _COMMON_PACKAGES = {"torch": "torch", "triton": "triton"}
@@ -81,7 +94,7 @@ print(json.dumps(info))
 """
 
 
-def stack(server: ServerSettings, engine: Engine) -> dict[str, str]:
+def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     """The stack as its own interpreter sees it (the engine's packages among others), plus the
     engine version, CUDA toolkit, driver and hardware. Values that cannot be read are left
     out, not guessed."""

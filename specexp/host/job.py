@@ -13,10 +13,12 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from specexp.core.datasets import DatasetError
 from specexp.core.schemas import (
     ConfigError,
     RunConfig,
@@ -25,12 +27,27 @@ from specexp.core.schemas import (
     to_run_config,
 )
 from specexp.core.tinymodels import TinyPairSpec, pair_paths
+from specexp.core.trainedmodels import (
+    ModelPackageError,
+    file_identity,
+    packaged_model,
+    packaged_path,
+    self_draft_path,
+)
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec, Resolution
 from specexp.host.leases import free_port
 
 # Settings that say where and how a job is tracked or planned, not what it measures.
 _NOT_MEASURED = ("tracking", "dry_run", "multirun")
+# Settings added after fingerprints were first recorded, left out of them while at the value
+# that measures what was measured before they existed: earlier runs keep their identity
+# (resume finds them).
+_LATER_SETTINGS: dict[str, dict[str, Any]] = {
+    "model": {"package": None, "self_draft_layers": None},
+    "workload": {"dataset": None, "dataset_format": "auto", "dataset_limit": None, "chat": False},
+    "speculative": {"ngram_variant": "simple", "ngram_min_hits": 1},
+}
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class Job:
 
     def config_fingerprint(self) -> str:
         """Identity of what a job measures: everything but tracking and planning settings."""
-        data = dataclasses.asdict(self.config)
+        data = _as_recorded(dataclasses.asdict(self.config))
         for key in _NOT_MEASURED:
             data.pop(key)
         # A level measures the same whichever concurrency option swept it there.
@@ -70,7 +87,9 @@ class Job:
         return _digest(
             {
                 "concurrency": concurrency,
-                "workload": dataclasses.asdict(self.config.workload),
+                "workload": _as_recorded({"workload": dataclasses.asdict(self.config.workload)})[
+                    "workload"
+                ],
                 "replicate": self.config.replicate,
             }
         )
@@ -121,11 +140,33 @@ def prepare(cfg: DictConfig) -> Job:
         cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
         if paths.eagle3:
             cfg.model.eagle3_draft_path = str(paths.eagle3)
+    _trained_model_paths(cfg.model)
     run = to_run_config(cfg)
     engine = get_engine(run.engine.name)
     validate(run)
     engine.validate(run.server_settings())
     return Job(run, engine)
+
+
+def _trained_model_paths(model: DictConfig) -> None:
+    """A packaged model's file and a self-draft's path filled in, as a generated pair's are."""
+    try:
+        if model.get("package") is not None:
+            model.path = str(packaged_path(model.package))
+        if model.get("self_draft_layers") is not None:
+            if not model.get("path"):
+                raise ConfigError(
+                    "model.self_draft_layers needs model.path (the target) or model.package"
+                )
+            target = Path(model.path)
+            identity = (
+                packaged_model(model.package).sha256
+                if model.get("package")
+                else file_identity(target)
+            )
+            model.draft_path = str(self_draft_path(target, int(model.self_draft_layers), identity))
+    except ModelPackageError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def validate(run: RunConfig) -> None:
@@ -138,12 +179,31 @@ def validate(run: RunConfig) -> None:
             f"Set speculative.draft_model=PATH, or choose speculative=none|ngram"
             + ("|draft" if spec.method == SpeculativeMethod.eagle3 and run.model.draft_path else "")
         )
+    try:
+        run.workload.dataset_prompts()  # a bad file is refused before anything launches
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+    if run.workload.chat and not get_engine(run.engine.name).chat_endpoint:
+        raise ConfigError(
+            f"workload.chat=true: engine={run.engine.name} is not taught its chat endpoint in "
+            "specexp yet; send the prompts as text (workload.chat=false) or use engine=llamacpp"
+        )
     tp = run.engine.tensor_parallel_size
     if tp not in run.model.tensor_parallel_sizes:
         raise ConfigError(
             f"engine.tensor_parallel_size={tp} does not fit model={run.model.name}, which needs one of "
             f"{list(run.model.tensor_parallel_sizes)}; set engine.tensor_parallel_size accordingly"
         )
+
+
+def _as_recorded(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the later settings that are at their earlier meaning."""
+    for group, defaults in _LATER_SETTINGS.items():
+        if group in data:
+            data[group] = {
+                k: v for k, v in data[group].items() if k not in defaults or v != defaults[k]
+            }
+    return data
 
 
 def _digest(data: Any) -> str:

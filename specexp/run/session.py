@@ -14,6 +14,7 @@ from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
+from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
 from specexp.engines.base import LaunchSpec, Setting
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_cpus, host_gpus
@@ -61,6 +62,20 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
     if cfg.model.generate is not None:
         with terminal.status(f"generating model {cfg.model.name} (cached after the first time)"):
             ensure_pair(cfg.model.generate, engine.model_format)
+    try:
+        if cfg.model.package is not None:
+            with terminal.status(f"checking model {cfg.model.name} (assembled once, SHA-256)"):
+                ensure_packaged(cfg.model.package)
+        if cfg.model.self_draft_layers is not None and cfg.model.path and cfg.model.draft_path:
+            with terminal.status(
+                f"writing the self-draft: {cfg.model.name}'s first {cfg.model.self_draft_layers} "
+                "blocks (cached after the first time)"
+            ):
+                ensure_self_draft(
+                    Path(cfg.model.path), cfg.model.self_draft_layers, Path(cfg.model.draft_path)
+                )
+    except (ModelPackageError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
     if missing:
         raise ConfigError(

@@ -21,6 +21,7 @@ from typing import (
     Iterable,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     TypeVar,
 )
@@ -38,9 +39,41 @@ from specexp.core.schemas import (
     ServerSettings,
     WorkloadConfig,
 )
-from specexp.engines.base import Engine, Prompt, ServerLoad, is_local, parse_prometheus
+from specexp.engines.base import (
+    Prompt,
+    ServerLoad,
+    StreamChunk,
+    is_local,
+    parse_prometheus,
+)
 
 T = TypeVar("T")
+
+
+class StreamingEngine(Protocol):
+    """What the client needs of an engine, and all of it: how to ask for a completion and
+    read its stream, and where the server keeps its counters and its state. The client owns
+    this interface; every engine plugin satisfies it."""
+
+    @property
+    def metrics_path(self) -> Optional[str]: ...
+    @property
+    def state_path(self) -> Optional[str]: ...
+    @property
+    def speculative_counters(self) -> Mapping[str, str]: ...
+    @property
+    def accounting_counters(self) -> Mapping[str, str]: ...
+
+    def completion_request(
+        self, server: ServerSettings[Any], workload: WorkloadConfig, prompt: Prompt
+    ) -> tuple[str, dict[str, Any]]: ...
+    def tokenize_request(
+        self, server: ServerSettings[Any], text: str
+    ) -> tuple[str, dict[str, Any]]: ...
+    def stream_fields(self, server: ServerSettings[Any], stream: int) -> dict[str, Any]: ...
+    def parse_event(self, event: dict[str, Any]) -> StreamChunk: ...
+    def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]: ...
+    def cache_flush(self, server: ServerSettings[Any], state: Any) -> list[tuple[str, str]]: ...
 
 
 def run_async(work: Coroutine[Any, Any, T]) -> T:
@@ -93,7 +126,7 @@ class StreamTimer:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: StreamingEngine,
         record: RequestRecord,
         start: float,
         expected_tokens: Optional[int] = None,
@@ -128,6 +161,11 @@ class StreamTimer:
         record = self.record
         chunk = self.engine.parse_event(event)
         record.events += 1
+        record.output_text = (
+            chunk.text_so_far if chunk.text_so_far is not None else record.output_text + chunk.text
+        )
+        if chunk.final.get("finish"):
+            record.finish = chunk.final["finish"]
         if chunk.done:
             record.output_tokens = chunk.final.get("completion_tokens")
             record.prompt_tokens = chunk.final.get("prompt_tokens")
@@ -183,9 +221,9 @@ class LoadClient:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: StreamingEngine,
         base_url: str,
-        server: ServerSettings,
+        server: ServerSettings[Any],
         workload: WorkloadConfig,
         concurrency: ConcurrencyConfig,
         headers: Optional[dict[str, str]] = None,
@@ -257,7 +295,25 @@ class LoadClient:
         if pending:
             timer.arrival([pending], time.perf_counter())
 
+    def requests_of(self, stream: int) -> int:
+        """Requests stream ``stream`` sends in a run: requests_per_stream, or with a prompt set
+        its share of the set (stream s takes prompts s, s + streams, ...) that many times, so
+        that a run sends every prompt once (per requests_per_stream)."""
+        level, dataset = self.concurrency, self.workload.dataset_prompts()
+        if not dataset:
+            return level.requests_per_stream
+        return level.requests_per_stream * max(1, len(range(stream, len(dataset), level.streams)))
+
     def prompt(self, record: RequestRecord) -> Prompt:
+        """The request's prompt: the prompt set's next (noting which on the record), or the
+        workload's one prompt (fresh: behind a prefix of its own)."""
+        dataset = self.workload.dataset_prompts()
+        if dataset:
+            chosen = dataset[
+                (record.index * self.concurrency.streams + record.stream) % len(dataset)
+            ]
+            record.prompt_id, record.category = chosen.id, chosen.category
+            return chosen.text
         key = (
             f"{self.prompt_namespace}/{record.launch}/{record.run}/{record.warmup}/"
             f"{record.stream}/{record.index}"
@@ -395,7 +451,7 @@ class LoadClient:
         records: list[RequestRecord] = []
 
         async def stream(index: int) -> None:
-            for k in range(10**9 if deadline else level.requests_per_stream):
+            for k in range(10**9 if deadline else self.requests_of(index)):
                 if deadline and time.perf_counter() >= deadline:
                     break
                 record = RequestRecord(
@@ -497,7 +553,10 @@ def session(
 ) -> aiohttp.ClientSession:
     """A session without total timeout (a 2048-token request is long); stalls are per read.
     ``trust_env``: through $HTTP_PROXY and the like (for a server specexp did not start)."""
-    connector = aiohttp.TCPConnector(limit=0)
+    # A connection per request: llama-server fails a request sent on a connection its
+    # previous stream left open (back-to-back requests of one stream), and a localhost
+    # connect costs a fraction of a millisecond, the same in every arm.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=timeout_s),

@@ -30,17 +30,17 @@ ENGINE_MODULE = textwrap.dedent('''\
         itl_ms: float = 1.0
 
 
-    class EchoEngine(Engine):
+    class EchoEngine(Engine[EchoConfig]):
         name = "echo"
         config_class = EchoConfig
         multi_gpu = False
 
-        def launch_spec(self, server: ServerSettings, port: int) -> LaunchSpec:
+        def launch_spec(self, server: ServerSettings[EchoConfig], port: int) -> LaunchSpec:
             argv = [sys.executable, "-m", "tests.fake_server", "--host", server.engine.host, "--port", str(port),
                     "--itl-ms", str(server.engine.itl_ms)]
             return LaunchSpec(argv, {})
 
-        def completion_request(self, server: ServerSettings, workload: WorkloadConfig,
+        def completion_request(self, server: ServerSettings[EchoConfig], workload: WorkloadConfig,
                                prompt: str) -> tuple[str, dict[str, Any]]:
             return "/completion", {"prompt": prompt, "n_predict": workload.max_tokens, "stream": True}
 

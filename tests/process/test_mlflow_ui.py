@@ -133,7 +133,7 @@ def test_the_sweeps_description_carries_its_report_and_the_crossover_plot(sweep,
         link = page.get_by_role("link", name=child.info.run_name)
         assert child.info.run_id in (link.first.get_attribute("href") or "")
     description = page.get_by_text("Verdicts").first.locator("xpath=../..").inner_text()
-    assert "baseline" in description and "Warnings" in description
+    assert "baseline" in description and "Caveats" in description
     page.wait_for_function(
         "() => [...document.images].some(i => i.src.includes('get-artifact') && i.complete "
         "&& i.naturalWidth > 300)",
