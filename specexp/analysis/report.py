@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from specexp.analysis import crossover
@@ -21,13 +22,14 @@ from specexp.analysis.arms import (
     make_arms,
 )
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
+from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.core.stats import Comparison
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class SweepReport:
     crossovers: list[Crossover] = field(default_factory=list)
     checks: list[SwitchOffCheck] = field(default_factory=list)
     caveats: list[Caveat] = field(default_factory=list)
+    # Per category and output by output, for arms measured on a prompt set.
+    prompt_comparisons: list[PromptComparison] = field(default_factory=list)
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -113,8 +117,18 @@ class SweepReport:
             **{
                 f.name: getattr(self, f.name)
                 for f in dataclasses.fields(self)
-                if f.name not in ("arms", "comparisons", "crossovers", "checks", "notes", "caveats")
+                if f.name
+                not in (
+                    "arms",
+                    "comparisons",
+                    "crossovers",
+                    "checks",
+                    "notes",
+                    "caveats",
+                    "prompt_comparisons",
+                )
             },
+            "prompt_comparisons": [p.to_json() for p in self.prompt_comparisons],
             "arms": [a.to_json() for a in self.arms],
             "comparisons": [c.to_json() for c in self.comparisons],
             "crossovers": [c.to_json() for c in self.crossovers],
@@ -138,6 +152,7 @@ class SweepReport:
                 "switch_off_checks",
                 "notes",
                 "caveats",
+                "prompt_comparisons",
             )
         }
         return cls(
@@ -148,6 +163,7 @@ class SweepReport:
             checks=[SwitchOffCheck.from_json(c) for c in data["switch_off_checks"]],
             notes=[Note.from_json(n) for n in data["notes"]],
             caveats=[Caveat.from_json(c) for c in data["caveats"]],
+            prompt_comparisons=[PromptComparison.from_json(p) for p in data["prompt_comparisons"]],
         )
 
 
@@ -207,14 +223,25 @@ def _crossovers(
     return found, checks
 
 
+def limited_as(overall: Comparison, compared: PromptComparison) -> PromptComparison:
+    """The per-category verdicts limited as the arms' overall one is: the same launches and
+    the same timeline lie under them."""
+    for row in compared.rows:
+        for limit in ("launches_only", "confounded", "attributable"):
+            setattr(row.comparison, limit, getattr(overall, limit))
+    return compared
+
+
 def compile_sweep_report(
     facts: SweepFacts,
     children: Sequence[JobRun],
     resumed: Sequence[JobRun],
     calibration: Mapping[tuple[str, ...], Calibration],
+    prompts: Mapping[str, JobPrompts] = MappingProxyType({}),
 ) -> SweepReport:
     """The report on a sweep's job runs (``children``, and the finished runs of jobs it
-    resumed), compared with the baseline when one is configured."""
+    resumed), compared with the baseline when one is configured; arms measured on a prompt
+    set (``prompts``, by run id) are compared per category and output by output too."""
     stats = facts.stats
     runs = [*children, *resumed]
     arms, skipped = make_arms(
@@ -237,14 +264,30 @@ def compile_sweep_report(
     selector = Selector(facts.baseline) if facts.baseline else None
     if selector and arms:
         try:
+            pairs = baseline_pairs(arms, selector)
             report.comparisons = compare_arms(
-                baseline_pairs(arms, selector),
+                pairs,
                 calibration=dict(calibration),
                 confidence=stats.confidence,
                 threshold=stats.threshold,
                 power=stats.power,
                 factor=selector.factor,
             )
+            report.prompt_comparisons = [
+                limited_as(
+                    overall,
+                    compare_prompts(
+                        prompts[base.run_id],
+                        prompts[arm.run_id],
+                        names=(base.label, arm.label),
+                        confidence=stats.confidence,
+                        threshold=stats.threshold,
+                        power=stats.power,
+                    ),
+                )
+                for (base, arm), overall in zip(pairs, report.comparisons, strict=True)
+                if base.run_id in prompts and arm.run_id in prompts
+            ]
         except SelectionError as exc:
             report.notes.append(Note(NoteKind.no_baseline, str(exc)))
     if skipped:

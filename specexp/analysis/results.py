@@ -159,6 +159,7 @@ class Artifact(StrEnum):
     server_log = "server.log"
     stack = "stack.json"  # what the stack's interpreter holds
     effective = "effective.json"  # each requested setting as it ran, with the evidence
+    prompts = "prompts.json"  # each prompt of a prompt set: its output, acceptance, tok/s
     offline_journal = (
         "mlflow_offline.json"  # the run's tracking calls while the store was unreachable
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from specexp.analysis.prompts import JobPrompts, job_prompts
 from specexp.analysis.results import (
     SERVER_ACCOUNTING,
     Metric,
@@ -57,6 +58,8 @@ class JobSummary:
     unit: str
     metrics: Mapping[str, float]
     notes: tuple[Note, ...] = field(default_factory=tuple)
+    # Prompt by prompt, with a prompt set (workload.dataset).
+    prompts: Optional[JobPrompts] = None
 
     def metric(self, name: str) -> Optional[float]:
         return self.metrics.get(name)
@@ -174,6 +177,7 @@ def summarize_job(
     idle_timeout_s: float,
     accounting: Mapping[str, float],
     cores: int,
+    greedy: bool = True,
 ) -> JobSummary:
     """The job's summary from its measured runs. With several launches, tok/s is summarised
     over the per-launch means (runs inside one launch share its launch-level variance).
@@ -199,4 +203,4 @@ def summarize_job(
     metrics.update(server)
     notes = notes_for(unit_values, cv_warn) + machine_notes + server_notes
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
-    return JobSummary(tok, unit, metrics, tuple(notes))
+    return JobSummary(tok, unit, metrics, tuple(notes), job_prompts(measured, greedy))

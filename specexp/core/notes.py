@@ -29,6 +29,7 @@ class NoteKind(StrEnum):
     stack_drift = "stack drift"
     not_engaged = "not engaged"
     repetitions = "repetitions"
+    outputs_differ = "outputs differ"
     # Of a report.
     no_baseline = "no baseline"
     left_out = "left out"

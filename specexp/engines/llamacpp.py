@@ -409,6 +409,8 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
                 "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": workload.max_tokens,
                 "stream_options": {"include_usage": True},
+                # Every chunk then carries the tokens so far (a chunk may hold several).
+                "timings_per_token": True,
                 **sampling,
             }
         return "/completion", {"prompt": prompt, "n_predict": workload.max_tokens, **sampling}
@@ -436,28 +438,29 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         return chunk
 
     def _chat_event(self, event: dict[str, Any]) -> StreamChunk:
-        """A chunk of the chat endpoint: its delta's text; the last one (usage, timings)
-        closes the stream."""
+        """A chunk of the chat endpoint: its delta's text and, with timings_per_token, the
+        tokens so far; the finish reason comes in a chunk of its own, and the last chunk
+        (usage, the request's timings) closes the stream."""
         choices = event.get("choices") or [{}]
         text = (choices[0].get("delta") or {}).get("content") or ""
         usage = event.get("usage")
-        if not usage:
-            if choices[0].get("finish_reason"):
-                self_finish = choices[0]["finish_reason"]
-                return StreamChunk(
-                    text=text, final={"finish": _FINISH.get(self_finish, self_finish)}
-                )
-            return StreamChunk(tokens_in_chunk=1 if text else 0, text=text)
-        return StreamChunk(
-            tokens_in_chunk=0,
-            done=True,
-            text=text,
-            final={
-                "completion_tokens": usage.get("completion_tokens"),
-                "prompt_tokens": usage.get("prompt_tokens"),
-                **self._timings(event.get("timings") or {}),
-            },
-        )
+        if usage:
+            return StreamChunk(
+                tokens_so_far=usage.get("completion_tokens"),
+                done=True,
+                text=text,
+                final={
+                    "completion_tokens": usage.get("completion_tokens"),
+                    "prompt_tokens": usage.get("prompt_tokens"),
+                    **self._timings(event.get("timings") or {}),
+                },
+            )
+        so_far = (event.get("timings") or {}).get("predicted_n")
+        chunk = StreamChunk(tokens_so_far=so_far, tokens_in_chunk=None if so_far else 0, text=text)
+        reason = choices[0].get("finish_reason")
+        if reason:
+            chunk.final = {"finish": _FINISH.get(reason, reason)}
+        return chunk
 
     @staticmethod
     def _timings(timings: dict[str, Any]) -> dict[str, Any]:

@@ -9,18 +9,21 @@ from typing import Any, Callable, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Tag
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
     arm_interval,
+    category_rows,
     claim_rows,
     comparison_rows,
     fmt,
     interval,
     pct,
     point_rows,
+    share,
     switch_off_rows,
 )
 
@@ -65,6 +68,26 @@ def comparison_markdown(
     text = f"# Comparison of {metric}\n\n" + table(comparison_rows(arms, comparisons))
     notes = caveat_lines(caveats, len(comparisons))
     return text + ("\n" + "\n".join(f"- {n}" for n in notes) + "\n" if notes else "")
+
+
+def prompt_comparison_markdown(compared: PromptComparison) -> str:
+    """Per category, and output by output: what speculation bought on the prompt set."""
+    lines = [
+        f"## {compared.candidate} against {compared.baseline}, per category",
+        "",
+        table(category_rows(compared)).rstrip("\n"),
+        "",
+        f"Outputs identical to the baseline's: {share(compared.identical, compared.compared)}"
+        + (f" ({compared.identical_share:.0%})" if compared.identical_share is not None else "")
+        + ".",
+    ]
+    lines += [
+        f"- {d.prompt_id}: first differs at character {d.at}: baseline `{d.baseline!r}`, "
+        f"{compared.candidate} `{d.candidate!r}`"
+        for d in compared.divergences
+    ]
+    lines += [f"- {n.message}" for n in compared.notes]
+    return "\n".join(lines) + "\n"
 
 
 def switch_off_markdown(check: SwitchOffCheck) -> str:
@@ -166,6 +189,10 @@ def sweep_description(
         "",
         *_job_table(report, run_link),
     ]
+    for compared in report.prompt_comparisons:
+        lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
+    if report.prompt_comparisons:
+        lines += ["", f"![acceptance]({plot_link('prompts/acceptance.png')})"]
     if report.crossovers:
         lines += ["", f"![crossover]({plot_link('crossover/crossover.png')})"]
     warnings = (
@@ -192,4 +219,5 @@ def sweep_markdown(report: SweepReport, metric: str) -> str:
         else "No finished runs.\n"
     )
     checks = "".join("\n" + switch_off_markdown(c) for c in report.checks)
-    return f"Order: {report.order}.\n\n" + body + checks
+    categories = "".join("\n" + prompt_comparison_markdown(p) for p in report.prompt_comparisons)
+    return f"Order: {report.order}.\n\n" + body + categories + checks

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from specexp.analysis.arms import Arm, ci_label
 from specexp.analysis.crossover import Crossover
+from specexp.analysis.prompts import PromptComparison
 from specexp.core.stats import Comparison, Verdict
 
 
@@ -129,6 +130,36 @@ def crossover_figure(
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def acceptance_plot(compared: Sequence[PromptComparison], path: Path) -> Path:
+    """Left: each candidate's per-request acceptance (accepted of drafted), as a histogram.
+    Right: its speedup per category with the simultaneous interval."""
+    fig = Figure(figsize=(9, 4.5))
+    left, right = fig.subplots(1, 2)
+    for c in compared:
+        if c.acceptances:
+            left.hist(c.acceptances, bins=20, range=(0, 1), alpha=0.5, label=c.candidate)
+    left.set_xlabel("accepted of drafted tokens, per request")
+    left.set_ylabel("requests")
+    left.legend(fontsize="small")
+    rows = [(f"{c.candidate}: {r.category}", r.comparison) for c in compared for r in c.rows]
+    for y, (_, comparison) in enumerate(rows):
+        change = (comparison.ratio - 1) * 100
+        if comparison.testable:
+            low, high = (comparison.ci_low - 1) * 100, (comparison.ci_high - 1) * 100
+            right.errorbar(change, y, xerr=[[change - low], [high - change]], fmt="o", capsize=3)
+        else:
+            right.plot(change, y, "x")
+    right.set_yticks(range(len(rows)), [name for name, _ in rows], fontsize="small")
+    right.axvline(0, color="black", linewidth=1)
+    confidence = compared[0].confidence if compared else 0.95
+    right.set_xlabel(f"speedup over baseline, % ({confidence:.0%} simultaneous CI)")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
 
 
 def _wrapped(text: str, width: int) -> str:

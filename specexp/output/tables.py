@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.prompts import PromptComparison
 from specexp.core.stats import Comparison
 
 
@@ -95,6 +96,45 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
             f"{c.plan.launches} launches x {c.plan.runs}" if c.plan else str(c.runs_needed or "-"),
         ]
         table.add(row, mark(c))
+    return table
+
+
+def share(part: int, whole: int) -> str:
+    return f"{part}/{whole}" if whole else "-"
+
+
+def category_rows(compared: PromptComparison) -> Rows:
+    """Spec-Bench's table: per category, what the candidate accepted and what it bought."""
+    table = Rows(
+        [
+            "category",
+            "prompts",
+            "accepted of drafted",
+            f"{compared.baseline} tok/s",
+            f"{compared.candidate} tok/s",
+            "speedup",
+            f"{compared.confidence:.0%} CI (simultaneous)",
+            "verdict",
+            "identical outputs",
+        ],
+        marked="verdict",
+    )
+    for row in compared.rows:
+        c = row.comparison
+        table.add(
+            [
+                row.category,
+                str(row.prompts),
+                "-" if row.acceptance is None else f"{row.acceptance:.0%}",
+                fmt(c.mean_baseline, 1),
+                fmt(c.mean_candidate, 1),
+                pct(c.change),
+                interval(c) if c.testable else "-",
+                c.label,
+                share(row.identical, row.prompts),
+            ],
+            mark(c),
+        )
     return table
 
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from specexp.analysis.arms import Arm, ClaimCheck
 from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
 from specexp.analysis.summary import JobSummary
@@ -26,7 +27,15 @@ from specexp.core.stats import Comparison
 from specexp.engines.base import LaunchSpec, Resolution
 from specexp.host.job import Job
 from specexp.output.markdown import caveat_lines, hardware_line, run_warnings
-from specexp.output.tables import Rows, claim_rows, comparison_rows, point_rows, switch_off_rows
+from specexp.output.tables import (
+    Rows,
+    category_rows,
+    claim_rows,
+    comparison_rows,
+    point_rows,
+    share,
+    switch_off_rows,
+)
 
 # soft_wrap: long lines (commands, paths) stay whole instead of being wrapped mid-word.
 # Logs and pipes get a wide fixed width, so tables stay readable there too.
@@ -159,6 +168,25 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
     if length is not None:
         rate = metric(Metric.acceptance_rate_mean)
         console.print(f"acceptance length {length:.2f}, rate {_fmt(rate and rate * 100, 1)}%")
+    if job.prompts:
+        table = Table(title="per category (the prompt set)")
+        for header in (
+            "category",
+            "prompts",
+            "accepted of drafted",
+            "ended at EOS",
+            "same every run",
+        ):
+            table.add_column(header, justify="left" if header == "category" else "right")
+        for c in job.prompts.categories():
+            table.add_row(
+                c.category,
+                str(c.prompts),
+                "-" if c.acceptance is None else f"{c.acceptance:.0%}",
+                f"{c.natural_ends}/{c.prompts}",
+                f"{c.stable}/{c.prompts}",
+            )
+        console.print(table)
 
 
 # The report tables (specexp.output.tables), drawn with their marks coloured.
@@ -248,6 +276,28 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
         console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
+    for compared in report.prompt_comparisons:
+        print_prompt_comparison(compared)
     for check in report.checks:
         print_switch_off(check)
     console.print(ui_line)
+
+
+def print_prompt_comparison(compared: PromptComparison) -> None:
+    """Per category, what the candidate accepted and bought; whether its outputs match."""
+    console.print(
+        rich_table(
+            f"{compared.candidate} against {compared.baseline}, per category",
+            category_rows(compared),
+        )
+    )
+    console.print(
+        f"outputs identical to the baseline's: {share(compared.identical, compared.compared)}"
+    )
+    for d in compared.divergences:
+        console.print(
+            f"  {escape(d.prompt_id)}: first differs at character {d.at}: "
+            f"{escape(repr(d.baseline))} vs {escape(repr(d.candidate))}"
+        )
+    for note in compared.notes:
+        console.print(f"[yellow]note:[/] {escape(note.message)}")

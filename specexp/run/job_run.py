@@ -5,6 +5,7 @@ The server log, the exact command and every request are logged with the run."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from contextvars import ContextVar, Token
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Optional
 
 from rich.markup import escape
 
-from specexp.analysis.results import RunStatus, Tag
+from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.analysis.summary import accounting_totals, summarize_job
 from specexp.core.redaction import redact_text
 from specexp.host.job import Job
@@ -129,7 +130,12 @@ def _finish(session: JobSession) -> None:
         idle_timeout_s=cfg.stats.idle_timeout_s,
         accounting=job.engine.server_accounting(accounting_totals(measured)),
         cores=os.cpu_count() or 1,
+        greedy=cfg.workload.temperature == 0,
     )
+    if summary.prompts:
+        path = session.log_path.parent / Artifact.prompts
+        path.write_text(json.dumps(summary.prompts.to_json(), indent=1))
+        session.files[Artifact.prompts] = path
     if tracker:
         tracker.log_metrics(dict(summary.metrics))
         if summary.notes:

@@ -59,11 +59,14 @@ def sweep_report(
         speculative={j.fingerprint: j.job.config.speculative for j in plan.jobs},
     )
     resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]
+    children = store.job_runs(parent=parent.run_id)
+    resumed_runs = store.job_runs(run_ids=resumed) if resumed else []
     report = compile_sweep_report(
         facts,
-        store.job_runs(parent=parent.run_id),
-        store.job_runs(run_ids=resumed) if resumed else [],
+        children,
+        resumed_runs,
         calibrations(store.calibration_runs()),
+        store.job_prompts(r.run_id for r in [*children, *resumed_runs]),
     )
     view = store.view_link(_view_id(parent.run_id))
     terminal.print_sweep_report(

@@ -141,6 +141,10 @@ def log_sweep_report(
             report.crossover_factor or "",
             report.checks,
         )
+    if report.prompt_comparisons:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = plots.acceptance_plot(report.prompt_comparisons, Path(tmp) / "acceptance.png")
+            parent.log_artifacts([path], artifact_path="prompts")
     log_verdicts(store, report.arms, report.comparisons)
     log_levels(parent, report.arms, report.comparisons, report.crossover_factor)
     parent.set_tags({NOTE: description})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -20,7 +21,8 @@ except ModuleNotFoundError:  # a node without MLflow: runs go to the offline jou
     MlflowClient = None  # type: ignore[assignment,misc]
 
 from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
-from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag, launch_metric
+from specexp.analysis.prompts import JobPrompts
+from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.redaction import redact_text
 
@@ -225,6 +227,17 @@ class TrackingStore:
 
     def run(self, run_id: str) -> RunLog:
         return RunLog(self, run_id)
+
+    def job_prompts(self, run_ids: Iterable[str]) -> dict[str, JobPrompts]:
+        """The prompt-set outcomes (artifact prompts.json) of those runs that have them."""
+        found = {}
+        for run_id in run_ids:
+            names = {a.path for a in self.client.list_artifacts(run_id)}
+            if Artifact.prompts in names:
+                with tempfile.TemporaryDirectory() as directory:
+                    path = self.client.download_artifacts(run_id, Artifact.prompts, directory)
+                    found[run_id] = JobPrompts.from_json(json.loads(Path(path).read_text()))
+        return found
 
     def _search(self, filter_string: str, max_results: int = 5000, **kwargs: Any) -> list:
         return self.client.search_runs(
