@@ -102,7 +102,7 @@ def fake_server(*args):
 
 
 def run_against(url, *overrides):
-    client = client_for(compose_job(*overrides), url)
+    client = client_for(compose_job(*QUICK, *overrides), url)
 
     async def go():
         async with session() as http:
@@ -116,6 +116,7 @@ def test_streams_shared_over_client_processes_come_back_as_one_run():
     timed from one start; the workers end with the client."""
     process, url = fake_server("--itl-ms", "2")
     job = compose_job(
+        *QUICK,
         "concurrency.streams=8",
         "concurrency.requests_per_stream=2",
         "concurrency.client_processes=2",

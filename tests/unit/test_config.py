@@ -77,7 +77,7 @@ BAD_CONFIGS = [
     ),
     (["concurrency.duration_s=0"], ["concurrency.duration_s must be > 0"]),
     (["speculative=ngram", "speculative.ngram_size=0"], ["speculative.ngram_size must be >= 1"]),
-    (["model.generate.divergence=-1"], ["model.generate", "divergence"]),
+    (["model=tiny-pair", "model.generate.divergence=-1"], ["model.generate", "divergence"]),
 ]
 
 
@@ -144,7 +144,7 @@ def test_an_unknown_choice_fails_at_composition_listing_the_choices(override, ch
 
 
 def test_the_config_is_converted_once_into_its_schemas():
-    job = compose_job("speculative=draft", "attention_backend=flash_attn")
+    job = compose_job("model=tiny-pair", "speculative=draft", "attention_backend=flash_attn")
     config = job.config
     assert isinstance(config, RunConfig) and isinstance(config.engine, LlamaCppConfig)
     assert isinstance(config.stats, StatsConfig) and isinstance(config.model.generate, TinyPairSpec)
@@ -229,10 +229,12 @@ def test_a_prompt_in_tokens_is_exactly_that_long_and_fresh_only_when_asked():
     """Token ids from the server's tokenizer, repeated or cut to length; fixed prompts are one
     prompt (the prompt cache serves it), fresh ones differ from their first token on."""
     text, words = [11, 12, 13], [501, 502, 503, 504, 505, 506]
-    fixed = compose_job("workload.prompt_tokens=8").config.workload
+    fixed = compose_job("workload=single_stream", "workload.prompt_tokens=8").config.workload
     assert fixed.prompt_ids_for("a", text, words) == [11, 12, 13, 11, 12, 13, 11, 12]
     assert fixed.prompt_ids_for("b", text, words) == fixed.prompt_ids_for("a", text, words)
-    fresh = compose_job("workload.prompt_tokens=40", "workload.prompts=fresh").config.workload
+    fresh = compose_job(
+        "workload=single_stream", "workload.prompt_tokens=40", "workload.prompts=fresh"
+    ).config.workload
     prompts = [fresh.prompt_ids_for(f"0/0/False/{s}/0", text, words) for s in range(8)]
     assert all(len(p) == 40 and set(p[:12]) <= set(words) and p[12:15] == text for p in prompts)
     assert len({tuple(p[:12]) for p in prompts}) == 8  # no two requests share a prefix
@@ -240,7 +242,7 @@ def test_a_prompt_in_tokens_is_exactly_that_long_and_fresh_only_when_asked():
     # The context a request can take counts the prompt's tokens, not its text.
     assert fresh.request_tokens_bound() == fresh.max_tokens + 40 + 1
     with pytest.raises(ConfigError, match="workload.prompt_tokens must be >= 1, got 0"):
-        compose_job("workload.prompt_tokens=0")
+        compose_job("workload=single_stream", "workload.prompt_tokens=0")
 
 
 def test_streams_are_dealt_over_client_processes():

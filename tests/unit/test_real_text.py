@@ -220,8 +220,15 @@ def test_a_variant_an_engine_does_not_have_is_refused_with_the_choices():
 
 
 def test_fingerprints_recorded_before_prompt_sets_existed_stay_the_same():
-    # Recorded at b9cfc18, before models, drafts and workloads gained their new settings.
-    job = compose_job("model=kimi-k2.5", "engine=sglang", "stack=cu130", "speculative=eagle3")
+    # Recorded at b9cfc18, before models, drafts and workloads gained their new settings
+    # (its default workload, single_stream, named: the default is now a prompt set).
+    job = compose_job(
+        "model=kimi-k2.5",
+        "engine=sglang",
+        "stack=cu130",
+        "speculative=eagle3",
+        "workload=single_stream",
+    )
     assert job.config_fingerprint() == "3b57ac1656693b4c"
     assert job.prompt_namespace() == "17130917b51bc041"
 
