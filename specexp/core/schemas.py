@@ -387,6 +387,20 @@ class WorkloadConfig:
             raise ConfigError(f"workload.stall_timeout_s must be > 0, got {self.stall_timeout_s}")
 
 
+def requests_per_stream(workload: Any, concurrency: Any, stream: int = 0) -> int:
+    """Requests stream ``stream`` sends in a run (of a typed or a composed config):
+    concurrency.requests_per_stream, or with a prompt set its share of the set (stream s takes
+    prompts s, s + streams, ...) that many times, so that a run sends every prompt once per
+    requests_per_stream. Stream 0 has the largest share."""
+    if workload.dataset is None:
+        return int(concurrency.requests_per_stream)
+    prompts = load_dataset(
+        str(workload.dataset), DatasetFormat(workload.dataset_format), workload.dataset_limit
+    )
+    share = len(range(stream, len(prompts), int(concurrency.streams)))
+    return int(concurrency.requests_per_stream) * max(1, share)
+
+
 @dataclass
 class ConcurrencyConfig:
     name: str = MISSING

@@ -26,7 +26,7 @@ import psutil
 from omegaconf import DictConfig, OmegaConf
 from submitit.slurm import slurm
 
-from specexp.core.schemas import RunConfig
+from specexp.core.schemas import RunConfig, requests_per_stream
 
 # A floor for the output rate of one stream when sizing a job's time limit: a job killed at
 # its limit loses its measurements, one that ends early costs nothing.
@@ -43,7 +43,8 @@ def job_minutes(cfg: Union[RunConfig, DictConfig]) -> int:
     if cfg.concurrency.duration_s:
         run_s = cfg.concurrency.duration_s + cfg.workload.max_tokens / FLOOR_TOK_PER_S
     else:
-        run_s = cfg.concurrency.requests_per_stream * cfg.workload.max_tokens / FLOOR_TOK_PER_S
+        requests = requests_per_stream(cfg.workload, cfg.concurrency)
+        run_s = requests * cfg.workload.max_tokens / FLOOR_TOK_PER_S
     seconds = cfg.stats.launches * (cfg.engine.ready_timeout_s + runs * run_s) + JOB_OVERHEAD_S
     return math.ceil(seconds / 60)
 

@@ -38,6 +38,7 @@ from specexp.core.schemas import (
     PromptReuse,
     ServerSettings,
     WorkloadConfig,
+    requests_per_stream,
 )
 from specexp.engines.base import (
     Prompt,
@@ -138,6 +139,7 @@ class StreamTimer:
         self.engine, self.record, self.start = engine, record, start
         self.expected_tokens, self.prompt_tokens = expected_tokens, prompt_tokens
         self.last_event_at, self.last_count = start, 0
+        self.text: list[str] = []
 
     def arrival(self, lines: Iterable[bytes], now: float) -> bool:
         """Take the lines one read returned, all arrived at ``now``; True when the stream says
@@ -161,9 +163,10 @@ class StreamTimer:
         record = self.record
         chunk = self.engine.parse_event(event)
         record.events += 1
-        record.output_text = (
-            chunk.text_so_far if chunk.text_so_far is not None else record.output_text + chunk.text
-        )
+        if chunk.text_so_far is not None:
+            self.text = [chunk.text_so_far]
+        elif chunk.text:
+            self.text.append(chunk.text)  # joined once, at the end: nothing copied per event
         if chunk.final.get("finish"):
             record.finish = chunk.final["finish"]
         if chunk.done:
@@ -199,6 +202,7 @@ class StreamTimer:
         """The stream has ended: the request is complete if the server gave its token count."""
         record = self.record
         record.e2e_s = now - self.start
+        record.output_text = "".join(self.text)
         if record.output_tokens is None:
             raise RuntimeError("stream ended without the server's final token count")
         if self.prompt_tokens is not None and record.prompt_tokens != self.prompt_tokens:
@@ -294,15 +298,6 @@ class LoadClient:
             ) from None
         if pending:
             timer.arrival([pending], time.perf_counter())
-
-    def requests_of(self, stream: int) -> int:
-        """Requests stream ``stream`` sends in a run: requests_per_stream, or with a prompt set
-        its share of the set (stream s takes prompts s, s + streams, ...) that many times, so
-        that a run sends every prompt once (per requests_per_stream)."""
-        level, dataset = self.concurrency, self.workload.dataset_prompts()
-        if not dataset:
-            return level.requests_per_stream
-        return level.requests_per_stream * max(1, len(range(stream, len(dataset), level.streams)))
 
     def prompt(self, record: RequestRecord) -> Prompt:
         """The request's prompt: the prompt set's next (noting which on the record), or the
@@ -451,7 +446,7 @@ class LoadClient:
         records: list[RequestRecord] = []
 
         async def stream(index: int) -> None:
-            for k in range(10**9 if deadline else self.requests_of(index)):
+            for k in range(10**9 if deadline else requests_per_stream(self.workload, level, index)):
                 if deadline and time.perf_counter() >= deadline:
                     break
                 record = RequestRecord(

@@ -75,9 +75,30 @@ def test_jobs_elsewhere_are_told_the_sweeps_store_quoted_for_hydra():
 
 def test_job_minutes_covers_loading_and_runs_at_the_floor_rate():
     (cfg,) = configs(
-        "workload.max_tokens=600", "stats.warmup_runs=1", "stats.measured_runs=2", jobs=1
+        "workload=short",
+        "workload.max_tokens=600",
+        "stats.warmup_runs=1",
+        "stats.measured_runs=2",
+        jobs=1,
     )
     seconds = (
         cfg.engine.ready_timeout_s + 3 * 600 / launchers.FLOOR_TOK_PER_S + launchers.JOB_OVERHEAD_S
     )
     assert job_minutes(cfg) == -(-seconds // 60)
+    # A prompt set: each stream sends its share of the set every run (5 prompts over 2
+    # streams: 3 for stream 0).
+    (sets,) = configs(
+        "workload=humaneval",
+        "workload.dataset_limit=5",
+        "concurrency.streams=2",
+        "workload.max_tokens=600",
+        "stats.warmup_runs=1",
+        "stats.measured_runs=2",
+        jobs=1,
+    )
+    seconds = (
+        sets.engine.ready_timeout_s
+        + 3 * 3 * 600 / launchers.FLOOR_TOK_PER_S
+        + launchers.JOB_OVERHEAD_S
+    )
+    assert job_minutes(sets) == -(-seconds // 60)

@@ -15,11 +15,11 @@ from specexp.analysis.report import SweepReport
 from specexp.core.datasets import DatasetError, DatasetFormat, load_dataset
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas import ConfigError, requests_per_stream
 from specexp.core.tinymodels import TinyPairSpec, ensure_pair
 from specexp.core.trainedmodels import write_self_draft
 from specexp.engines import get_engine
-from specexp.serving.client import StreamTimer
+from specexp.serving.client import LoadClient, StreamTimer
 from tests.conftest import compose_job
 
 STREAMS = Path(__file__).parent / "streams"
@@ -327,3 +327,16 @@ def test_a_sweep_report_with_prompt_comparisons_loads_back():
     )  # fmt: skip
     again = SweepReport.from_json(json.loads(json.dumps(report.to_json())))
     assert again.prompt_comparisons[0].to_json() == compared.to_json()
+
+
+def test_a_run_sends_every_prompt_of_the_set_once_shared_over_its_streams():
+    job = compose_job("workload=humaneval", "workload.dataset_limit=5", "concurrency.streams=2")
+    cfg = job.config
+    client = LoadClient(job.engine, "http://127.0.0.1:1", job.server, cfg.workload, cfg.concurrency)
+    sent = []
+    for stream in range(2):
+        for index in range(requests_per_stream(cfg.workload, cfg.concurrency, stream)):
+            record = RequestRecord(run=0, stream=stream, warmup=False, start_unix=0.0, index=index)
+            client.prompt(record)
+            sent.append(record.prompt_id)
+    assert sorted(sent) == [f"HumanEval/{i}" for i in range(5)]
