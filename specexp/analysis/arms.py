@@ -18,6 +18,7 @@ from scipy import stats as scipy_stats
 
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import check_format
+from specexp.core.sequential import SequentialRecord
 from specexp.core.stats import (
     Comparison,
     NoteKind,
@@ -318,8 +319,10 @@ def account_for_launches(
             c.launches_only = True
             c.note(
                 NoteKind.launches_only,
-                "one launch per arm and no launch variance known for this server family: the verdict "
-                "holds for these launches only (a run with stats.launches=3 or more calibrates it)",
+                "one launch per arm and no launch variance known for this server family: the runs "
+                "say something of these launches only (shown apart), not of the configurations; "
+                "measure launch by launch (a sweep's sequential comparison) or calibrate with "
+                "stats.launches=3 or more",
             )
             continue
         var_base, var_arm = first.mean_var(len(base.values)), second.mean_var(len(arm.values))
@@ -361,6 +364,7 @@ def compare_arms(
         )
         if base.unit != arm.unit and comparison.testable:
             comparison.verdict = Verdict.cannot_test
+            comparison.ci_low = comparison.ci_high = math.nan
             comparison.note(
                 NoteKind.cannot_test,
                 f"cannot test: {base.label} has one value per {base.unit}, {arm.label} one per "
@@ -446,6 +450,42 @@ def repetition_plan(
             f"{comparison.family})",
         )
     return plan
+
+
+def use_sequence(c: Comparison, record: SequentialRecord) -> None:
+    """The comparison's interval and verdict from its sequence's last look: the repeated
+    interval, which holds over all the looks the sequence made."""
+    if not record.looks:
+        return
+    last = record.looks[-1]
+    c.ratio, c.ci_low, c.ci_high, c.ci_level = last.ratio, last.ci_low, last.ci_high, last.level
+    c.verdict, c.launches_only, c.within_launch = last.verdict, False, None
+    # The arms took turns ABBA, which balances a linear drift; fitting one to a few
+    # launches would only spend their degrees of freedom.
+    c.drift, c.confounded = None, False
+    # What a fixed design would need no longer applies: the sequence planned its own.
+    c.mde = c.runs_needed = c.plan = None
+    replaced = {
+        NoteKind.undetectable,
+        NoteKind.launches_only,
+        NoteKind.repetitions,
+        NoteKind.drift_fitted,
+        NoteKind.confounded,
+    }
+    c.notes = [n for n in c.notes if n.kind not in replaced]
+    design = record.design
+    c.note(
+        NoteKind.sequential,
+        f"measured until decided: {len(record.looks)} look(s) at {last.launches_baseline}+"
+        f"{last.launches_candidate} launches in ABBA order, {last.server_s / 60:.1f} server-min"
+        + (
+            f" ({record.runs_per_launch} runs per launch after the first look)"
+            if record.runs_per_launch
+            else ""
+        )
+        + f"; stopped: {record.stop}. The interval is repeated over the looks "
+        f"({design.spending} spending of {design.alpha:.3g}), so it holds whichever look stopped",
+    )
 
 
 # Reproduction of published results ---------------------------------------------------------

@@ -20,6 +20,7 @@ from specexp.analysis.arms import (
     baseline_pairs,
     compare_arms,
     make_arms,
+    use_sequence,
 )
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
@@ -27,9 +28,10 @@ from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
-REPORT_FORMAT = 2
+REPORT_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,8 @@ class SweepReport:
     caveats: list[Caveat] = field(default_factory=list)
     # Per category and output by output, for arms measured on a prompt set.
     prompt_comparisons: list[PromptComparison] = field(default_factory=list)
+    # Comparisons measured until decided: their looks, spending and stops.
+    sequences: list[SequentialComparison] = field(default_factory=list)
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -126,9 +130,11 @@ class SweepReport:
                     "notes",
                     "caveats",
                     "prompt_comparisons",
+                    "sequences",
                 )
             },
             "prompt_comparisons": [p.to_json() for p in self.prompt_comparisons],
+            "sequences": [s.to_json() for s in self.sequences],
             "arms": [a.to_json() for a in self.arms],
             "comparisons": [c.to_json() for c in self.comparisons],
             "crossovers": [c.to_json() for c in self.crossovers],
@@ -153,6 +159,7 @@ class SweepReport:
                 "notes",
                 "caveats",
                 "prompt_comparisons",
+                "sequences",
             )
         }
         return cls(
@@ -164,6 +171,7 @@ class SweepReport:
             notes=[Note.from_json(n) for n in data["notes"]],
             caveats=[Caveat.from_json(c) for c in data["caveats"]],
             prompt_comparisons=[PromptComparison.from_json(p) for p in data["prompt_comparisons"]],
+            sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
         )
 
 
@@ -179,6 +187,8 @@ class SweepFacts:
     stats: StatsConfig
     # Each job's speculative settings, by its config fingerprint.
     speculative: Mapping[str, SpeculativeConfig]
+    # The comparisons the sweep measured until decided.
+    sequences: Sequence[SequentialComparison] = ()
 
 
 def _crossovers(
@@ -227,8 +237,10 @@ def limited_as(overall: Comparison, compared: PromptComparison) -> PromptCompari
     """The per-category verdicts limited as the arms' overall one is: the same launches and
     the same timeline lie under them."""
     for row in compared.rows:
-        for limit in ("launches_only", "confounded", "attributable"):
+        for limit in ("confounded", "attributable"):
             setattr(row.comparison, limit, getattr(overall, limit))
+        if overall.launches_only:
+            row.comparison.hold_for_launches_only()
     return compared
 
 
@@ -273,6 +285,12 @@ def compile_sweep_report(
                 power=stats.power,
                 factor=selector.factor,
             )
+            report.sequences = list(facts.sequences)
+            records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
+            for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):
+                key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
+                if key in records:
+                    use_sequence(comparison, records[key])
             report.prompt_comparisons = [
                 limited_as(
                     overall,

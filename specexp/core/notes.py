@@ -29,6 +29,8 @@ class NoteKind(StrEnum):
     stack_drift = "stack drift"
     not_engaged = "not engaged"
     repetitions = "repetitions"
+    sequential = "sequential"
+    robust = "robust test"
     outputs_differ = "outputs differ"
     # Of a report.
     no_baseline = "no baseline"

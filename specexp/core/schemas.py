@@ -440,6 +440,44 @@ class ConcurrencyConfig:
 
 
 @dataclass
+class SequentialConfig:
+    """Comparisons measured until decided (specexp.core.sequential): arms on servers of their
+    own take turns launch by launch (ABBA), tested after every round with intervals that
+    hold over all looks, until the interval decides or the budget is spent."""
+
+    enabled: bool = True
+    # Launches per arm before the first look, and at most.
+    min_launches: int = 2
+    max_launches: int = 12
+    # Server time the whole comparison may take (every arm's launches, start-up included).
+    max_server_minutes: float = 120.0
+    # The relative effect found with stats.power when the sequence runs full; null: twice
+    # stats.threshold.
+    design_effect: Optional[float] = None
+    spending: str = "pocock"  # pocock | obrien_fleming
+
+    def __post_init__(self) -> None:
+        _at_least("stats.sequential", 2, min_launches=self.min_launches)
+        if self.max_launches < self.min_launches:
+            raise ConfigError(
+                f"stats.sequential.max_launches ({self.max_launches}) must be at least "
+                f"min_launches ({self.min_launches})"
+            )
+        if self.max_server_minutes <= 0:
+            raise ConfigError(
+                f"stats.sequential.max_server_minutes must be > 0, got {self.max_server_minutes}"
+            )
+        if self.design_effect is not None and self.design_effect <= 0:
+            raise ConfigError(
+                f"stats.sequential.design_effect must be > 0 (or null), got {self.design_effect}"
+            )
+        if self.spending not in ("pocock", "obrien_fleming"):
+            raise ConfigError(
+                f"stats.sequential.spending must be pocock or obrien_fleming, got {self.spending!r}"
+            )
+
+
+@dataclass
 class StatsConfig:
     # Server launches per configuration; each gets its warm-ups and measured runs. With
     # more than one, tests use per-launch means (launch-level variance is often the largest).
@@ -459,6 +497,8 @@ class StatsConfig:
     # work after the last one (its own gauges say so), at most this long; a run that still
     # starts on a busy server is flagged.
     idle_timeout_s: float = 30.0
+    # How a sweep's comparisons of arms on servers of their own are measured.
+    sequential: SequentialConfig = field(default_factory=SequentialConfig)
 
     def __post_init__(self) -> None:
         _at_least("stats", 1, measured_runs=self.measured_runs, launches=self.launches)
@@ -532,6 +572,8 @@ class MultirunConfig:
     job_label: Optional[str] = None
     # Interleaved: the one part of the job (see StatsConfig.parts) this invocation measures.
     part: Optional[int] = None
+    # Measured runs of this part's launch, when a sequential comparison plans them.
+    part_runs: Optional[int] = None
     # The job's swept settings as FACTOR=VALUE overrides (what sets it apart in the sweep).
     factors: list[str] = field(default_factory=list)
 

@@ -419,9 +419,11 @@ class Comparison:
     power: float = 0.8
     # With both arms' launch and run variance known: the cheapest launches x runs per arm.
     plan: Optional[RepetitionPlan] = None
-    # The verdict holds for the launches measured only: one launch per arm, and no
-    # launch-to-launch variance known to widen the interval with.
+    # One launch per arm, and no launch-to-launch variance known to widen the interval
+    # with: what the runs say holds for the launches measured only. It is kept here, never
+    # as the verdict, which is then inconclusive.
     launches_only: bool = False
+    within_launch: Optional[Verdict] = None
     # The arms' common trend in time, when they were measured on one timeline.
     drift: Optional[TimeDrift] = None
     # With the drift left in, the interval would say something else: the difference cannot
@@ -455,10 +457,16 @@ class Comparison:
             return "not attributable"
         if self.confounded:
             return "confounded by drift"
-        return self.verdict + (" (these launches)" if self.launches_only else "")
+        return str(self.verdict)
 
     def note(self, kind: NoteKind, message: str) -> None:
         self.notes.append(Note(kind, message))
+
+    def hold_for_launches_only(self) -> None:
+        """What the interval says moves to ``within_launch``; the verdict is inconclusive."""
+        self.launches_only = True
+        if self.verdict != Verdict.cannot_test:
+            self.within_launch, self.verdict = self.verdict, Verdict.inconclusive
 
     def to_json(self) -> dict:
         return {
@@ -481,6 +489,9 @@ class Comparison:
             **{
                 **fields,
                 "verdict": Verdict(fields["verdict"]),
+                "within_launch": Verdict(fields["within_launch"])
+                if fields.get("within_launch")
+                else None,
                 "plan": RepetitionPlan(**fields["plan"]) if fields["plan"] else None,
                 "drift": TimeDrift(**fields["drift"]) if fields["drift"] else None,
                 "notes": [Note.from_json(n) for n in fields["notes"]],
@@ -624,6 +635,8 @@ def decide(comparisons: Sequence[Comparison]) -> None:
             )
         if c.drift is not None:
             _judge_drift(c, c.drift, alpha / family)
+        if c.launches_only:
+            c.hold_for_launches_only()
 
 
 def _estimate(c: Comparison) -> tuple[float, float, float]:

@@ -64,6 +64,7 @@ class Job:
         data = _as_recorded(dataclasses.asdict(self.config))
         for key in _NOT_MEASURED:
             data.pop(key)
+        data["stats"].pop("sequential")  # how a comparison is planned, not what a run measures
         # A level measures the same whichever concurrency option swept it there.
         for key in ("name", "levels"):
             data["concurrency"].pop(key)

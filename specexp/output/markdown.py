@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Sequence
 
-from specexp.analysis.arms import Arm, ClaimCheck, ci_label
+from specexp.analysis.arms import Arm, ClaimCheck
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
@@ -23,8 +23,10 @@ from specexp.output.tables import (
     interval,
     pct,
     point_rows,
+    sequence_rows,
     share,
     switch_off_rows,
+    within_launch,
 )
 
 
@@ -151,17 +153,19 @@ def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]
     by_label = {c.candidate: c for c in report.comparisons}
     baselines = {c.baseline for c in report.comparisons}
     lines = [
-        f"| job | tok/s | {ci_label(report.arms)} | vs baseline | simultaneous CI | verdict | "
-        "engaged |",
-        "|---|---|---|---|---|---|---|",
+        "| job | tok/s | {ci_label(report.arms)} | vs baseline | simultaneous CI | verdict | "
+        "one launch each says | engaged |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for arm in report.arms:
         versus = by_label.get(arm.label)
         verdict = versus.label if versus else "baseline" if arm.label in baselines else "-"
         change = f"{pct(versus.change)} | {interval(versus)}" if versus else "- | -"
+        apart = within_launch(versus) if versus else "-"
         lines.append(
             f"| [{arm.label}]({run_link(arm.run_id)}) | {fmt(arm.summary.mean)} | "
-            f"{arm_interval(arm)} | {change} | {verdict} | {arm.run.tags.get(Tag.engaged, '-')} |"
+            f"{arm_interval(arm)} | {change} | {verdict} | {apart} | "
+            f"{arm.run.tags.get(Tag.engaged, '-')} |"
         )
     return lines
 
@@ -189,6 +193,13 @@ def sweep_description(
         "",
         *_job_table(report, run_link),
     ]
+    if report.sequences:
+        lines += [
+            "",
+            "**Measured until decided** (sequential):",
+            "",
+            table(sequence_rows(report.sequences)).rstrip("\n"),
+        ]
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
     if report.prompt_comparisons:

@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
+from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
 
@@ -45,7 +46,49 @@ def mark(c: Comparison) -> str:
 
 
 def interval(c: Comparison) -> str:
-    return f"[{pct(c.ci_low - 1)}, {pct(c.ci_high - 1)}]"
+    """The ratio's interval as changes; none for a comparison that cannot be tested."""
+    return f"[{pct(c.ci_low - 1)}, {pct(c.ci_high - 1)}]" if c.testable else "-"
+
+
+def within_launch(c: Comparison) -> str:
+    """What the runs of single launches say, apart from the verdict, which they cannot make."""
+    return str(c.within_launch) if c.within_launch else "-"
+
+
+def sequence_rows(sequences: Sequence[SequentialComparison]) -> Rows:
+    """Each sequential comparison: its looks, what it spent and why it stopped."""
+    table = Rows(
+        [
+            "comparison",
+            "looks",
+            "launches",
+            "runs per launch",
+            "server-min",
+            "last interval",
+            "level",
+            "verdict",
+            "stopped",
+        ],
+        marked="verdict",
+    )
+    for sequence in sequences:
+        record = sequence.record
+        last = record.looks[-1] if record.looks else None
+        table.add(
+            [
+                f"{sequence.candidate_label} vs {sequence.baseline_label}",
+                str(len(record.looks)),
+                f"{last.launches_baseline}+{last.launches_candidate}" if last else "-",
+                str(record.runs_per_launch or "-"),
+                f"{last.server_s / 60:.1f}" if last else "-",
+                f"[{pct(last.ci_low - 1)}, {pct(last.ci_high - 1)}]" if last else "-",
+                f"{last.level:.2%}" if last else "-",
+                str(record.verdict),
+                str(record.stop or "-"),
+            ],
+            str(record.verdict),
+        )
+    return table
 
 
 def arm_interval(arm: Arm) -> str:
@@ -65,6 +108,7 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
             "p Welch (Bonferroni)",
             "p Mann-Whitney",
             "verdict",
+            "one launch each says",
             "MDE",
             "per arm for threshold",
         ],
@@ -82,7 +126,7 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
             f"{s.cv:.1%}",
         ]
         if c is None:
-            table.add(row + ["-"] * 7)
+            table.add(row + ["-"] * 8)
             continue
         row += [
             pct(c.change)
@@ -92,6 +136,7 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
             f"{p_value(c.p_welch)} ({p_value(c.p_welch_adjusted)})",
             p_value(c.p_mannwhitney),
             c.label,
+            within_launch(c),
             pct(c.mde).lstrip("+"),
             f"{c.plan.launches} launches x {c.plan.runs}" if c.plan else str(c.runs_needed or "-"),
         ]
@@ -129,7 +174,7 @@ def category_rows(compared: PromptComparison) -> Rows:
                 fmt(c.mean_baseline, 1),
                 fmt(c.mean_candidate, 1),
                 pct(c.change),
-                interval(c) if c.testable else "-",
+                interval(c),
                 c.label,
                 share(row.identical, row.prompts),
             ],

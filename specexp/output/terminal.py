@@ -33,6 +33,7 @@ from specexp.output.tables import (
     claim_rows,
     comparison_rows,
     point_rows,
+    sequence_rows,
     share,
     switch_off_rows,
 )
@@ -269,6 +270,10 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     if report.arms:
         print_comparison(
             report.arms, report.comparisons, report.caveats, report.skipped, Metric.tok_per_s
+        )
+    if report.sequences:
+        console.print(
+            rich_table("measured until decided (sequential)", sequence_rows(report.sequences))
         )
     for note in report.notes:
         if note.kind != NoteKind.left_out:  # the skipped runs are listed above

@@ -50,6 +50,19 @@ class OpenJobs:
     def holds(self, output_dir: Path) -> bool:
         return output_dir in self._sessions
 
+    def sessions(self) -> list[JobSession]:
+        return list(self._sessions.values())
+
+    def finish_all(self) -> None:
+        """Summarise and end the jobs kept open whose measuring is over before their last
+        part (a sequential comparison that decided early)."""
+        while self._sessions:
+            session = self._sessions.popitem()[1]
+            try:
+                _finish(session)
+            finally:
+                close_session(session)
+
     def end_all(self, status: RunStatus) -> None:
         """End the jobs still waiting for their next part (an interrupted or failed sweep)."""
         while self._sessions:
@@ -83,7 +96,7 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         session = open_session(job, launch, output_dir)
     parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
     try:
-        _measure_parts(session, parts)
+        _measure_parts(session, parts, cfg.multirun.part_runs)
         if parts.stop < cfg.stats.parts:
             assert open_jobs is not None
             open_jobs.keep(output_dir, session)
@@ -105,15 +118,15 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
     return session.result
 
 
-def _measure_parts(session: JobSession, parts: range) -> None:
-    """Parts are launches with several launches, else slices of the one launch's runs."""
+def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) -> None:
+    """Parts are launches with several launches (``part_runs`` measured runs each, when a
+    sequential comparison plans them), else slices of the one launch's runs."""
     stats = session.job.config.stats
     if stats.launches > 1:
         for launch_index in parts:
-            runs = stats.measured_runs
-            measure_part(
-                session, launch_index, range(launch_index * runs, (launch_index + 1) * runs)
-            )
+            done = sum(not r.warmup for r in session.result.runs)
+            runs = part_runs or stats.measured_runs
+            measure_part(session, launch_index, range(done, done + runs))
     else:
         measure_part(session, 0, parts)
 

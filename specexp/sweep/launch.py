@@ -20,6 +20,7 @@ from rich.markup import escape
 from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
+from specexp.core.sequential import SequentialComparison
 from specexp.output import terminal
 from specexp.run import launchers
 from specexp.run.job_run import OpenJobs
@@ -37,6 +38,12 @@ from specexp.sweep.plan import (
     plan_steps,
 )
 from specexp.sweep.report import sweep_report, sweep_view
+from specexp.sweep.sequential import (
+    run_sequences,
+    sequential_pairs,
+    sequential_summary,
+    with_launch_budget,
+)
 from specexp.tracking.store import RunLog, TrackingStore, uri_in_force
 
 
@@ -132,22 +139,48 @@ def run_sweep(
         return []
     tracked = first.tracking.enabled and not first.dry_run
     store = TrackingStore(first.tracking.uri, first.tracking.experiment) if tracked else None
+    in_process = kind == LauncherKind.in_process
+    pairs = sequential_pairs(plan, settings.baseline, settings.order, in_process)
+    if pairs:
+        pairs = with_launch_budget(plan, pairs, config_loader, sweep_config)
+        if plan.errors:
+            _refuse(plan, plan.errors, len(job_overrides))
     if store and settings.resume:
         mark_finished(plan, store)
-    in_process = kind == LauncherKind.in_process
-    steps = plan_steps(plan.to_run, settings.order, settings.seed, in_process)
+        pairs = [
+            (b, c) for b, c in pairs if b.finished_run_id is None and c.finished_run_id is None
+        ]
+    sequential = {id(j) for pair in pairs for j in pair}
+    steps = plan_steps(
+        [j for j in plan.to_run if id(j) not in sequential],
+        settings.order,
+        settings.seed,
+        in_process,
+    )
     order = order_summary(steps, settings.order, in_process)
+    if pairs:
+        order += "; " + sequential_summary(pairs)
     for line in [*describe(plan), f"order: {order}"]:
         terminal.console.print(line)
     if first.dry_run:  # nothing is measured: each job's command once
-        steps = [Step(planned) for planned in plan.to_run]
+        steps, pairs = [Step(planned) for planned in plan.to_run], []
     parent = _start_parent(store, plan, first) if store else None
     status, returns = RunStatus.failed, []
     batch = 1 if in_process else max_batch_size or len(steps) or 1
     overrides = launchers.job_overrides(launcher, store.uri if store else uri)
+    sequences: list[SequentialComparison] = []
     with OpenJobs() as open_jobs:
         try:
             returns = _launch(launcher, plan, steps, overrides, parent, batch)
+            if pairs:
+                sequences = run_sequences(
+                    pairs,
+                    lambda step, extra: returns.extend(
+                        _launch(launcher, plan, [step], overrides + extra, parent, 1)
+                    ),
+                    open_jobs,
+                    settings.seed,
+                )
             status = RunStatus.finished
         except KeyboardInterrupt:
             status = RunStatus.killed
@@ -162,6 +195,6 @@ def run_sweep(
                 if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
                     # A job process that was killed could not end its run; its server is gone.
                     store.end_children(parent.run_id, ended)
-                sweep_report(store, parent, plan, settings.baseline, order)
+                sweep_report(store, parent, plan, settings.baseline, order, sequences)
                 parent.end(status)
     return [returns]

@@ -4,12 +4,13 @@ report artifacts, each job's verdict - and a saved view of the runs table to rea
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from specexp.analysis.arms import calibrations
 from specexp.analysis.report import SweepFacts, compile_sweep_report
 from specexp.analysis.results import FACTOR, Metric
 from specexp.core.redaction import redact_text
+from specexp.core.sequential import SequentialComparison
 from specexp.output import terminal
 from specexp.output.markdown import sweep_description
 from specexp.sweep.plan import Plan
@@ -43,7 +44,12 @@ def sweep_view(store: TrackingStore, parent_run_id: str, plan: Plan) -> str:
 
 
 def sweep_report(
-    store: TrackingStore, parent: RunLog, plan: Plan, baseline: Optional[str], order: str
+    store: TrackingStore,
+    parent: RunLog,
+    plan: Plan,
+    baseline: Optional[str],
+    order: str,
+    sequences: Sequence[SequentialComparison] = (),
 ) -> None:
     """The sweep's report on its parent run: every job's run (resumed ones too), compared
     with the baseline when one is configured, and how their runs were ordered in time.
@@ -57,6 +63,7 @@ def sweep_report(
         crossover_factor=config.multirun.crossover_factor,
         stats=config.stats,
         speculative={j.fingerprint: j.job.config.speculative for j in plan.jobs},
+        sequences=sequences,
     )
     resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]
     children = store.job_runs(parent=parent.run_id)
