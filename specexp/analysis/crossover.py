@@ -20,8 +20,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from specexp.analysis.arms import Arm, Selector
-from specexp.analysis.results import Metric
+from specexp.analysis.arms import Arm, Selector, same_server
+from specexp.analysis.results import Metric, Unit
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import (
@@ -56,6 +56,9 @@ class Crossover:
     unreliable: dict[int, list[str]] = field(default_factory=dict)
     statement: str = ""
     recommendation: dict = field(default_factory=dict)
+    # Each level measured on one launch per arm, on servers of their own: the interval is of
+    # those launches (their runs), without the launch-to-launch variance.
+    launches_only: bool = False
 
     @property
     def reliable(self) -> bool:
@@ -114,6 +117,7 @@ def find_crossover(
     confidence: float = 0.95,
     seed: int = 0,
     unreliable: Optional[Mapping[int, Sequence[str]]] = None,
+    launches_only: bool = False,
 ) -> Crossover:
     """Values per level for both arms (aggregate tok/s of each measured run); ``unreliable``:
     the levels whose values cannot carry a claim, with the reasons (their warnings)."""
@@ -134,6 +138,7 @@ def find_crossover(
             for level, reasons in sorted((unreliable or {}).items())
             if reasons and level in levels
         },
+        launches_only=launches_only,
     )
     tail = (1 - confidence) / 2
     if all(v.size >= 2 and np.ptp(v) > 0 for v in cand + base):
@@ -190,6 +195,11 @@ def _statement(result: Crossover, confidence: float) -> str:
         finding = (
             f"{candidate} stops paying at concurrency {result.estimate:.1f} ({interval}; "
             f"{result.no_crossing_share:.0%} of draws saw no crossover in {span})"
+        )
+    if result.launches_only:
+        finding = (
+            f"on one launch per arm and level (the interval leaves launch-to-launch variance "
+            f"out, so it holds for these launches): {finding}"
         )
     if result.reliable:
         return finding
@@ -297,6 +307,11 @@ def analyse(
                 [levels[c].values for c in common],
                 [grouped[base_name][c].values for c in common],
                 confidence,
+                launches_only=all(
+                    levels[c].unit == grouped[base_name][c].unit == Unit.run
+                    and not same_server(levels[c].run, grouped[base_name][c].run)
+                    for c in common
+                ),
                 unreliable=None
                 if cv_warn is None
                 else {

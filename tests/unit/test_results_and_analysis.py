@@ -217,15 +217,21 @@ def test_arms_of_different_units_are_not_compared():
     assert "same stats.launches" in comparison.notes[-1].message
 
 
-def test_single_launch_verdicts_say_they_hold_for_these_launches_only():
-    arms, _ = arms_of(job_run("a", {"speculative": "none"}), job_run("b", {"speculative": "draft"}))
+def test_single_launch_findings_are_kept_apart_and_the_verdict_is_inconclusive():
+    arms, _ = arms_of(
+        job_run("a", {"speculative": "none"}),
+        job_run("b", {"speculative": "draft"}, values=[v * 1.2 for v in RUNS]),
+    )
     (comparison,) = compare_arms(
         baseline_pairs(arms, Selector("speculative=none")),
         confidence=0.95,
         threshold=0.01,
         power=0.8,
     )
-    assert comparison.launches_only and comparison.label.endswith(" (these launches)")
+    # The runs of one launch each say faster; the verdict, which must hold across
+    # launches, cannot.
+    assert comparison.launches_only and comparison.within_launch == Verdict.faster
+    assert comparison.verdict == Verdict.inconclusive and comparison.label == "inconclusive"
     assert [n.kind for n in comparison.notes].count(NoteKind.launches_only) == 1
     assert comparison.plan is None
 

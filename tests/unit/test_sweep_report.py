@@ -81,22 +81,20 @@ def test_the_description_leads_with_the_findings_and_links_every_job():
     first = text.splitlines()[0]
     assert first.startswith("**Crossover:**") and "stops paying" in first
     assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
-    assert (
-        "**Verdicts** against speculative=none: 1 faster (these launches), "
-        "1 slower (these launches)" in text
-    )
+    # Single launches: what their runs say is shown apart, never as the verdict.
+    assert "**Verdicts** against speculative=none: 2 inconclusive" in text
     assert "1 job(s) failed" in text
     assert "](#/experiments/7/runs?viewStateShareKey=sweep-p)" in text
     assert "![crossover](get-artifact?path=crossover/crossover.png&run_uuid=p)" in text
     for arm in arms:
         assert f"[{arm.label}](#/experiments/7/runs/{arm.run_id})" in text
     rows = {line.split("]")[0].lstrip("| ["): line for line in text.splitlines() if "](#/" in line}
-    assert "| faster (these launches) | yes |" in rows["speculative=draft concurrency.streams=1"]
+    assert "| inconclusive | faster | yes |" in rows["speculative=draft concurrency.streams=1"]
     assert (
-        "| slower (these launches) | NO: speculative |"
+        "| inconclusive | slower | NO: speculative |"
         in rows["speculative=draft concurrency.streams=8"]
     )
-    assert "| baseline | yes |" in rows["speculative=none concurrency.streams=1"]
+    assert "| baseline | - | yes |" in rows["speculative=none concurrency.streams=1"]
     assert "NOT ENGAGED: speculative=draft concurrency.streams=8: speculative" in text
     # Findings, then verdicts, then caveats.
     assert text.index("**Crossover:**") < text.index("**Verdicts**") < text.index("**Caveats**")
@@ -107,7 +105,7 @@ def test_what_holds_for_every_comparison_is_said_once():
     report says each once, for both, with the range of what they would need."""
     report = compiled()
     text = describe(report)
-    assert text.count("holds for these launches only") == 1
+    assert text.count("say something of these launches only") == 1
     assert "all 2 comparisons: one launch per arm" in text
     kinds = [c.kind for c in report.caveats]
     assert kinds.count(NoteKind.launches_only) == 1
