@@ -9,14 +9,14 @@ and baselines are found through it, never by parsing labels.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specexp.analysis.results import JobRun, Metric, RunStatus, Tag, Unit
+from specexp.analysis.results import STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import check_format
 from specexp.core.sequential import SequentialRecord
 from specexp.core.stats import (
@@ -250,6 +250,9 @@ class Calibration:
     runs_per_launch: float
     df: float  # launches - 1, summed over the calibration runs
     runs: tuple[str, ...]
+    within_df: float = 0.0  # measured runs - launches, summed
+    measured_unix: float = math.nan  # when its newest value was measured
+    stack: Mapping[str, str] = field(default_factory=dict)  # the captured stack of its runs
 
     def mean_var(self, runs: int) -> float:
         """Variance of the mean of one launch with ``runs`` measured runs."""
@@ -265,6 +268,8 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
     """Each server family's launch-to-launch variance, pooled over its finished runs with 3
     or more launches (weighted by their degrees of freedom)."""
     pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
+    latest: dict[tuple[str, ...], float] = {}
+    stacks: dict[tuple[str, ...], dict[str, str]] = {}
     for run in runs:
         metrics = run.metrics
         if (
@@ -281,7 +286,15 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
         within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
         per_launch = metrics[Metric.measured_runs] / len(run.values)
         entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
-        pooled.setdefault(family_key(run), []).append(entry)
+        key = family_key(run)
+        pooled.setdefault(key, []).append(entry)
+        latest[key] = max([latest.get(key, -math.inf), *run.times])
+        for name, value in run.captured().items():  # stack keys the runs do not agree on drop
+            if (
+                name.startswith(STACK)
+                and stacks.setdefault(key, {}).setdefault(name, value) != value
+            ):
+                stacks[key][name] = "(differs between calibration runs)"
     known = {}
     for key, entries in pooled.items():
         df = sum(e[3] for e in entries)
@@ -290,9 +303,57 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
             return sum(e[i] * e[3] for e in entries) / df
 
         known[key] = Calibration(
-            weighted(0), weighted(1), weighted(2), df, tuple(e[4] for e in entries)
+            weighted(0),
+            weighted(1),
+            weighted(2),
+            df,
+            tuple(e[4] for e in entries),
+            within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
+            measured_unix=latest.get(key, math.nan),
+            stack=stacks.get(key, {}),
         )
     return known
+
+
+def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> Optional[str]:
+    """Why a calibration's launch variance does not apply to a single-launch arm: a stack
+    captured otherwise than the calibration's, or a run-to-run spread that is not the
+    calibration's (two-sided F test on log values at ``alpha``); None when it applies."""
+    ours = {k: v for k, v in run.captured().items() if k.startswith(STACK)}
+    differs = [
+        f"{k} {calibration.stack[k]} vs {v}"
+        for k, v in sorted(ours.items())
+        if k in calibration.stack and calibration.stack[k] != v
+    ]
+    if differs:
+        return f"its stack differs from {run.name}'s ({'; '.join(differs)})"
+    logs = np.log(np.asarray(run.values, float))
+    if logs.size >= 2 and calibration.within_var > 0 and calibration.within_df > 0:
+        ratio = float(logs.var(ddof=1)) / calibration.within_var
+        tail = scipy_stats.f.cdf(ratio, logs.size - 1, calibration.within_df)
+        p = 2 * min(tail, 1 - tail)
+        if p < alpha:
+            return (
+                f"{run.name}'s run-to-run spread (CV {math.sqrt(logs.var(ddof=1)):.1%}) is not "
+                f"the calibration's ({math.sqrt(calibration.within_var):.1%}; F test p={p:.3g}): "
+                "the server was not in the state it was calibrated in"
+            )
+    return None
+
+
+def _age(calibration: Calibration, run: JobRun) -> str:
+    if not run.times or math.isnan(calibration.measured_unix):
+        return "age unknown"
+    hours = (min(run.times) - calibration.measured_unix) / 3600
+    if hours < 0:
+        return "measured after these arms"
+    return (
+        f"measured {hours:.1f} h before" if hours < 48 else f"measured {hours / 24:.0f} days before"
+    )
+
+
+def _alpha_of(c: Comparison) -> float:
+    return round(1 - c.confidence, 12)
 
 
 def account_for_launches(
@@ -315,7 +376,14 @@ def account_for_launches(
             )
             continue
         first, second = known.get(family_key(base)), known.get(family_key(arm))
-        if first is None or second is None:
+        refused = [
+            f"calibration {', '.join(r[:8] for r in cal.runs)} not used: {reason}"
+            for cal, run in ((first, base), (second, arm))
+            if cal is not None and (reason := why_not_applicable(cal, run, _alpha_of(c)))
+        ]
+        for reason in refused:
+            c.note(NoteKind.calibration_refused, reason)
+        if first is None or second is None or refused:
             c.launches_only = True
             c.note(
                 NoteKind.launches_only,
@@ -334,7 +402,8 @@ def account_for_launches(
         sources = sorted({r[:8] for f in (first, second) for r in f.runs})
         c.note(
             NoteKind.launch_variance,
-            f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)}",
+            f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
+            f"({_age(first, base)}; its stack and run-to-run spread checked against the arms')",
         )
 
 

@@ -26,6 +26,7 @@ class NoteKind(StrEnum):
     one_server = "one server"
     launches_only = "these launches only"
     launch_variance = "launch variance"
+    calibration_refused = "calibration not used"
     stack_drift = "stack drift"
     not_engaged = "not engaged"
     repetitions = "repetitions"

@@ -446,8 +446,9 @@ class SequentialConfig:
     hold over all looks, until the interval decides or the budget is spent."""
 
     enabled: bool = True
-    # Launches per arm before the first look, and at most.
-    min_launches: int = 2
+    # Launches per arm before the first look (three: with two, Welch's t has one or two
+    # degrees of freedom and the first look can hardly decide), and at most.
+    min_launches: int = 3
     max_launches: int = 12
     # Server time the whole comparison may take (every arm's launches, start-up included).
     max_server_minutes: float = 120.0

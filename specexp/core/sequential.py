@@ -175,7 +175,7 @@ class SequentialDesign:
     design_effect: float  # relative effect found with ``power`` when the sequence runs full
     power: float
     spending: Spending = Spending.pocock
-    min_launches: int = 2
+    min_launches: int = 3
     max_launches: int = 20
     planned_looks: int = 5  # for the information the design needs; looks happen every round
 

@@ -21,6 +21,7 @@ launches, per measured run otherwise (requests inside one run are not independen
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -141,6 +142,7 @@ DECISION_NOTES = frozenset(
         NoteKind.undetectable,
         NoteKind.drift_fitted,
         NoteKind.confounded,
+        NoteKind.robust,
     }
 )
 
@@ -384,6 +386,27 @@ def fit_time_drift(
     )
 
 
+# Share trimmed from each end by the robust test: 20%, Wilcox's recommendation for Yuen's test.
+ROBUST_TRIM = 0.2
+
+
+@dataclass(frozen=True)
+class RobustEstimate:
+    """Yuen's test on log values: the difference of 20%-trimmed means with winsorized
+    variances and Welch's degrees of freedom. A few slow runs do not move it, and its error
+    rate holds on clean values (checked by Monte Carlo)."""
+
+    log_diff: float
+    se: float
+    df: float
+    trim: float = ROBUST_TRIM
+    ratio: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p_value: float = math.nan
+    verdict: Verdict = Verdict.inconclusive
+
+
 @dataclass
 class Comparison:
     """Candidate against baseline: the ratio of geometric means (candidate / baseline), its
@@ -432,6 +455,9 @@ class Comparison:
     # The arms differ in more than the factor compared (it did not engage in one of them):
     # the difference is not the factor's.
     attributable: bool = True
+    # Beside the verdict: a test that a few slow runs do not sway (values as measured, no
+    # drift or launch variance model), with at least 5 values per arm.
+    robust: Optional[RobustEstimate] = None
     notes: list[Note] = field(default_factory=list)
 
     @property
@@ -467,6 +493,7 @@ class Comparison:
         self.launches_only = True
         if self.verdict != Verdict.cannot_test:
             self.within_launch, self.verdict = self.verdict, Verdict.inconclusive
+        self.robust = None  # of these launches' runs too
 
     def to_json(self) -> dict:
         return {
@@ -494,6 +521,11 @@ class Comparison:
                 else None,
                 "plan": RepetitionPlan(**fields["plan"]) if fields["plan"] else None,
                 "drift": TimeDrift(**fields["drift"]) if fields["drift"] else None,
+                "robust": RobustEstimate(
+                    **{**fields["robust"], "verdict": Verdict(fields["robust"]["verdict"])}
+                )
+                if fields.get("robust")
+                else None,
                 "notes": [Note.from_json(n) for n in fields["notes"]],
             }
         )
@@ -557,6 +589,13 @@ def compare(
         result.note(NoteKind.cannot_test, f"cannot test: {reason}")
         return result
     result.log_diff, result.se, result.df = _welch_log(a, b)
+    if min(a.size, b.size) >= 5:
+        yuen = scipy_stats.ttest_ind(np.log(b), np.log(a), equal_var=False, trim=ROBUST_TRIM)
+        low, high = yuen.confidence_interval(0.5)  # its centre and spread, from scipy
+        centre, half = (low + high) / 2, (high - low) / 2
+        se = half / float(scipy_stats.t.ppf(0.75, yuen.df))
+        if se > 0:
+            result.robust = RobustEstimate(float(centre), float(se), float(yuen.df))
     _test(result)
     result.p_mannwhitney = float(scipy_stats.mannwhitneyu(b, a, alternative="two-sided").pvalue)
     decide([result])
@@ -585,6 +624,7 @@ def use_launch_level_error(c: Comparison, variance: float, df: float) -> None:
     if not c.testable or variance <= 0:
         return
     c.se, c.df = math.sqrt(variance), df
+    c.robust = None  # the run-level test leaves the launches out
     _test(c)
 
 
@@ -635,8 +675,33 @@ def decide(comparisons: Sequence[Comparison]) -> None:
             )
         if c.drift is not None:
             _judge_drift(c, c.drift, alpha / family)
+            c.robust = None  # the values as measured carry the drift
+        if c.robust is not None:
+            c.robust = _judge_robust(c, c.robust, alpha / family)
         if c.launches_only:
             c.hold_for_launches_only()
+
+
+def _judge_robust(c: Comparison, robust: RobustEstimate, alpha: float) -> RobustEstimate:
+    """The robust test at the family's level; a note where it says something the verdict
+    does not (slow runs hiding a difference, or making one)."""
+    low, high = interval(robust.log_diff, robust.se, robust.df, alpha)
+    judged = dataclasses.replace(
+        robust,
+        ratio=math.exp(robust.log_diff),
+        ci_low=low,
+        ci_high=high,
+        p_value=float(2 * scipy_stats.t.sf(abs(robust.log_diff) / robust.se, robust.df)),
+        verdict=read_verdict(low, high, c.threshold),
+    )
+    if judged.verdict != c.verdict and (judged.verdict.decided or c.verdict.decided):
+        c.note(
+            NoteKind.robust,
+            f"robust test (Yuen, {robust.trim:.0%} trimmed means) says {judged.verdict}: "
+            f"{judged.ratio:.4f} [{low:.4f}, {high:.4f}]; a few runs far from the others "
+            "sway one of the two (see the outlier notes of the arms)",
+        )
+    return judged
 
 
 def _estimate(c: Comparison) -> tuple[float, float, float]:

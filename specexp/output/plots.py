@@ -164,4 +164,4 @@ def acceptance_plot(compared: Sequence[PromptComparison], path: Path) -> Path:
 
 def _wrapped(text: str, width: int) -> str:
     """Text in lines of at most ``width`` characters: a title is read whole, never cut."""
-    return "\n".join(textwrap.wrap(text, width))
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))

@@ -20,6 +20,9 @@ REAL = (
     "stats.warmup_runs=0",
     "stats.measured_runs=2",
     "speculative.num_draft_tokens=4",
+    # One launch per arm: this is about prompts and outputs (the sequential protocol has
+    # its own tests).
+    "stats.sequential.enabled=false",
 )
 
 

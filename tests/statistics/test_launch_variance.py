@@ -77,13 +77,19 @@ def test_with_calibration_the_false_verdict_rate_stays_at_alpha():
     rng = np.random.default_rng(18)
     trials = 400
     false = 0
+    refused = 0
     for _ in range(trials):
         c = aa(rng, calibrated=True)
-        assert not c.launches_only
+        # The calibration is checked first: where an arm's run-to-run spread is not its
+        # own (an F test at alpha, so about one arm in twenty), it is not used, and says why.
+        kinds = {n.kind for n in c.notes}
+        assert c.launches_only == (NoteKind.calibration_refused in kinds)
+        refused += c.launches_only
         false += c.verdict in (Verdict.faster, Verdict.slower)
         # What finding the 1% threshold would take, in launches x runs at the measured costs.
         assert c.plan is None or (c.plan.launches >= 2 and c.plan.power >= 0.8)
     assert false / trials <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
+    assert refused / trials <= 2 * ALPHA + 3 * math.sqrt(2 * ALPHA / trials)
 
 
 def test_a_calibrated_comparison_plans_launches_not_just_runs():

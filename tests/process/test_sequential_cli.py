@@ -1,0 +1,88 @@
+"""Measured until decided, on real llama.cpp servers through the CLI: an A/B whose effect
+is large stops at its minimum; an A/A on separate launches is never called faster or
+slower and ends equivalent or inconclusive within its budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from specexp.core.sequential import SequentialComparison, StopReason
+from specexp.core.stats import Verdict
+from tests.conftest import QUICK, is_sweep, run_cli, runs_in, sweep_parent
+
+# One server thread (the other core is the client's), short outputs.
+SEQUENTIAL = (
+    "-m",
+    *QUICK,
+    "engine.threads=1",
+    "workload.max_tokens=64",
+    "stats.warmup_runs=1",
+    "stats.measured_runs=3",
+)
+
+
+def sweep(tmp_path: Path, env: dict, *overrides: str) -> tuple[list, dict, str]:
+    result = run_cli(*SEQUENTIAL, *overrides, cwd=tmp_path, env=env, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    uri = env["MLFLOW_TRACKING_URI"]
+    runs = runs_in(uri)
+    parent = sweep_parent(runs)
+    path = MlflowClient(uri).download_artifacts(
+        parent.info.run_id, "sweep_report/sweep_report.json", str(tmp_path / "report")
+    )
+    document = json.loads(Path(path).read_text())
+    assert "Measured until decided" in parent.data.tags["mlflow.note.content"]
+    return [r for r in runs if not is_sweep(r)], document, output
+
+
+def test_a_draft_that_doubles_throughput_is_decided_at_the_minimum(tmp_path, tracking_env):
+    jobs, document, output = sweep(
+        tmp_path,
+        tracking_env,
+        "speculative=none,draft",
+        "multirun.baseline='speculative=none'",
+    )
+    (sequence,) = [SequentialComparison.from_json(s) for s in document["sequences"]]
+    record = sequence.record
+    minimum = record.design.min_launches
+    assert record.stop == StopReason.decided and record.verdict == Verdict.faster
+    assert len(record.looks) == 1
+    assert (record.looks[0].launches_baseline, record.looks[0].launches_candidate) == (
+        minimum,
+        minimum,
+    )
+    # Each arm's run holds exactly the launches the sequence made, as launch means.
+    assert all(r.data.metrics["launches"] == minimum for r in jobs)
+    (comparison,) = document["comparisons"]
+    assert comparison["verdict"] == "faster" and comparison["within_launch"] is None
+    assert comparison["ci_low"] == record.looks[-1].ci_low > 1
+    assert any(n["kind"] == "sequential" for n in comparison["notes"])
+    assert "look 1: speculative=draft vs speculative=none, 2+2 launches" in output
+
+
+def test_an_a_a_on_separate_launches_is_never_faster_or_slower(tmp_path, tracking_env):
+    jobs, document, output = sweep(
+        tmp_path,
+        tracking_env,
+        "replicate=0,1",
+        "multirun.reuse_servers=false",
+        "multirun.baseline='replicate=0'",
+        "stats.sequential.max_launches=4",
+    )
+    (sequence,) = [SequentialComparison.from_json(s) for s in document["sequences"]]
+    record = sequence.record
+    assert record.verdict in (Verdict.equivalent, Verdict.inconclusive)
+    assert all(look.verdict not in (Verdict.faster, Verdict.slower) for look in record.looks)
+    assert record.stop is not None
+    if record.verdict == Verdict.inconclusive:  # it ran until its budget or its plan
+        assert record.stop in (StopReason.launches, StopReason.information)
+        launches = record.looks[-1].launches_baseline
+        assert launches == min(record.design.max_launches, record.planned_launches or 4)
+    # Launches took turns ABBA: every round, both arms, in an order the next one reverses.
+    assert all(r.data.metrics["launches"] == record.looks[-1].launches_baseline for r in jobs)
+    (comparison,) = document["comparisons"]
+    assert comparison["verdict"] == record.verdict
