@@ -8,6 +8,7 @@ and baselines are found through it, never by parsing labels.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -20,14 +21,21 @@ from specexp.analysis.results import STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import check_format
 from specexp.core.sequential import SequentialRecord
 from specexp.core.stats import (
+    MACHINE_SERIES,
+    MACHINE_STEP_MIN,
     Comparison,
     NoteKind,
     RepetitionPlan,
     Summary,
+    TimeDrift,
+    TimeStep,
     Verdict,
+    ar1_inflation,
     compare,
     decide,
+    find_step,
     fit_time_drift,
+    fit_with_step,
     plan_repetitions,
     summarize,
     use_launch_level_error,
@@ -218,6 +226,8 @@ def time_drift(pairs: Sequence[tuple[JobRun, JobRun]], comparisons: Sequence[Com
         if not c.testable or not shared_timeline(base, arm):
             continue
         c.drift = fit_time_drift(base.values, base.times, arm.values, arm.times)
+        _autocorrelation(base, arm, c)
+        c.step = _step(base, arm, _alpha_of(c), c.drift)
         blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == "blocked"]
         if blocked:
             c.note(
@@ -225,6 +235,86 @@ def time_drift(pairs: Sequence[tuple[JobRun, JobRun]], comparisons: Sequence[Com
                 f"measured in blocks ({', '.join(blocked)}: multirun.order=blocked): drift is told "
                 "from the effect only as far as the trend inside each arm shows it",
             )
+
+
+def _timeline(base: JobRun, arm: JobRun) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Both arms' values on their shared timeline, in time order: (log values, is-candidate,
+    times, the order that sorts them)."""
+    logs = np.log(np.asarray([*base.values, *arm.values], float))
+    is_candidate = np.asarray([0.0] * len(base.values) + [1.0] * len(arm.values))
+    times = np.asarray([*base.times, *arm.times], float)
+    order = np.argsort(times, kind="stable")
+    return logs[order], is_candidate[order], times[order], order
+
+
+def _autocorrelation(base: JobRun, arm: JobRun, c: Comparison) -> None:
+    """Widen the comparison's standard error for runs that are autocorrelated in time
+    (AR(1) on the residuals of the arms' levels, and of the drift where it is fitted), by
+    as much as it widens this arrangement's contrast; noted when it does."""
+    logs, is_candidate, times, _ = _timeline(base, arm)
+    columns = [np.ones_like(logs), is_candidate]
+    if c.drift is not None:
+        columns.append((times - times.mean()) / 60)
+    design = np.column_stack(columns)
+    residuals = logs - design @ np.linalg.lstsq(design, logs, rcond=None)[0]
+    rho, factor = ar1_inflation(residuals, design)
+    if factor <= 1.0:
+        return
+    # Fewer effective values, too: the t quantile takes the AR(1) effective count's df.
+    fewer = (1 - rho) / (1 + rho)
+    if c.drift is not None:
+        c.drift = dataclasses.replace(
+            c.drift, se=c.drift.se * factor, df=max(1.0, c.drift.df * fewer)
+        )
+    else:
+        c.se, c.df = c.se * factor, max(1.0, c.df * fewer)
+    c.note(
+        NoteKind.autocorrelated,
+        f"runs are autocorrelated in time (lag-1 rho about {rho:.2f}): the interval is widened "
+        f"x{factor:.2f} (as much as this order of the arms' runs needs) and its degrees of "
+        f"freedom cut to the effective number of runs",
+    )
+
+
+def _step(
+    base: JobRun, arm: JobRun, alpha: float, trend: Optional[TimeDrift]
+) -> Optional[TimeStep]:
+    """The first step found on the shared timeline: in what the machine did (telemetry
+    series both arms logged), else in the values beside the arms' levels (and the drift's
+    trend, where it is fitted: a slope is no step); fitted where it can be told from the
+    arms."""
+    logs, is_candidate, times, order = _timeline(base, arm)
+    series: list[tuple[str, np.ndarray]] = []
+    for name in MACHINE_SERIES:
+        if name in base.machine and name in arm.machine:
+            series.append((name, np.asarray([*base.machine[name], *arm.machine[name]])[order]))
+    fitted = np.zeros_like(logs)
+    for arm_flag in (0.0, 1.0):
+        mine = is_candidate == arm_flag
+        fitted[mine] = logs[mine].mean()
+        if trend is not None:
+            fitted[mine] += trend.slope_per_min * (times[mine] - times[mine].mean()) / 60
+    series.append(("tok/s", logs - fitted))
+    for name, values in series:
+        found = find_step(values.tolist(), alpha)
+        if found is None:
+            continue
+        at, p = found
+        before, after = values[:at].mean(), values[at:].mean()
+        if name == "cpu_other_cores":
+            size = float(after - before)
+        elif name == "tok/s":
+            size = math.expm1(after - before)
+        else:
+            size = float(after / before - 1) if before else math.inf
+        if name in MACHINE_STEP_MIN and abs(size) < MACHINE_STEP_MIN[name]:
+            continue
+        fit = fit_with_step(logs, is_candidate, (np.arange(logs.size) >= at).astype(float))
+        step = TimeStep(float((times[at - 1] + times[at]) / 2), name, size, p)
+        if fit is not None:
+            step = dataclasses.replace(step, log_diff=fit[0], se=fit[1], df=fit[2])
+        return step
+    return None
 
 
 def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
@@ -530,8 +620,13 @@ def use_sequence(c: Comparison, record: SequentialRecord) -> None:
     c.ratio, c.ci_low, c.ci_high, c.ci_level = last.ratio, last.ci_low, last.ci_high, last.level
     c.verdict, c.launches_only, c.within_launch = last.verdict, False, None
     # The arms took turns ABBA, which balances a linear drift; fitting one to a few
-    # launches would only spend their degrees of freedom.
-    c.drift, c.confounded = None, False
+    # launches would only spend their degrees of freedom. A step they straddle unevenly
+    # still confounds them.
+    c.drift = None
+    c.confounded = bool(
+        c.step and not c.step.separable and c.verdict in (Verdict.faster, Verdict.slower)
+    )
+    c.confounded_by = "a step"
     # What a fixed design would need no longer applies: the sequence planned its own.
     c.mde = c.runs_needed = c.plan = None
     replaced = {
@@ -539,7 +634,7 @@ def use_sequence(c: Comparison, record: SequentialRecord) -> None:
         NoteKind.launches_only,
         NoteKind.repetitions,
         NoteKind.drift_fitted,
-        NoteKind.confounded,
+        *([] if c.confounded else [NoteKind.confounded]),
     }
     c.notes = [n for n in c.notes if n.kind not in replaced]
     design = record.design

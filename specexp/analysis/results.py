@@ -231,12 +231,22 @@ class JobRun:
     unit: Unit = Unit.run
     # When each value was measured (Unix seconds); empty if the run did not record it.
     times: tuple[float, ...] = ()
+    # What the machine did while each value was measured (telemetry series by name, one
+    # entry per value; specexp.core.stats.MACHINE_SERIES), for run-level values.
+    machine: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "factors", MappingProxyType(dict(self.factors)))
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
         object.__setattr__(self, "metrics", MappingProxyType(dict(self.metrics)))
+        object.__setattr__(
+            self,
+            "machine",
+            MappingProxyType(
+                {k: tuple(v) for k, v in self.machine.items() if len(v) == len(self.values)}
+            ),
+        )
         if any(not isinstance(v, float) for v in self.values):
             raise TypeError(f"run {self.run_id}: values must be floats")
         if self.times and len(self.times) != len(self.values):
@@ -257,6 +267,7 @@ class JobRun:
         metrics: Optional[Mapping[str, float]] = None,
         run_times: Sequence[float] = (),
         launch_times: Sequence[float] = (),
+        run_machine: Optional[Mapping[str, Sequence[float]]] = None,
     ) -> JobRun:
         """From what MLflow returns: per-launch values when there were several launches (runs
         inside one launch share its launch-level variance), else the per-run values; their
@@ -280,6 +291,9 @@ class JobRun:
             tuple(map(float, values)),
             unit,
             tuple(map(float, times)) if len(times) == len(values) else (),
+            {k: tuple(map(float, v)) for k, v in (run_machine or {}).items()}
+            if unit == Unit.run
+            else {},
         )
 
     def to_json(self) -> dict:
@@ -296,6 +310,7 @@ class JobRun:
             "values": list(self.values),
             "unit": str(self.unit),
             "times": list(self.times),
+            "machine": {k: list(v) for k, v in self.machine.items()},
         }
 
     @classmethod
@@ -313,6 +328,7 @@ class JobRun:
             tuple(data["values"]),
             Unit(data["unit"]),
             tuple(data["times"]),
+            data.get("machine", {}),
         )
 
     def engagement(self, setting: str) -> Optional[Engagement]:

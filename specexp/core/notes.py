@@ -23,6 +23,8 @@ class NoteKind(StrEnum):
     drift_fitted = "time drift"
     confounded = "confounded"
     blocked_order = "blocked order"
+    step = "step"
+    autocorrelated = "autocorrelated"
     one_server = "one server"
     launches_only = "these launches only"
     launch_variance = "launch variance"

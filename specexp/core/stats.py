@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -143,6 +144,7 @@ DECISION_NOTES = frozenset(
         NoteKind.drift_fitted,
         NoteKind.confounded,
         NoteKind.robust,
+        NoteKind.step,
     }
 )
 
@@ -386,6 +388,25 @@ def fit_time_drift(
     )
 
 
+@dataclass(frozen=True)
+class TimeStep:
+    """A step on the arms' shared timeline: when, what showed it, how large, and the
+    comparison with it fitted (a level before and after, beside each arm's), or none when
+    the step falls where the arms change (blocked order): then it cannot be told from them."""
+
+    at_unix: float
+    source: str  # the telemetry series that stepped, or "tok/s" (residuals of the arms)
+    size: float  # relative change of that series across the step
+    p_value: float  # permutation p of the largest split statistic
+    log_diff: Optional[float] = None
+    se: Optional[float] = None
+    df: Optional[float] = None
+
+    @property
+    def separable(self) -> bool:
+        return self.se is not None
+
+
 # Share trimmed from each end by the robust test: 20%, Wilcox's recommendation for Yuen's test.
 ROBUST_TRIM = 0.2
 
@@ -449,9 +470,13 @@ class Comparison:
     within_launch: Optional[Verdict] = None
     # The arms' common trend in time, when they were measured on one timeline.
     drift: Optional[TimeDrift] = None
-    # With the drift left in, the interval would say something else: the difference cannot
-    # be told from the drift, whatever ``verdict`` (drift taken out) says.
+    # A step on the shared timeline (the machine changed state, or the values did).
+    step: Optional[TimeStep] = None
+    # With the drift (or a step) left in, the interval would say something else, or the step
+    # falls where the arms change: the difference cannot be told from the timeline's,
+    # whatever ``verdict`` says. ``confounded_by`` names which.
     confounded: bool = False
+    confounded_by: str = "drift"
     # The arms differ in more than the factor compared (it did not engage in one of them):
     # the difference is not the factor's.
     attributable: bool = True
@@ -482,7 +507,7 @@ class Comparison:
         if not self.attributable:
             return "not attributable"
         if self.confounded:
-            return "confounded by drift"
+            return f"confounded by {self.confounded_by}"
         return str(self.verdict)
 
     def note(self, kind: NoteKind, message: str) -> None:
@@ -521,6 +546,7 @@ class Comparison:
                 else None,
                 "plan": RepetitionPlan(**fields["plan"]) if fields["plan"] else None,
                 "drift": TimeDrift(**fields["drift"]) if fields["drift"] else None,
+                "step": TimeStep(**fields["step"]) if fields.get("step") else None,
                 "robust": RobustEstimate(
                     **{**fields["robust"], "verdict": Verdict(fields["robust"]["verdict"])}
                 )
@@ -673,9 +699,12 @@ def decide(comparisons: Sequence[Comparison]) -> None:
                 f"cannot detect effects below {c.mde:.1%} with these runs; "
                 f"{c.runs_needed or 'many'} runs per arm would find {c.threshold:.1%}",
             )
-        if c.drift is not None:
+        if c.drift is not None and not (c.step and c.step.separable):
             _judge_drift(c, c.drift, alpha / family)
             c.robust = None  # the values as measured carry the drift
+        if c.step is not None:
+            _judge_step(c, c.step, alpha / family)
+            c.robust = None
         if c.robust is not None:
             c.robust = _judge_robust(c, c.robust, alpha / family)
         if c.launches_only:
@@ -704,9 +733,52 @@ def _judge_robust(c: Comparison, robust: RobustEstimate, alpha: float) -> Robust
     return judged
 
 
+def _judge_step(c: Comparison, step: TimeStep, alpha: float) -> None:
+    """A step the arms straddle unevenly: fitted where it can be told from the arms (the
+    verdict then comes from the fit, and is confounded if the values as measured say
+    otherwise), else the comparison is confounded by it whatever it says."""
+    what = (
+        f"a step in {step.source} ({step.size:+.1%}"
+        if step.source != "cpu_other_cores"
+        else f"a step in other work on the machine ({step.size:+.1f} cores"
+    ) + f", permutation p={step.p_value:.3f}) at {_clock(step.at_unix)}"
+    if not step.separable:
+        c.note(
+            NoteKind.step,
+            f"{what} falls where the arms change (blocked order): it cannot be told from the "
+            "difference between them",
+        )
+        if c.verdict in (Verdict.faster, Verdict.slower):
+            c.confounded, c.confounded_by = True, "a step"
+            c.note(
+                NoteKind.confounded,
+                f"confounded: {c.verdict} across {what}; interleave the arms "
+                "(multirun.order=interleaved) or measure again on a steady machine",
+            )
+        return
+    low, high = interval(c.log_diff, c.se, c.df, alpha)
+    unadjusted = read_verdict(low, high, c.threshold)
+    c.note(
+        NoteKind.step,
+        f"{what}, fitted as a level before and after it: {math.exp(c.log_diff):.4f} "
+        f"[{low:.4f}, {high:.4f}] ({unadjusted}) without it",
+    )
+    if unadjusted.decided and unadjusted != c.verdict:
+        c.confounded, c.confounded_by = True, "a step"
+        c.note(NoteKind.confounded, f"confounded: {unadjusted} only across {what}")
+
+
+def _clock(unix: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
+
+
 def _estimate(c: Comparison) -> tuple[float, float, float]:
     """(log ratio, standard error, degrees of freedom) that the interval, p-values and
-    verdict rest on: with the arms' time drift fitted, the drift-adjusted ones."""
+    verdict rest on: with a step fitted, the step-adjusted ones; with the arms' time drift
+    fitted, the drift-adjusted ones."""
+    if c.step is not None and c.step.separable:
+        assert c.step.log_diff is not None and c.step.se is not None and c.step.df is not None
+        return c.step.log_diff, c.step.se, c.step.df
     if c.drift is not None:
         return c.drift.log_diff, c.drift.se, c.drift.df
     return c.log_diff, c.se, c.df
@@ -751,3 +823,89 @@ def _judge_drift(c: Comparison, drift: TimeDrift, alpha: float) -> None:
             "told from the server's drift over time (interleave the arms: multirun.order=interleaved)",
         )
         c.confounded = True
+
+
+# Timelines: steps and autocorrelation ------------------------------------------------------
+
+# Telemetry series whose steps mark a machine that changed state (a throttled or re-clocked
+# GPU, other work taking cores): per measured run, logged with the run.
+MACHINE_SERIES = ("cpu_other_cores", "gpu_sm_clock_mhz_min")
+# A change in such a series smaller than this (relative, or cores) is no event.
+MACHINE_STEP_MIN = {"cpu_other_cores": 0.5, "gpu_sm_clock_mhz_min": 0.02}
+_PERMUTATIONS = 999
+
+
+def _split_statistic(series: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each permutation row of ``series``, the largest two-sample t over the splits
+    into a before and an after of at least two values, and where it is."""
+    n = series.shape[-1]
+    best, where = np.zeros(series.shape[0]), np.zeros(series.shape[0], dtype=int)
+    for k in range(2, n - 1):
+        before, after = series[:, :k], series[:, k:]
+        pooled = (
+            before.var(axis=1, ddof=1) * (k - 1) + after.var(axis=1, ddof=1) * (n - k - 1)
+        ) / (n - 2)
+        t = np.abs(after.mean(axis=1) - before.mean(axis=1)) / np.sqrt(
+            np.maximum(pooled, 1e-300) * (1 / k + 1 / (n - k))
+        )
+        better = t > best
+        best, where = np.where(better, t, best), np.where(better, k, where)
+    return best, where
+
+
+def find_step(series: Sequence[float], alpha: float, seed: int = 0) -> Optional[tuple[int, float]]:
+    """(index of the first value after the step, permutation p) of the most likely single
+    step in a time-ordered series, if the largest split statistic beats its permutations at
+    ``alpha``; None otherwise (or with fewer than 6 values, or no spread)."""
+    values = np.asarray(series, float)
+    if values.size < 6 or np.ptp(values) == 0:
+        return None
+    observed, where = _split_statistic(values[None, :])
+    rng = np.random.default_rng(seed)
+    shuffled = np.array([rng.permutation(values) for _ in range(_PERMUTATIONS)])
+    null, _ = _split_statistic(shuffled)
+    p = float((1 + np.sum(null >= observed[0])) / (1 + _PERMUTATIONS))
+    return (int(where[0]), p) if p < alpha else None
+
+
+def fit_with_step(
+    logs: np.ndarray, is_candidate: np.ndarray, after: np.ndarray
+) -> Optional[tuple[float, float, float]]:
+    """(candidate - baseline, se, df) of log values with a level per arm and a shift after
+    the step; None when the step and the arms cannot be told apart (collinear)."""
+    design = np.column_stack([np.ones_like(logs), is_candidate, after]).astype(float)
+    if np.linalg.matrix_rank(design) < 3 or logs.size < 5:
+        return None
+    coef, *_ = np.linalg.lstsq(design, logs, rcond=None)
+    residual = logs - design @ coef
+    df = logs.size - 3
+    variance = float(residual @ residual) / df
+    cov = variance * np.linalg.inv(design.T @ design)
+    return float(coef[1]), math.sqrt(float(cov[1, 1])), float(df)
+
+
+def ar1_inflation(residuals_in_time: Sequence[float], design: np.ndarray) -> tuple[float, float]:
+    """(rho, factor) for the second coefficient (the candidate's) of a least-squares fit
+    with ``design`` (rows in time order): the lag-1 autocorrelation of its residuals -
+    bias-corrected, since a short series of residuals underestimates it by about
+    (1 + 3 rho + p - 1) / n - and how much the coefficient's true standard error exceeds
+    the one computed as for independent values: sqrt(c'Rc / (c'c tr(MR) / (n - p))), R
+    the AR(1) correlation, c the coefficient's weights, M the residual maker. Never below
+    1: autocorrelation does not shrink an interval here."""
+    e = np.asarray(residuals_in_time, float)
+    c = np.linalg.pinv(design)[1]
+    parameters = design.shape[1]
+    n = e.size
+    if n < 6 or float(e @ e) == 0:
+        return 0.0, 1.0
+    raw = float(e[:-1] @ e[1:]) / float(e @ e)
+    rho = min(max((raw + parameters / n) / (1 - 3 / n), 0.0), 0.95)
+    if rho == 0:
+        return 0.0, 1.0
+    index = np.arange(n)
+    correlation = rho ** np.abs(index[:, None] - index[None, :])
+    # The residuals' own spread shrinks under autocorrelation too (by tr(M R) / (n - p),
+    # M the fit's residual maker), which the interval's standard error is scaled by.
+    residual_maker = np.eye(n) - design @ np.linalg.pinv(design)
+    shrink = float(np.trace(residual_maker @ correlation)) / (n - parameters)
+    return rho, max(1.0, math.sqrt(float(c @ correlation @ c) / float(c @ c) / shrink))

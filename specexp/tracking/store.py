@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +26,8 @@ from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.redaction import redact_text
+
+GPU_CLOCK = re.compile(r"gpu\d+_sm_clock_mhz")
 
 # MLflow rejects longer param values, and run tags (a run's description among them) longer
 # than this.
@@ -310,7 +313,21 @@ class TrackingStore:
             run.data.metrics,
             history(ResultMetric.midpoint_unix),
             history(launch_metric(ResultMetric.midpoint_unix)),
+            self._machine(run, history),
         )
+
+    @staticmethod
+    def _machine(run: Any, history: Callable[[str], list[float]]) -> dict[str, list[float]]:
+        """Per measured run, what the machine did (specexp.core.stats.MACHINE_SERIES): other
+        work's cores, and the slowest GPU's SM clock."""
+        logged = run.data.metrics
+        series = {}
+        if "cpu_other_cores" in logged:
+            series["cpu_other_cores"] = history("cpu_other_cores")
+        clocks = [history(name) for name in sorted(logged) if GPU_CLOCK.fullmatch(name)]
+        if clocks and len({len(c) for c in clocks}) == 1:
+            series["gpu_sm_clock_mhz_min"] = [min(values) for values in zip(*clocks, strict=True)]
+        return series
 
 
 class RunLog:
