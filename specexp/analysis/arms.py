@@ -677,6 +677,9 @@ class ClaimCheck:
     # simultaneous over the claims measured: "contradicted" exactly when it excludes 1.
     agreement_low: Optional[float] = None
     agreement_high: Optional[float] = None
+    # With one launch per arm and no launch variance known: what the runs say of these
+    # launches, kept apart; the status is then inconclusive.
+    within_launch: Optional[ClaimStatus] = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -684,6 +687,7 @@ class ClaimCheck:
             "text": self.text,
             "published_ratio": self.published_ratio,
             "status": self.status,
+            "within_launch": self.within_launch,
             "agreement_low": self.agreement_low,
             "agreement_high": self.agreement_high,
             "comparison": self.comparison.to_json() if self.comparison else None,
@@ -752,12 +756,17 @@ def reproduce(
         half = float(scipy_stats.t.ppf(1 - round(1 - confidence, 12) / (2 * family), df)) * se
         gap = c.log_diff - math.log(check.published_ratio)
         check.agreement_low, check.agreement_high = math.exp(gap - half), math.exp(gap + half)
+        finding = c.within_launch if c.launches_only else c.finding
         if check.agreement_low > 1 or check.agreement_high < 1:
-            check.status = ClaimStatus.contradicted
-        elif (check.published_ratio > 1 and c.finding == Verdict.faster) or (
-            check.published_ratio < 1 and c.finding == Verdict.slower
+            status = ClaimStatus.contradicted
+        elif (check.published_ratio > 1 and finding == Verdict.faster) or (
+            check.published_ratio < 1 and finding == Verdict.slower
         ):
-            check.status = ClaimStatus.reproduced
+            status = ClaimStatus.reproduced
         else:
-            check.status = ClaimStatus.inconclusive
+            status = ClaimStatus.inconclusive
+        if c.launches_only:
+            check.within_launch, check.status = status, ClaimStatus.inconclusive
+        else:
+            check.status = status
     return by_point, checks

@@ -227,6 +227,7 @@ def claim_rows(claims: Sequence[ClaimCheck]) -> Rows:
             "verdict",
             "measured / published (CI)",
             "status",
+            "one launch each says",
         ],
         marked="status",
     )
@@ -246,6 +247,7 @@ def claim_rows(claims: Sequence[ClaimCheck]) -> Rows:
                 c.label if c else "-",
                 agreement,
                 check.status,
+                str(check.within_launch or "-"),
             ],
             check.status,
         )

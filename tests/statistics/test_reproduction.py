@@ -17,7 +17,11 @@ REFERENCE = OmegaConf.load(REPO / "conf" / "reference" / "cuda13_story.yaml")
 ALPHA = 0.05
 
 
-def measured_story(rng: np.random.Generator, truth: dict[str, float], cv: float) -> list:
+def measured_story(
+    rng: np.random.Generator, truth: dict[str, float], cv: float, per_launch: bool = True
+) -> list:
+    """Each published point measured: five launch means (launch variance in the values),
+    or with ``per_launch`` false five runs of one launch each."""
     runs = [
         JobRun.from_store(
             point,
@@ -25,8 +29,8 @@ def measured_story(rng: np.random.Generator, truth: dict[str, float], cv: float)
             "FINISHED",
             {Tag.reference_point: point},
             {},
-            noise.runs(rng, mean, 5, cv),
-            [],
+            [] if per_launch else noise.runs(rng, mean, 5, cv),
+            noise.runs(rng, mean, 5, cv) if per_launch else [],
         )
         for point, mean in truth.items()
     ]
@@ -80,3 +84,21 @@ def test_rows_say_what_their_numbers_say_and_a_real_difference_is_caught():
                 )
                 assert side
     assert caught == 100
+
+
+def test_on_single_launches_a_status_is_kept_apart_and_none_is_contradicted():
+    """No launch variance known: what the runs say is the check's within-launch status; its
+    status says nothing (a 2% launch offset alone would contradict claims as often as not)."""
+    rng = np.random.default_rng(17)
+    published = {p: float(v.tok_per_s) for p, v in REFERENCE.points.items()}
+    truth = dict(published, **{"cu128-eagle3": 89.5})
+    _, checks = reproduce(
+        REFERENCE,
+        measured_story(rng, truth, 0.02, per_launch=False),
+        confidence=0.95,
+        threshold=0.01,
+        power=0.8,
+    )
+    assert all(c.status == ClaimStatus.inconclusive for c in checks)
+    by_id = {c.id: c for c in checks}
+    assert by_id["eagle3-liability-cu128"].within_launch == ClaimStatus.contradicted

