@@ -19,7 +19,7 @@ from scipy import stats as scipy_stats
 
 from specexp.analysis.results import STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import check_format
-from specexp.core.sequential import SequentialRecord
+from specexp.core.sequential import SequentialRecord, StopReason
 from specexp.core.stats import (
     MACHINE_SERIES,
     MACHINE_STEP_MIN,
@@ -647,7 +647,14 @@ def use_sequence(c: Comparison, record: SequentialRecord) -> None:
             if record.runs_per_launch
             else ""
         )
-        + f"; stopped: {record.stop}. The interval is repeated over the looks "
+        + f"; stopped: {record.stop}"
+        + (
+            f" (to find {design.design_effect:.1%} with power {design.power:g} it would take "
+            f"{record.planned_launches} launches per arm)"
+            if record.planned_launches and record.stop != StopReason.decided
+            else ""
+        )
+        + ". The interval is repeated over the looks "
         f"({design.spending} spending of {design.alpha:.3g}), so it holds whichever look stopped",
     )
 
