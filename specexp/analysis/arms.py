@@ -44,6 +44,9 @@ from specexp.engines.base import Engagement
 
 # Launches a run needs to calibrate its server family's launch-to-launch variance.
 CALIBRATION_MIN_LAUNCHES = 3
+# The run-to-run spread check of a calibration against each arm: strict, since refusing a
+# calibration that applies costs the comparison its verdict.
+CALIBRATION_CHECK_ALPHA = 0.01
 
 
 class ClaimStatus(StrEnum):
@@ -469,7 +472,7 @@ def account_for_launches(
         refused = [
             f"calibration {', '.join(r[:8] for r in cal.runs)} not used: {reason}"
             for cal, run in ((first, base), (second, arm))
-            if cal is not None and (reason := why_not_applicable(cal, run, _alpha_of(c)))
+            if cal is not None and (reason := why_not_applicable(cal, run, CALIBRATION_CHECK_ALPHA))
         ]
         for reason in refused:
             c.note(NoteKind.calibration_refused, reason)
