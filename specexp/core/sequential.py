@@ -29,7 +29,7 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as scipy_stats
 
-from specexp.core.stats import Verdict, read_verdict
+from specexp.core.stats import Verdict, read_verdict, welch_log
 
 _NO_BOUNDARY = 40.0
 MAX_PLANNED_LAUNCHES = 10_000  # a critical value no data reaches (nothing spent at this look)
@@ -278,18 +278,6 @@ class SequentialComparison:
 _ARMS = ("baseline", "candidate", "baseline_label", "candidate_label")
 
 
-def welch_logs(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[float, float, float]:
-    """(mean log difference candidate - baseline, its standard error, Welch df) of launch
-    means."""
-    a, b = np.log(np.asarray(baseline, float)), np.log(np.asarray(candidate, float))
-    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return float(b.mean() - a.mean()), 0.0, float(a.size + b.size - 2)
-    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
-    return float(b.mean() - a.mean()), se, float(df)
-
-
 def look(
     record: SequentialRecord,
     baseline: Sequence[float],
@@ -301,7 +289,7 @@ def look(
     is left of it when ``final``), appended to the record; the record's stop is set when
     the interval decides or the planned information is reached."""
     design = record.design
-    log_diff, se, df = welch_logs(baseline, candidate)
+    log_diff, se, df = welch_log(np.asarray(baseline, float), np.asarray(candidate, float))
     launches = min(len(baseline), len(candidate))
     earlier = [lk.fraction for lk in record.looks]
     if earlier:  # launches planned from the launch means' spread so far

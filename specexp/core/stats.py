@@ -218,7 +218,7 @@ def grubbs_outlier(values: Sequence[float], alpha: float = 0.05) -> Optional[int
     return index if deviations[index] > critical else None
 
 
-def _welch_log(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+def welch_log(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     """(difference of mean logs b - a, its standard error, Welch-Satterthwaite df)."""
     la, lb = np.log(a), np.log(b)
     va, vb = la.var(ddof=1) / a.size, lb.var(ddof=1) / b.size
@@ -614,7 +614,7 @@ def compare(
         result.verdict = Verdict.cannot_test
         result.note(NoteKind.cannot_test, f"cannot test: {reason}")
         return result
-    result.log_diff, result.se, result.df = _welch_log(a, b)
+    result.log_diff, result.se, result.df = welch_log(a, b)
     if min(a.size, b.size) >= 5:
         yuen = scipy_stats.ttest_ind(np.log(b), np.log(a), equal_var=False, trim=ROBUST_TRIM)
         low, high = yuen.confidence_interval(0.5)  # its centre and spread, from scipy
