@@ -131,6 +131,11 @@ def check_job(job: Job) -> list[Check]:
                 )
             )
     notes = [Check("how the engine takes it", NOTE, n) for n in engine.plan_notes(server)]
+    predicted = engine.predicted_choices(server, [job.planned_launch()])
+    if predicted is not None:
+        (choices,), basis = predicted
+        for setting, value in sorted(choices.items()):
+            notes.append(Check(f"{setting} it will choose", NOTE, f"{value} ({basis})"))
     return checks + engine.doctor_checks(server) + notes
 
 

@@ -134,6 +134,9 @@ class ModelConfig:
     # The Hugging Face architecture (config.json "architectures"), for engines' rules that
     # depend on it, answered without fetching the model.
     architecture: Optional[str] = None
+    # Its attention: "mla" (multi-head latent, DeepSeek-V3 family) or "mha"; engines pick
+    # their attention backend by it.
+    attention_arch: Optional[str] = None
     # Set for models generated locally; path and draft_path then come from the cache.
     generate: Optional[TinyPairSpec] = None
     # A trained model from the package registry (specexp.core.trainedmodels): path is its

@@ -131,6 +131,11 @@ class Resolution:
     filled: tuple[str, ...] = ()
     # Why the resolution could not be run (its interpreter's last word); None when it ran.
     error: Optional[str] = None
+    # Settings the engine chooses by itself where the command leaves them to it (setting ->
+    # value), from its own code for the declared hardware, and what that was.
+    chosen: tuple[tuple[str, str], ...] = ()
+    chosen_for: str = ""
+    ran: bool = True  # False: only the choices were predicted
 
 
 @dataclass(frozen=True)
@@ -354,6 +359,14 @@ class Engine(Generic[EngineConfigT]):
         server) changed of the launch's settings, and what it filled in that the launch left
         unset."""
         return [], []
+
+    def predicted_choices(
+        self, server: ServerSettings[EngineConfigT], launches: list[LaunchSpec]
+    ) -> Optional[tuple[list[dict[str, str]], str]]:
+        """What the engine would choose by itself for each launch (an attention backend the
+        command leaves on auto), from its own code for the declared hardware, with what was
+        declared; None where it cannot be predicted here."""
+        return None
 
     def resolve(
         self, server: ServerSettings[EngineConfigT], launches: list[LaunchSpec]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -146,6 +148,9 @@ class SGLangConfig(EngineConfig):
     mem_fraction_static: Optional[float] = None
     random_seed: Optional[int] = None
     enable_metrics: bool = True
+    # SGLang's own code for the stack's release, run with specexp's interpreter where the
+    # stack's interpreter is not here (its choices are predicted from it).
+    sources: Optional[str] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -282,6 +287,15 @@ class SGLangEngine(Engine[SGLangConfig]):
                 f"itself for {KIMI_K25}, with no switch to keep it off: declare "
                 "host.gpu_compute_capability to have that checked"
             )
+        if server.attention_backend.name == AttentionBackend.auto and not (
+            host and host.gpu_compute_capability and server.model.attention_arch
+        ):
+            notes.append(
+                "attention_backend=auto: SGLang picks the backend by the GPU and the model's "
+                "attention (fa3, flashinfer, trtllm_mha or triton): declare "
+                "host.gpu_compute_capability (and model.attention_arch) to have its choice "
+                "predicted from its own code"
+            )
         if version is None:
             notes.append(
                 f"SGLang version unknown ({self.version(server)[1]}): flags are spelled for "
@@ -408,6 +422,62 @@ class SGLangEngine(Engine[SGLangConfig]):
             server.model.architecture or "unknown",
             "cuda" if server.engine.gpus else "cpu",
         ]
+
+    def predicted_choices(
+        self, server: ServerSettings[SGLangConfig], launches: list[LaunchSpec]
+    ) -> Optional[tuple[list[dict[str, str]], str]]:
+        """SGLang's choice of attention backend where the command leaves it on auto (0.5.9
+        ServerArgs._handle_attention_backend_compatibility, 0.5.23
+        model_override_base.get_default_attn_backend), run from its own code for the
+        declared GPU (host.gpu_compute_capability), the stack's CUDA and flashinfer, and the
+        model's attention (model.attention_arch); None where any of them is unknown or the
+        code is not here."""
+        host, versions = server.host, server.stack.versions
+        capability = host.gpu_compute_capability if host else None
+        cuda = versions.get("cuda")
+        attention = server.model.attention_arch
+        if server.attention_backend.name != AttentionBackend.auto or not (
+            capability and cuda and attention
+        ):
+            return None
+        interpreter = self._code_of(server)
+        if interpreter is None:
+            return None
+        python, env = interpreter
+        cuda_minor = ".".join(str(cuda).split(".")[:2])
+        flashinfer = "flashinfer" if "flashinfer" in versions else "no-flashinfer"
+        command = [
+            python,
+            str(PROGRAMS / "resolve_attention.py"),
+            json.dumps([launch.argv[3:] for launch in launches]),
+            server.model.architecture or "unknown",
+            attention,
+            str(capability),
+            cuda_minor,
+            flashinfer,
+        ]
+        out = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+        )
+        if out.returncode != 0:
+            return None
+        resolved = json.loads(out.stdout.strip().splitlines()[-1])
+        basis = (
+            f"SGLang {self.release(server) or 'unknown'}'s own choice on SM {capability}, CUDA "
+            f"{cuda_minor}, {attention.upper()} attention, flashinfer "
+            f"{'installed' if flashinfer == 'flashinfer' else 'absent'}"
+        )
+        return [{"attention_backend": r["attention_backend"]} for r in resolved], basis
+
+    def _code_of(self, server: ServerSettings[SGLangConfig]) -> Optional[tuple[str, dict]]:
+        """(interpreter, environment) that imports the stack's SGLang: the stack's own, or
+        specexp's with the release's sources."""
+        if server.stack.python and os.access(server.stack.python, os.X_OK):
+            return server.stack.python, dict(server.stack.env)
+        sources = server.engine.sources
+        if sources and Path(sources, "sglang").is_dir():
+            return sys.executable, {"PYTHONPATH": sources}
+        return None
 
     def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
         argv = launch.argv

@@ -44,7 +44,7 @@ _NOT_MEASURED = ("tracking", "dry_run", "multirun")
 # that measures what was measured before they existed: earlier runs keep their identity
 # (resume finds them).
 _LATER_SETTINGS: dict[str, dict[str, Any]] = {
-    "model": {"package": None, "self_draft_layers": None},
+    "model": {"package": None, "self_draft_layers": None, "attention_arch": None},
     "workload": {"dataset": None, "dataset_format": "auto", "dataset_limit": None, "chat": False},
     "speculative": {"ngram_variant": "simple", "ngram_min_hits": 1},
 }
@@ -106,7 +106,16 @@ class Job:
         """What the engine's own resolution would do to ``launch``, where the stack's
         interpreter can run it here (the dry run shows it)."""
         resolved = self.engine.resolve(self.server, [launch])
-        return resolved[0] if resolved else None
+        resolution = resolved[0] if resolved else None
+        predicted = self.engine.predicted_choices(self.server, [launch])
+        if predicted is None:
+            return resolution
+        (choices,), basis = predicted
+        return dataclasses.replace(
+            resolution or Resolution(ran=False),
+            chosen=tuple(sorted(choices.items())),
+            chosen_for=basis,
+        )
 
     def request_headers(self) -> dict[str, str]:
         """Headers every request to the server carries: the bearer token from the variable

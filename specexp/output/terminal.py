@@ -69,8 +69,14 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
         console.print(
             f"# [red]{engine.name} would change:[/] {escape('; '.join(resolution.changed))}"
         )
-    else:
+    elif resolution.ran:
         console.print(f"# {engine.name}'s own resolution keeps the command's settings")
+    if resolution is not None and resolution.chosen:
+        chosen = ", ".join(f"{k}={v}" for k, v in resolution.chosen)
+        console.print(
+            f"# [bold]{engine.name} will choose:[/] {escape(chosen)} "
+            f"({escape(resolution.chosen_for)})"
+        )
     if cfg.engine.url:
         console.print(f"# measures the running server at {cfg.engine.url}: nothing is launched")
         return

@@ -1,0 +1,48 @@
+"""SGLang's choice of attention backend, predicted from its own code (the releases
+scripts/install.sh puts under .engines/) for the declared GPU: the reference story's trap is
+that 0.5.9 picks triton for Kimi-K2.5 (MLA) on the RTX PRO 6000's SM 12.0."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import compose_job
+
+KIMI_AUTO = (
+    "engine=sglang",
+    "model=kimi-k2.5",
+    "stack=cu130",
+    "attention_backend=auto",
+    # Asked for: 0.5.9 fuses Kimi-K2.5's all-reduce by itself on SM 9.0 and 10.0 anyway.
+    "allreduce_backend=flashinfer_fusion",
+    "speculative=none",
+)
+# SGLang's own docstring and code: MLA takes fa3 on Hopper, flashinfer on SM100, else triton.
+EXPECTED = {"9.0": "fa3", "10.0": "flashinfer", "12.0": "triton"}
+
+
+@pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
+@pytest.mark.parametrize("capability", sorted(EXPECTED))
+def test_sglangs_own_code_picks_the_backend_for_the_declared_gpu(release, capability):
+    job = compose_job(
+        *KIMI_AUTO,
+        f"stack.versions.sglang={release}",
+        f"host.gpu_compute_capability={capability}",
+    )
+    predicted = job.engine.predicted_choices(job.server, [job.planned_launch()])
+    assert predicted is not None, "SGLang's sources missing: run scripts/install.sh"
+    (choices,), basis = predicted
+    assert choices == {"attention_backend": EXPECTED[capability]}
+    assert f"SGLang {release}'s own choice on SM {capability}, CUDA 13.0, MLA" in basis
+
+
+def test_a_given_backend_or_an_undeclared_gpu_predicts_nothing_and_says_what_to_declare():
+    given = compose_job(*KIMI_AUTO[:3], "attention_backend=flashinfer", *KIMI_AUTO[4:])
+    assert given.engine.predicted_choices(given.server, [given.planned_launch()]) is None
+    undeclared = compose_job(*KIMI_AUTO)
+    assert (
+        undeclared.engine.predicted_choices(undeclared.server, [undeclared.planned_launch()])
+        is None
+    )
+    notes = undeclared.engine.plan_notes(undeclared.server)
+    assert any("declare host.gpu_compute_capability" in n and "predicted" in n for n in notes)
