@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specexp.analysis.results import STACK, JobRun, Metric, RunStatus, Tag, Unit
+from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import check_format
 from specexp.core.sequential import SequentialRecord, StopReason
 from specexp.core.stats import (
@@ -321,10 +321,16 @@ def _step(
 
 
 def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
-    """Differences in captured stack and effective configuration other than the declared factor."""
+    """Differences in captured stack and effective configuration other than the declared
+    factor: the effective settings first (what the servers actually ran), the attention
+    backend first of all - two stacks whose servers chose different backends differ in
+    that before anything else."""
     skip = {f"effective.{factor}", f"stack.{factor}"} if factor else set()
     ours, theirs = base.run.captured(), arm.run.captured()
-    keys = sorted(k for k in set(ours) | set(theirs) if k not in skip)
+    keys = sorted(
+        (k for k in set(ours) | set(theirs) if k not in skip),
+        key=lambda k: (k != f"{EFFECTIVE}attention_backend", not k.startswith(EFFECTIVE), k),
+    )
     return [
         f"{k}: {ours.get(k, '-')} vs {theirs.get(k, '-')}"
         for k in keys

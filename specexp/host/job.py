@@ -44,7 +44,7 @@ _NOT_MEASURED = ("tracking", "dry_run", "multirun")
 # that measures what was measured before they existed: earlier runs keep their identity
 # (resume finds them).
 _LATER_SETTINGS: dict[str, dict[str, Any]] = {
-    "model": {"package": None, "self_draft_layers": None, "attention_arch": None},
+    "model": {"package": None, "self_draft_layers": None},
     "workload": {"dataset": None, "dataset_format": "auto", "dataset_limit": None, "chat": False},
     "speculative": {"ngram_variant": "simple", "ngram_min_hits": 1},
 }
@@ -65,6 +65,10 @@ class Job:
         for key in _NOT_MEASURED:
             data.pop(key)
         data["stats"].pop("sequential")  # how a comparison is planned, not what a run measures
+        # Facts declared about the model and where the engine's code lies: the model and
+        # the command say what is measured.
+        data["model"].pop("attention_arch", None)
+        data["engine"].pop("sources", None)
         # A level measures the same whichever concurrency option swept it there.
         for key in ("name", "levels"):
             data["concurrency"].pop(key)

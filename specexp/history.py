@@ -1,0 +1,120 @@
+"""``python -m specexp.history``: what changed in a configuration's throughput over time.
+
+    python -m specexp.history --experiment specexp
+    python -m specexp.history --filter "params.speculative.method = 'none'" --json
+    python -m specexp.history --fail-on-regression 0.03     # exit 3 on a regression > 3%
+
+The experiment's finished job runs are grouped into histories (one configuration, its
+stack aside, on one hardware class), each in time order; change points in its mean tok/s
+are found with Apache Otava, each with its size, interval and p-value, and what differs
+between the runs before and after it, effective settings first. With
+``--fail-on-regression``, the exit status is 3 when a history's newest change is a
+regression beyond the threshold, so a deployment's pipeline can be guarded by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Optional
+
+from specexp.analysis.history import Change, find_changes, histories, newest_regression
+from specexp.output import terminal
+from specexp.output.tables import Rows, pct
+from specexp.tracking.store import TrackingStore
+
+REGRESSION_EXIT = 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m specexp.history", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns"
+    )
+    parser.add_argument("--experiment", default="specexp")
+    parser.add_argument("--filter", default="", help="an MLflow filter string on the runs")
+    parser.add_argument(
+        "--max-pvalue", type=float, default=0.001, help="change points' significance (Otava)"
+    )
+    parser.add_argument("--confidence", type=float, default=0.95)
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="exit 3 when a history's newest change is a regression beyond this (0.03: 3%%)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the histories as JSON")
+    return parser
+
+
+def change_rows(changes: list[Change]) -> Rows:
+    table = Rows(
+        ["from run", "when", "before", "after", "change (CI)", "p", "what differs, likeliest first"]
+    )
+    for c in changes:
+        causes = "; ".join(f"{d.kind}: {d.key} {d.before} -> {d.after}" for d in c.differences[:4])
+        table.add(
+            [
+                c.run_id[:8],
+                time.strftime("%Y-%m-%d %H:%M", time.gmtime(c.at_unix)),
+                f"{c.before_mean:.2f}",
+                f"{c.after_mean:.2f}",
+                f"{pct(c.change)} [{pct(c.ci_low)}, {pct(c.ci_high)}]",
+                f"{c.p_value:.2g}",
+                causes or "nothing recorded differs",
+            ]
+        )
+    return table
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    store = TrackingStore(args.tracking_uri, args.experiment, create=False)
+    found = []
+    for points in histories(store.job_runs(filter_string=args.filter)):
+        changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
+        found.append((points, changes))
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "runs": [p.run_id for p in points],
+                        "first": points[0].name,
+                        "changes": [c.to_json() for c in changes],
+                    }
+                    for points, changes in found
+                ],
+                indent=1,
+                default=str,
+            )
+        )
+    else:
+        for points, changes in found:
+            title = f"{points[0].name}: {len(points)} runs, {len(changes)} change(s)"
+            if changes:
+                terminal.console.print(terminal.rich_table(title, change_rows(changes)))
+            else:
+                terminal.console.print(f"{title}: no change at p < {args.max_pvalue:g}")
+    if args.fail_on_regression is not None:
+        regressed = [
+            c
+            for _, changes in found
+            if (c := newest_regression(changes, args.fail_on_regression)) is not None
+        ]
+        for c in regressed:
+            terminal.console.print(
+                f"[red]regression[/] from run {c.run_id[:8]}: {pct(c.change)} "
+                f"[{pct(c.ci_low)}, {pct(c.ci_high)}], beyond -{args.fail_on_regression:.0%}"
+            )
+        if regressed:
+            return REGRESSION_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
