@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiment", default="specexp")
     parser.add_argument("--filter", default="", help="an MLflow filter string on the runs")
     parser.add_argument(
-        "--max-pvalue", type=float, default=0.001, help="change points' significance (Otava)"
+        "--max-pvalue", type=float, default=0.0005, help="change points' significance (Otava)"
     )
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument(

@@ -185,7 +185,7 @@ def differences(before: Sequence[HistoryPoint], after: Sequence[HistoryPoint]) -
 def find_changes(
     points: Sequence[HistoryPoint],
     *,
-    max_pvalue: float = 0.001,
+    max_pvalue: float = 0.0005,
     confidence: float = 0.95,
     window: int = 50,
 ) -> list[Change]:
@@ -205,7 +205,7 @@ def find_changes(
         low, high = _interval(values_before, values_after, confidence)
         changes.append(
             Change(
-                index=point.index,
+                index=int(point.index),
                 at_unix=points[point.index].started_unix,
                 run_id=points[point.index].run_id,
                 before_mean=float(values_before.mean()),

@@ -1,5 +1,5 @@
 """Change points over a configuration's history (Apache Otava's E-Divisive with its t test,
-at p < 0.001), seeded: stationary histories of 20-50 runs whose means vary 1% from run to
+at p < 0.0005), seeded: stationary histories of 20-50 runs whose means vary 1% from run to
 run, and the same with a 3% drop halfway, where what the runs ran with changed too."""
 
 from __future__ import annotations

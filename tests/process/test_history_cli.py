@@ -1,0 +1,65 @@
+"""`python -m specexp.history` on a real MLflow store: a configuration's runs whose
+throughput drops 6% from the run where its server's effective attention backend changed
+(values written here: this checks the command, its attribution and its exit status, not a
+measurement)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+
+from specexp.analysis.results import RunKind, RunStatus, Tag
+from specexp.tracking.store import TrackingStore
+from tests.conftest import run_cli, store_env
+
+
+def write_history(uri: str, drop_at: int, runs: int = 24) -> None:
+    store = TrackingStore(uri, "history")
+    rng = np.random.default_rng(7)
+    for i in range(runs):
+        after = i >= drop_at
+        backend = "triton" if after else "flashinfer"
+        run = store.start_run(
+            f"baseline {i}",
+            {
+                Tag.kind: RunKind.job,
+                Tag.hardware: "8x NVIDIA RTX PRO 6000",
+                "effective.attention_backend": backend,
+                "stack.sglang": "0.5.9" if after else "0.5.8",
+            },
+        )
+        run.log_params({"speculative.method": "none", "attention_backend.name": "auto"})
+        for step in range(5):
+            value = 90 * math.exp(rng.normal(0, 0.01) + (math.log(0.94) if after else 0))
+            run.log_metrics({"tok_per_s": value, "midpoint_unix": 1.7e9 + 3600 * i + step}, step)
+        run.end(RunStatus.finished)
+
+
+def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
+    env = store_env(tmp_path)
+    write_history(env["MLFLOW_TRACKING_URI"], drop_at=16)
+    args = ("--experiment", "history", "--fail-on-regression", "0.03")
+    result = run_cli(*args, cwd=tmp_path, env=env, module="specexp.history")
+    assert result.returncode == 3, result.stdout + result.stderr
+    text = " ".join(result.stdout.split())
+    assert "effective setting: effective.attention_backend flashinfer -> triton" in text
+    assert "regression from run" in text
+    document = json.loads(
+        run_cli(*args[:2], "--json", cwd=tmp_path, env=env, module="specexp.history").stdout
+    )
+    (history,) = document
+    (change,) = history["changes"]
+    assert change["index"] == 16 and change["ci_high"] < -0.03
+    first = change["differences"][0]
+    assert (first["key"], first["before"], first["after"]) == (
+        "effective.attention_backend",
+        "flashinfer",
+        "triton",
+    )
+    # A threshold beyond the drop passes.
+    relaxed = run_cli(
+        *args[:2], "--fail-on-regression", "0.2", cwd=tmp_path, env=env, module="specexp.history"
+    )
+    assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
