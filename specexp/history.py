@@ -3,6 +3,7 @@
     python -m specexp.history --experiment specexp
     python -m specexp.history --filter "params.speculative.method = 'none'" --json
     python -m specexp.history --fail-on-regression 0.03     # exit 3 on a regression > 3%
+    python -m specexp.history --across engine.threads       # a setting's changes as events
 
 The experiment's finished job runs are grouped into histories (one configuration, its
 stack aside, on one hardware class), each in time order; change points in its mean tok/s
@@ -41,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--confidence", type=float, default=0.95)
     parser.add_argument(
+        "--across",
+        default="",
+        help="comma-separated settings (e.g. engine.threads,attention_backend) whose changes "
+        "are events inside one history, not separate histories",
+    )
+    parser.add_argument(
         "--fail-on-regression",
         type=float,
         default=None,
@@ -75,7 +82,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     store = TrackingStore(args.tracking_uri, args.experiment, create=False)
     found = []
-    for points in histories(store.job_runs(filter_string=args.filter)):
+    across = [key for key in args.across.split(",") if key]
+    for points in histories(store.job_runs(filter_string=args.filter), across):
         changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
         found.append((points, changes))
     if args.json:

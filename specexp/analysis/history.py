@@ -72,19 +72,21 @@ class HistoryPoint:
         )
 
 
-def history_key(run: JobRun) -> tuple[tuple[str, str], ...]:
-    """What a history follows: the configuration without its stack and tracking, and the
+def history_key(run: JobRun, across: Sequence[str] = ()) -> tuple[tuple[str, str], ...]:
+    """What a history follows: the configuration without its stack and tracking (and the
+    settings ``across``, whose changes are then events inside one history), and the
     hardware class."""
-    followed = sorted((k, v) for k, v in run.params.items() if not k.startswith(_NOT_FOLLOWED))
+    skipped = (*_NOT_FOLLOWED, *across)
+    followed = sorted((k, v) for k, v in run.params.items() if not k.startswith(skipped))
     return (*followed, ("hardware", run.tags.get(Tag.hardware, "unknown")))
 
 
-def histories(runs: Sequence[JobRun]) -> list[list[HistoryPoint]]:
+def histories(runs: Sequence[JobRun], across: Sequence[str] = ()) -> list[list[HistoryPoint]]:
     """The finished runs with values, by history, each in time order."""
     grouped: dict[tuple, list[HistoryPoint]] = {}
     for run in runs:
         if run.status == RunStatus.finished and run.values:
-            grouped.setdefault(history_key(run), []).append(HistoryPoint.of(run))
+            grouped.setdefault(history_key(run, across), []).append(HistoryPoint.of(run))
     return [sorted(points, key=lambda p: p.started_unix) for points in grouped.values()]
 
 

@@ -82,11 +82,11 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
         store, "--experiment", "ab", "--baseline", "speculative=none", "--label", "speculative"
     )
     assert result.returncode == 0, result.stderr
-    assert (
-        "faster" in result.stdout
-        and "ratio CI" in result.stdout
-        and "p Welch (Bonferroni)" in result.stdout
-    )
+    # Single launches: the verdict is inconclusive, what their runs say stands beside it.
+    # (Headers may wrap over two lines in a narrow terminal.)
+    assert all(
+        word in result.stdout for word in ("inconclusive", "ratio CI", "p Welch", "(Bonferroni)")
+    ), result.stdout
     run_id = result.stdout.strip().splitlines()[-1].split()[-1]
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     assert client.get_run(run_id).data.tags[Tag.kind] == RunKind.comparison
@@ -170,11 +170,13 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
 
 def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launches(store):
     """A run with 3 launches of the same server family (engine, model, stack, hardware) in
-    the experiment: single-launch comparisons are tested against its launch variance."""
+    the experiment: single-launch comparisons are tested against its launch variance. (An
+    A/A: the calibration is checked against each arm's run-to-run spread, and a draft arm's
+    is not the baseline's.)"""
     tmp, env = store
     for overrides in (
-        ["-m", *QUICK, "stats.measured_runs=3", "speculative=none,draft"],
-        [*QUICK, "stats.launches=3", "stats.measured_runs=2"],
+        ["-m", *QUICK, "stats.measured_runs=3", "replicate=0,1", "multirun.reuse_servers=false"],
+        [*QUICK, "stats.launches=3", "stats.measured_runs=3"],
     ):
         result = run_cli(*overrides, "tracking.experiment=calibrated", cwd=tmp, env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -192,15 +194,15 @@ def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launc
         "--run-ids",
         *single,
         "--baseline",
-        "speculative=none",
+        "replicate=0",
         "--label",
-        "speculative",
+        "replicate",
         "--json",
         "--no-log",
     )
     assert result.returncode == 0, result.stderr
     (comparison,) = json.loads(result.stdout)["comparisons"]
-    assert comparison["launches_only"] is False
+    assert comparison["launches_only"] is False, comparison["notes"]
     assert any(
         "launch-to-launch variance of calibration runs" in n["message"] for n in comparison["notes"]
     )

@@ -50,18 +50,17 @@ def test_a_draft_that_doubles_throughput_is_decided_at_the_minimum(tmp_path, tra
     record = sequence.record
     minimum = record.design.min_launches
     assert record.stop == StopReason.decided and record.verdict == Verdict.faster
-    assert len(record.looks) == 1
-    assert (record.looks[0].launches_baseline, record.looks[0].launches_candidate) == (
-        minimum,
-        minimum,
-    )
+    # A look after every round from the minimum on (on a quiet machine the first decides:
+    # three of three, README; a loaded one may need a round or two more).
+    launches = [(look.launches_baseline, look.launches_candidate) for look in record.looks]
+    assert launches == [(minimum + i, minimum + i) for i in range(len(launches))]
     # Each arm's run holds exactly the launches the sequence made, as launch means.
-    assert all(r.data.metrics["launches"] == minimum for r in jobs)
+    assert all(r.data.metrics["launches"] == launches[-1][0] for r in jobs)
     (comparison,) = document["comparisons"]
     assert comparison["verdict"] == "faster" and comparison["within_launch"] is None
     assert comparison["ci_low"] == record.looks[-1].ci_low > 1
     assert any(n["kind"] == "sequential" for n in comparison["notes"])
-    assert "look 1: speculative=draft vs speculative=none, 2+2 launches" in output
+    assert f"look 1: speculative=draft vs speculative=none, {minimum}+{minimum} launches" in output
 
 
 def test_an_a_a_on_separate_launches_is_never_faster_or_slower(tmp_path, tracking_env):
