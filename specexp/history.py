@@ -4,6 +4,7 @@
     python -m specexp.history --filter "params.speculative.method = 'none'" --json
     python -m specexp.history --fail-on-regression 0.03     # exit 3 on a regression > 3%
     python -m specexp.history --across engine.threads       # a setting's changes as events
+    python -m specexp.history --reference cuda13_story      # the published story replayed
 
 The experiment's finished job runs are grouped into histories (one configuration, its
 stack aside, on one hardware class), each in time order; change points in its mean tok/s
@@ -20,7 +21,19 @@ import json
 import time
 from typing import Optional
 
-from specexp.analysis.history import Change, find_changes, histories, newest_regression
+from hydra import compose, initialize_config_dir
+
+from specexp import hydra_app
+from specexp.analysis.history import (
+    Change,
+    HistoryPoint,
+    find_changes,
+    histories,
+    newest_regression,
+    published_changes,
+)
+from specexp.compare import load_reference
+from specexp.host.job import prepare
 from specexp.output import terminal
 from specexp.output.tables import Rows, pct
 from specexp.tracking.store import TrackingStore
@@ -54,8 +67,60 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FRACTION",
         help="exit 3 when a history's newest change is a regression beyond this (0.03: 3%%)",
     )
+    parser.add_argument(
+        "--reference",
+        default=None,
+        help="replay a published story's history (conf/reference/NAME.yaml: its points "
+        "with the settings each case's dry run predicts) instead of reading runs",
+    )
     parser.add_argument("--json", action="store_true", help="print the histories as JSON")
     return parser
+
+
+def reference_history(name: str) -> list[HistoryPoint]:
+    """A published story's history: each point's published tok/s, with what its case's
+    command runs with - the stack, the settings asked for, and the attention backend the
+    engine will choose where it is left to it (from the engine's own code, for the story's
+    GPU)."""
+    reference = load_reference(name)
+    hydra_app.register()
+    points = []
+    with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
+        for order, entry in enumerate(reference.history):
+            cfg = compose(
+                config_name="config",
+                overrides=[
+                    "engine=sglang",
+                    "model=kimi-k2.5",
+                    f"+case={entry.point}",
+                    f"host.gpu_compute_capability={reference.compute_capability}",
+                    *entry.overrides,
+                ],
+            )
+            job = prepare(cfg)
+            resolution = job.predicted_resolution(job.planned_launch())
+            chosen = dict(resolution.chosen) if resolution else {}
+            config = job.config
+            settings = {
+                f"stack.{package}": str(version)
+                for package, version in config.stack.versions.items()
+            }
+            settings["config.attention_backend"] = config.attention_backend.name
+            settings["config.allreduce_backend"] = config.allreduce_backend.name
+            settings["effective.attention_backend"] = chosen.get(
+                "attention_backend", config.attention_backend.name
+            )
+            points.append(
+                HistoryPoint(
+                    entry.point,
+                    entry.point,
+                    float(order),
+                    float(reference.points[entry.point].tok_per_s),
+                    settings,
+                    {},
+                )
+            )
+    return points
 
 
 def change_rows(changes: list[Change]) -> Rows:
@@ -66,8 +131,10 @@ def change_rows(changes: list[Change]) -> Rows:
         causes = "; ".join(f"{d.kind}: {d.key} {d.before} -> {d.after}" for d in c.differences[:4])
         table.add(
             [
-                c.run_id[:8],
-                time.strftime("%Y-%m-%d %H:%M", time.gmtime(c.at_unix)),
+                c.run_id[:8] if len(c.run_id) == 32 else c.run_id,  # MLflow ids: their prefix
+                time.strftime("%Y-%m-%d %H:%M", time.gmtime(c.at_unix))
+                if c.at_unix > 1e6
+                else f"#{c.index}",
                 f"{c.before_mean:.2f}",
                 f"{c.after_mean:.2f}",
                 f"{pct(c.change)} [{pct(c.ci_low)}, {pct(c.ci_high)}]",
@@ -80,12 +147,23 @@ def change_rows(changes: list[Change]) -> Rows:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    store = TrackingStore(args.tracking_uri, args.experiment, create=False)
     found = []
-    across = [key for key in args.across.split(",") if key]
-    for points in histories(store.job_runs(filter_string=args.filter), across):
-        changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
+    if args.reference:
+        points = reference_history(args.reference)
+        method = load_reference(args.reference).method
+        changes = published_changes(
+            points,
+            cv_max=float(method.published_cv_max),
+            runs=int(method.measured_runs),
+            confidence=args.confidence,
+        )
         found.append((points, changes))
+    else:
+        store = TrackingStore(args.tracking_uri, args.experiment, create=False)
+        across = [key for key in args.across.split(",") if key]
+        for points in histories(store.job_runs(filter_string=args.filter), across):
+            changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
+            found.append((points, changes))
     if args.json:
         print(
             json.dumps(
@@ -103,7 +181,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     else:
         for points, changes in found:
-            title = f"{points[0].name}: {len(points)} runs, {len(changes)} change(s)"
+            title = f"{points[0].name}: {len(points)} points, {len(changes)} change(s)"
             if changes:
                 terminal.console.print(terminal.rich_table(title, change_rows(changes)))
             else:

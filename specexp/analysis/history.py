@@ -229,3 +229,34 @@ def newest_regression(changes: Sequence[Change], threshold: float) -> Optional[C
         return None
     last = changes[-1]
     return last if last.ci_high < -threshold else None
+
+
+def published_changes(
+    points: Sequence[HistoryPoint], *, cv_max: float, runs: int, confidence: float = 0.95
+) -> list[Change]:
+    """Changes between consecutive published points, each a mean of ``runs`` runs whose CV
+    is at most ``cv_max`` (no per-run values were published, so no change-point search):
+    a change where the interval of the log ratio excludes no change."""
+    se, df = cv_max * math.sqrt(2 / runs), 2.0 * (runs - 1)
+    half = float(scipy_stats.t.ppf(0.5 + confidence / 2, df)) * se
+    changes = []
+    for index in range(1, len(points)):
+        before, after = points[index - 1], points[index]
+        log_ratio = math.log(after.tok_per_s / before.tok_per_s)
+        if abs(log_ratio) <= half:
+            continue
+        changes.append(
+            Change(
+                index=index,
+                at_unix=after.started_unix,
+                run_id=after.run_id,
+                before_mean=before.tok_per_s,
+                after_mean=after.tok_per_s,
+                change=math.expm1(log_ratio),
+                ci_low=math.expm1(log_ratio - half),
+                ci_high=math.expm1(log_ratio + half),
+                p_value=float(2 * scipy_stats.t.sf(abs(log_ratio) / se, df)),
+                differences=differences([before], [after]),
+            )
+        )
+    return changes

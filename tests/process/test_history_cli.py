@@ -63,3 +63,24 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
         *args[:2], "--fail-on-regression", "0.2", cwd=tmp_path, env=env, module="specexp.history"
     )
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+
+
+def test_the_reference_story_replayed_finds_the_triton_regression_and_its_cause(tmp_path):
+    """The story's baseline as its user ran it: the 83.9 point is a regression from 89.5,
+    attributed first to the attention backend SGLang 0.5.9's own code chooses on SM 12.0
+    when the command leaves it on auto - triton."""
+    result = run_cli(
+        "--reference", "cuda13_story", "--json", cwd=tmp_path, module="specexp.history"
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    ((history,),) = [json.loads(result.stdout)]
+    regression, recovery = history["changes"]
+    assert regression["run_id"] == "cu130-baseline-triton" and regression["ci_high"] < 0
+    assert round(regression["change"], 3) == round(83.9 / 89.5 - 1, 3)
+    first = regression["differences"][0]
+    assert (first["key"], first["before"], first["after"]) == (
+        "effective.attention_backend",
+        "flashinfer",
+        "triton",
+    )
+    assert recovery["run_id"] == "cu130-baseline" and recovery["ci_low"] > 0
