@@ -157,9 +157,9 @@ def run_sweep(
         settings.seed,
         in_process,
     )
-    order = order_summary(steps, settings.order, in_process)
+    order = order_summary(steps, settings.order, in_process) if steps or not pairs else ""
     if pairs:
-        order += "; " + sequential_summary(pairs)
+        order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
     for line in [*describe(plan), f"order: {order}"]:
         terminal.console.print(line)
     if first.dry_run:  # nothing is measured: each job's command once
