@@ -8,27 +8,22 @@ import sys
 import hydra
 
 from specexp import hydra_app
+from specexp.host import interrupt
 from specexp.output.terminal import console
 
 
-def _interrupt_on_sigterm(signum, frame):
-    # Python's default SIGTERM ends the process without unwinding, which would orphan the
-    # server; as KeyboardInterrupt it runs every cleanup handler on the way out.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    interrupt.install()
     hydra_app.register()
     try:
         hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
             hydra_app.run_one
         )()
-    except KeyboardInterrupt as interrupt:
+    except KeyboardInterrupt:
         # Every handler on the way up has cleaned up: one line, and the shell's exit status.
-        signum = signal.SIGTERM if str(interrupt) == f"signal {signal.SIGTERM}" else signal.SIGINT
+        signum = interrupt.received() or signal.SIGINT
         console.print(
-            f"[yellow]interrupted ({signal.Signals(signum).name}):[/] every server specexp "
+            f"[yellow]interrupted ({signum.name}):[/] every server specexp "
             "started is stopped and open runs are ended as KILLED; what was measured is kept"
         )
         return 128 + signum

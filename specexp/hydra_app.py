@@ -20,6 +20,7 @@ from rich.markup import escape
 from specexp.analysis.results import RunStatus
 from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 from specexp.engines import engines
+from specexp.host import interrupt
 from specexp.host.job import prepare
 from specexp.output.terminal import console
 from specexp.run import launchers
@@ -69,7 +70,7 @@ def run_one(cfg: DictConfig) -> str:
     importable module, so that launchers pickle it by reference for jobs in other processes."""
     # A launcher's job process may inherit SIGINT ignored (a sweep started with `&` from a
     # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, interrupt.raise_interrupt)
     try:
         levels = list(cfg.concurrency.levels)
         if HydraConfig.get().mode == RunMode.RUN and len(levels) > 1:

@@ -47,6 +47,7 @@ from specexp.engines.base import (
     is_local,
     parse_prometheus,
 )
+from specexp.host import interrupt
 
 T = TypeVar("T")
 
@@ -105,7 +106,7 @@ async def _cancelled_by_sigterm(work: Coroutine[Any, Any, T]) -> T:
         return await work
     except asyncio.CancelledError:
         if terminated:
-            raise KeyboardInterrupt(f"signal {int(signal.SIGTERM)}") from None
+            raise interrupt.remember(signal.SIGTERM) from None
         raise
     finally:
         loop.remove_signal_handler(signal.SIGTERM)

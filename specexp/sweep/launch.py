@@ -21,6 +21,7 @@ from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
+from specexp.host import interrupt
 from specexp.output import terminal
 from specexp.run import launchers
 from specexp.run.job_run import OpenJobs
@@ -109,6 +110,7 @@ def _launch(
             # Hydra numbers the job's directory; every part of a job goes to the same one.
             initial_job_idx=numbers[id(steps[start].planned)],
         )
+        interrupt.stop_if_received()  # Hydra keeps a job's error as its return value
     return returns
 
 
@@ -182,10 +184,15 @@ def run_sweep(
                     settings.seed,
                 )
             status = RunStatus.finished
-        except KeyboardInterrupt:
+        except BaseException as stopped:
+            # A signal can land inside code that turns it into an error of its own (Hydra
+            # composing the next job): the signal received, not the exception, says killed.
+            if not isinstance(stopped, KeyboardInterrupt) and interrupt.received() is None:
+                raise
             status = RunStatus.killed
             if kind == LauncherKind.local:
                 launchers.stop_local_jobs()
+            interrupt.stop_if_received()
             raise
         finally:
             ended = RunStatus.failed if status == RunStatus.finished else status
