@@ -32,6 +32,7 @@ from specexp.engines.base import (
     Setting,
     StreamChunk,
     get_json,
+    run_with_stack_env,
     speculation_from_counters,
     stack_env,
     which,
@@ -65,6 +66,21 @@ class LlamaCppConfig(EngineConfig):
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
+
+
+# "auto" is resolved where the context is built ("resolve_fused_ops: Flash Attention
+# enabled"); explicit settings are printed as "llama_context: flash_attn = enabled".
+_FLASH_ATTN_LOG = re.compile(
+    r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)"
+)
+# The launch's flags that shape the model's context, all llama-fit-params takes of them.
+_CONTEXT_FLAGS = ("--model", "--ctx-size", "--parallel", "--threads", "--device", "--n-gpu-layers")
+
+
+def _flash_attention_in(log_text: str) -> Optional[str]:
+    """What flash attention resolved to, as the last context built says: enabled/disabled."""
+    found = _FLASH_ATTN_LOG.findall(log_text)
+    return [a or b for a, b in found][-1] if found else None
 
 
 # llama.cpp's stop_type / finish_reason, in the client's words.
@@ -211,6 +227,39 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             out.stdout + out.stderr, None if server.stack.bin_dir else _package_build()
         )
 
+    def predicted_choices(
+        self, server: ServerSettings[LlamaCppConfig], launches: list[LaunchSpec]
+    ) -> Optional[tuple[list[dict[str, str]], str]]:
+        """What ``--flash-attn auto`` resolves to, from llama.cpp's own code: the build's
+        ``llama-fit-params`` builds the launch's context without allocating or serving (under
+        a second for a small model) and logs the choice as the server would."""
+        if server.attention_backend.name != AttentionBackend.auto:
+            return None
+        fit_params = os.path.join(
+            os.path.dirname(llama_server_binary(server.stack.bin_dir)), "llama-fit-params"
+        )
+        if not os.access(fit_params, os.X_OK):
+            return None
+        choices = []
+        for launch in launches:
+            context = [
+                part
+                for flag in _CONTEXT_FLAGS
+                if flag in launch.argv
+                for part in (flag, launch.argv[launch.argv.index(flag) + 1])
+            ]
+            out = run_with_stack_env(
+                server, [fit_params, *context, "--flash-attn", "auto", "--verbose"]
+            )
+            actual = _flash_attention_in(out.stdout + out.stderr)
+            if out.returncode != 0 or actual is None:
+                return None
+            choices.append({"attention_backend": f"flash_attn {actual}"})
+        return (
+            choices,
+            "llama.cpp's own resolution: this build's llama-fit-params built the context",
+        )
+
     def effective(
         self,
         server: ServerSettings[LlamaCppConfig],
@@ -219,14 +268,9 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
-        # "auto" is resolved at load ("resolve_fused_ops: Flash Attention enabled"); explicit
-        # settings are printed as "llama_context: flash_attn = enabled".
-        found = re.findall(
-            r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)", log_text
-        )
+        actual = _flash_attention_in(log_text)
         requested = server.attention_backend.name
-        if found:
-            actual = [a or b for a, b in found][-1]
+        if actual:
             wanted = {"flash_attn": "enabled", "no_flash_attn": "disabled"}.get(requested, actual)
             result["attention_backend"] = Setting(
                 requested,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from specexp.core.measurements import RunResult
@@ -17,6 +20,7 @@ from specexp.core.schemas import (
     WorkloadConfig,
 )
 from specexp.engines.base import (
+    Engagement,
     Engine,
     LaunchSpec,
     Prompt,
@@ -24,10 +28,14 @@ from specexp.engines.base import (
     StreamChunk,
     get_json,
     is_loopback,
+    run_with_stack_env,
     speculation_from_counters,
     stack_env,
     stack_python,
 )
+
+PROGRAMS = Path(__file__).resolve().parent / "vllm_programs"
+_ATTENTION_LOG = re.compile(r"Using ([A-Z][A-Z0-9_]+) (?:attention )?backend")
 
 # Runs in the stack's interpreter: vLLM's serve parser on each flag list (its module moved
 # in 0.33), then in "parse" mode one error (or null) per list, in "resolve" mode the
@@ -185,6 +193,28 @@ class VLLMEngine(Engine[VLLMConfig]):
         """Feed composed flags to vLLM's own parser, in the stack's interpreter, without serving."""
         return self._in_vllm(server, launches, "parse")
 
+    def predicted_choices(
+        self, server: ServerSettings[VLLMConfig], launches: list[LaunchSpec]
+    ) -> Optional[tuple[list[dict[str, str]], str]]:
+        """vLLM's choice of attention backend where the command leaves it to vLLM: its
+        platform's own selector, run in the stack's interpreter for the model's attention
+        (head size, dtype, MLA, sliding window from its config.json) on this machine's
+        platform; None where the stack or the model's config is not here."""
+        python, model = stack_python(server), Path(str(server.model.path))
+        if (
+            server.attention_backend.name != AttentionBackend.auto
+            or not os.access(python, os.X_OK)
+            or not (model / "config.json").is_file()
+        ):
+            return None
+        out = run_with_stack_env(
+            server, [python, str(PROGRAMS / "resolve_attention.py"), str(model), "auto"]
+        )
+        if out.returncode != 0:
+            return None
+        choice = json.loads(out.stdout.strip().splitlines()[-1])
+        return [choice] * len(launches), "vLLM's own attention selector on this machine's platform"
+
     def resolution_command(
         self, server: ServerSettings[VLLMConfig], launches: list[LaunchSpec]
     ) -> list[str]:
@@ -223,6 +253,19 @@ class VLLMEngine(Engine[VLLMConfig]):
     ) -> dict[str, Setting]:
         result = super().effective(server, base_url, log_text, runs)
         result["speculative"] = speculation_from_counters(server, runs)
+        # The selector logs its choice ("Using FLASH_ATTN attention backend out of potential
+        # backends: ...", "Using CPU_MLA backend."); the CPU build's standard attention has
+        # one backend and logs nothing, so that stays unknown.
+        chosen = _ATTENTION_LOG.findall(log_text)
+        if chosen:
+            requested = server.attention_backend.name
+            wanted = self._attention.get(requested, chosen[-1])
+            result["attention_backend"] = Setting(
+                requested,
+                chosen[-1],
+                Engagement.engaged if chosen[-1] == wanted else Engagement.not_engaged,
+                "server log",
+            )
         info = get_json(base_url, ("/server_info?config_format=json",))
         if info and isinstance(info.get("vllm_config"), dict):
             config = info["vllm_config"]

@@ -1,12 +1,13 @@
 """SGLang's choice of attention backend, predicted from its own code (the releases
 scripts/install.sh puts under .engines/) for the declared GPU: the reference story's trap is
-that 0.5.9 picks triton for Kimi-K2.5 (MLA) on the RTX PRO 6000's SM 12.0."""
+that 0.5.9 picks triton for Kimi-K2.5 (MLA) on the RTX PRO 6000's SM 12.0. llama.cpp's
+``--flash-attn auto``, predicted by its own build before launch and read back after."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import compose_job
+from tests.conftest import TINY, compose_job, run_cli, runs_in
 
 KIMI_AUTO = (
     "engine=sglang",
@@ -46,3 +47,31 @@ def test_a_given_backend_or_an_undeclared_gpu_predicts_nothing_and_says_what_to_
     )
     notes = undeclared.engine.plan_notes(undeclared.server)
     assert any("declare host.gpu_compute_capability" in n and "predicted" in n for n in notes)
+
+
+def test_llamacpps_flash_attention_auto_is_predicted_before_launch_as_the_server_resolves_it(
+    tmp_path, tracking_env
+):
+    job = compose_job(*TINY, "attention_backend=auto")
+    predicted = job.engine.predicted_choices(job.server, [job.planned_launch()])
+    assert predicted is not None, "llama-fit-params missing from the llama.cpp build"
+    (choices,), basis = predicted
+    assert "llama-fit-params" in basis
+    dry = run_cli(*TINY, "attention_backend=auto", "dry_run=true", cwd=tmp_path, env=tracking_env)
+    assert f"will choose: attention_backend={choices['attention_backend']}" in dry.stdout
+    run = run_cli(*TINY, "attention_backend=auto", cwd=tmp_path, env=tracking_env)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    (measured,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    assert measured.data.tags["effective.attention_backend"] == choices["attention_backend"]
+    # Asked for explicitly, nothing is left to llama.cpp to choose.
+    given = compose_job(*TINY, "attention_backend=no_flash_attn")
+    assert given.engine.predicted_choices(given.server, [given.planned_launch()]) is None
+
+
+def test_vllms_own_selector_predicts_the_cpu_builds_attention_backend():
+    job = compose_job("engine=vllm", "stack=vllm-cpu", *TINY, "attention_backend=auto")
+    predicted = job.engine.predicted_choices(job.server, [job.planned_launch()])
+    assert predicted is not None, "the vLLM CPU stack missing: run scripts/install.sh"
+    (choices,), basis = predicted
+    # vLLM's CPU platform serves standard (non-MLA) attention with CPU_ATTN alone.
+    assert choices == {"attention_backend": "CPU_ATTN"} and "vLLM's own" in basis

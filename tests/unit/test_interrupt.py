@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from specexp.host import interrupt
+
 # In a process of its own: what was received is remembered for the process's life.
 SWALLOWED = """
 import os, signal, time
@@ -35,7 +37,5 @@ def test_a_sigterm_turned_into_another_error_still_stops_the_work():
 
 
 def test_nothing_received_stops_nothing():
-    from specexp.host import interrupt
-
     assert interrupt.received() is None
     interrupt.stop_if_received()
