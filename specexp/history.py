@@ -5,6 +5,7 @@
     python -m specexp.history --fail-on-regression 0.03     # exit 3 on a regression > 3%
     python -m specexp.history --across engine.threads       # a setting's changes as events
     python -m specexp.history --reference cuda13_story      # the published story replayed
+    python -m specexp.history --describe                    # into the experiment's MLflow page
 
 The experiment's finished job runs are grouped into histories (one configuration, its
 stack aside, on one hardware class), each in time order; change points in its mean tok/s
@@ -34,7 +35,7 @@ from specexp.analysis.history import (
 )
 from specexp.compare import load_reference
 from specexp.host.job import prepare
-from specexp.output import terminal
+from specexp.output import markdown, terminal
 from specexp.output.tables import Rows, pct
 from specexp.tracking.store import TrackingStore
 
@@ -74,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
         "with the settings each case's dry run predicts) instead of reading runs",
     )
     parser.add_argument("--json", action="store_true", help="print the histories as JSON")
+    parser.add_argument(
+        "--describe",
+        action="store_true",
+        help="also write the histories into the experiment's MLflow description (its page in "
+        "the UI), replacing the history written there before",
+    )
     return parser
 
 
@@ -145,8 +152,34 @@ def change_rows(changes: list[Change]) -> Rows:
     return table
 
 
+def history_title(points: list[HistoryPoint], changes: list[Change]) -> str:
+    return f"{points[0].name}: {len(points)} points, {len(changes)} change(s)"
+
+
+def history_markdown(
+    found: list[tuple[list[HistoryPoint], list[Change]]], max_pvalue: float
+) -> str:
+    """The histories as the experiment's description shows them: a table of changes each."""
+    sections = [
+        f"### {history_title(points, changes)}\n\n"
+        + (
+            markdown.table(change_rows(changes))
+            if changes
+            else f"no change at p < {max_pvalue:g}\n"
+        )
+        for points, changes in found
+    ]
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return (
+        f"Written {stamp}; change points by Apache Otava (E-Divisive, p < {max_pvalue:g}).\n\n"
+        + ("\n".join(sections) or "no finished job runs\n")
+    )
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.describe and args.reference:
+        build_parser().error("--describe writes an experiment's history; --reference reads none")
     found = []
     if args.reference:
         points = reference_history(args.reference)
@@ -164,6 +197,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         for points in histories(store.job_runs(filter_string=args.filter), across):
             changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
             found.append((points, changes))
+        if args.describe:
+            store.describe_history(history_markdown(found, args.max_pvalue))
     if args.json:
         print(
             json.dumps(
@@ -181,7 +216,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         )
     else:
         for points, changes in found:
-            title = f"{points[0].name}: {len(points)} points, {len(changes)} change(s)"
+            title = history_title(points, changes)
             if changes:
                 terminal.console.print(terminal.rich_table(title, change_rows(changes)))
             else:

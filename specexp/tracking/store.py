@@ -40,6 +40,8 @@ MAX_TAG = 8000
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # A run's or experiment's description, in markdown.
 NOTE = "mlflow.note.content"
+# The experiment description's section that `python -m specexp.history --describe` rewrites.
+HISTORY_HEADING = "\n\n## History (`python -m specexp.history`)\n\n"
 # Runs-table views the UI lists by name and opens from a link (?viewStateShareKey=ID): the
 # columns, filter and order of its "save & share view", one experiment tag each.
 VIEW_PREFIX = "mlflow.sharedViewState."
@@ -185,6 +187,13 @@ class TrackingStore:
                 "configuration, tok/s with its interval, verdict against the baseline and "
                 "whether every requested setting engaged.",
             )
+
+    def describe_history(self, markdown: str) -> None:
+        """The experiment's description (its page in the UI) with its history section
+        replaced by ``markdown``; what precedes that section is kept."""
+        current = self.client.get_experiment(self.experiment_id).tags.get(NOTE, "")
+        kept = current.split(HISTORY_HEADING)[0]
+        self.client.set_experiment_tag(self.experiment_id, NOTE, kept + HISTORY_HEADING + markdown)
 
     def save_view(
         self,

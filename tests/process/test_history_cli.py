@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from specexp.analysis.results import RunKind, RunStatus, Tag
-from specexp.tracking.store import TrackingStore
+from specexp.tracking.store import HISTORY_HEADING, NOTE, TrackingStore
 from tests.conftest import run_cli, store_env
 
 
@@ -63,6 +63,21 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
         *args[:2], "--fail-on-regression", "0.2", cwd=tmp_path, env=env, module="specexp.history"
     )
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
+    # Into the experiment's page in the UI, twice: the history section replaced, the rest kept.
+    for _ in range(2):
+        described = run_cli(
+            *args[:2], "--describe", cwd=tmp_path, env=env, module="specexp.history"
+        )
+        assert described.returncode == 0, described.stdout + described.stderr
+    page = TrackingStore(env["MLFLOW_TRACKING_URI"], "history").client.get_experiment_by_name(
+        "history"
+    )
+    description = page.tags[NOTE]
+    assert description.startswith("specexp runs: one per job")
+    assert description.count(HISTORY_HEADING) == 1
+    assert (
+        "effective.attention_backend flashinfer -> triton" in description.split(HISTORY_HEADING)[1]
+    )
 
 
 def test_the_reference_story_replayed_finds_the_triton_regression_and_its_cause(tmp_path):
