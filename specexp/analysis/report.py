@@ -22,6 +22,12 @@ from specexp.analysis.arms import (
     make_arms,
     use_sequence,
 )
+from specexp.analysis.capacity import (
+    ArmCapacity,
+    CapacityComparison,
+    compare_capacity,
+    has_capacity,
+)
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
@@ -31,7 +37,7 @@ from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
-REPORT_FORMAT = 3
+REPORT_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,9 @@ class SweepReport:
     prompt_comparisons: list[PromptComparison] = field(default_factory=list)
     # Comparisons measured until decided: their looks, spending and stops.
     sequences: list[SequentialComparison] = field(default_factory=list)
+    # Capacity-search arms: each candidate's capacity under the SLO against its baseline's.
+    capacities: list[CapacityComparison] = field(default_factory=list)
+    capacity_arms: list[ArmCapacity] = field(default_factory=list)
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -131,8 +140,12 @@ class SweepReport:
                     "caveats",
                     "prompt_comparisons",
                     "sequences",
+                    "capacities",
+                    "capacity_arms",
                 )
             },
+            "capacities": [c.to_json() for c in self.capacities],
+            "capacity_arms": [dataclasses.asdict(a) for a in self.capacity_arms],
             "prompt_comparisons": [p.to_json() for p in self.prompt_comparisons],
             "sequences": [s.to_json() for s in self.sequences],
             "arms": [a.to_json() for a in self.arms],
@@ -160,6 +173,8 @@ class SweepReport:
                 "caveats",
                 "prompt_comparisons",
                 "sequences",
+                "capacities",
+                "capacity_arms",
             )
         }
         return cls(
@@ -172,6 +187,8 @@ class SweepReport:
             caveats=[Caveat.from_json(c) for c in data["caveats"]],
             prompt_comparisons=[PromptComparison.from_json(p) for p in data["prompt_comparisons"]],
             sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
+            capacities=[CapacityComparison.from_json(c) for c in data["capacities"]],
+            capacity_arms=[ArmCapacity.from_json(a) for a in data["capacity_arms"]],
         )
 
 
@@ -274,6 +291,18 @@ def compile_sweep_report(
         crossover_factor=facts.crossover_factor,
     )
     selector = Selector(facts.baseline) if facts.baseline else None
+    searched = [a for a in arms if has_capacity(a)]
+    if searched:
+        # Their runs are at rates the search chose: their tok/s is not one quantity to compare.
+        report.arms = arms = [a for a in arms if not has_capacity(a)]
+    if selector and searched:
+        try:
+            report.capacities = compare_capacity(
+                baseline_pairs(searched, selector), stats.confidence
+            )
+        except SelectionError as exc:
+            report.notes.append(Note(NoteKind.no_baseline, str(exc)))
+    report.capacity_arms = [ArmCapacity.of(a) for a in searched]
     if selector and arms:
         try:
             pairs = baseline_pairs(arms, selector)

@@ -17,6 +17,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
+from specexp.core.capacity import RatePoint
 from specexp.core.records import check_format
 from specexp.engines.base import Engagement, Setting
 
@@ -75,6 +76,8 @@ class Tag(StrEnum):
     server_launches = "server_launches"
     crossover = "crossover"
     crossover_threshold = "crossover_threshold"
+    # A capacity search's job: its runs' rates and SLO outcomes (capacity_points_tag).
+    capacity_points = "specexp.capacity_points"
 
 
 class Metric(StrEnum):
@@ -123,6 +126,25 @@ class Metric(StrEnum):
     acceptance_length_mean = "acceptance_length_mean"
     acceptance_rate_mean = "acceptance_rate_mean"
     output_tokens_total = "output_tokens_total"
+    # Open loop, per measured run: the arrival rate asked for, the schedule's own rate, the
+    # rate the client sent at (requests/s), and the latest a request was sent after it was due.
+    rate_asked = "rate_asked_rps"
+    rate_scheduled = "rate_scheduled_rps"
+    rate_achieved = "rate_achieved_rps"
+    send_lag_max_s = "send_lag_max_s"
+    # Against the SLO (slo group), per measured run: the share of requests meeting it, and
+    # those requests (and their tokens) per second; per job, each summarised with an
+    # interval (``_mean``, ``_ci_low``, ``_ci_high``... as tok_per_s is).
+    slo_attainment = "slo_attainment"
+    goodput_rps = "goodput_rps"
+    goodput_tok_per_s = "goodput_tok_per_s"
+    # A capacity search's job: the highest rate meeting slo.target attainment (requests/s),
+    # its interval, and the standard error of its log (arms are compared on it).
+    capacity_rps = "capacity_rps"
+    capacity_ci_low_rps = "capacity_ci_low_rps"
+    capacity_ci_high_rps = "capacity_ci_high_rps"
+    capacity_log_se = "capacity_log_se"
+    capacity_target = "capacity_target"  # the attainment it was read at (slo.target)
 
 
 # What a server's own accounting gives (Engine.server_accounting's names), and the client's
@@ -338,3 +360,16 @@ class JobRun:
     def captured(self) -> dict[str, str]:
         """What was captured of the stack and the effective settings."""
         return {k: v for k, v in self.tags.items() if k.startswith(CAPTURED)}
+
+
+def capacity_points_tag(points: Sequence[RatePoint]) -> str:
+    """A capacity search's points as its job's tag (``Tag.capacity_points``)."""
+    return json.dumps([[p.rate, p.requests, p.good] for p in points])
+
+
+def capacity_points(tags: Mapping[str, str]) -> tuple[RatePoint, ...]:
+    """The points :func:`capacity_points_tag` wrote; none when the run has no such tag."""
+    return tuple(
+        RatePoint(float(rate), int(requests), int(good))
+        for rate, requests, good in json.loads(tags.get(Tag.capacity_points, "[]"))
+    )

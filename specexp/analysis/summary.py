@@ -15,15 +15,36 @@ from specexp.analysis.results import (
     percentile_metric,
     server_metric,
 )
+from specexp.core.capacity import Capacity, estimate, rate_points
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
+from specexp.core.schemas import SloConfig
+from specexp.core.slo import run_goodput
 from specexp.core.stats import Summary, notes_for, percentiles, summarize, variance_components
 
 
-def run_metrics(result: RunResult, accounting: Mapping[str, float]) -> dict[str, float]:
+def slo_metrics(result: RunResult, slo: Optional[SloConfig]) -> dict[str, float]:
+    """One run's open-loop rates, and its goodput against ``slo`` when that sets any level."""
+    metrics = {
+        Metric.rate_asked: result.asked_rate,
+        Metric.rate_scheduled: result.scheduled_rate,
+        Metric.rate_achieved: result.achieved_rate,
+        Metric.send_lag_max_s: result.send_lag_s_max,
+    }
+    goodput = run_goodput(result, slo) if slo else None
+    if goodput:
+        metrics[Metric.slo_attainment] = goodput.attainment
+        metrics[Metric.goodput_rps] = goodput.requests_per_s
+        metrics[Metric.goodput_tok_per_s] = goodput.tok_per_s
+    return {k: float(v) for k, v in metrics.items() if v is not None}
+
+
+def run_metrics(
+    result: RunResult, accounting: Mapping[str, float], slo: Optional[SloConfig] = None
+) -> dict[str, float]:
     """Metrics of one measured run (logged with the run index as step): the client's, and
     beside them what the server's own ``accounting`` (Engine.server_accounting of the run's
-    counter deltas) says of the same run."""
+    counter deltas) says of the same run; open-loop rates and goodput against ``slo``."""
     metrics: dict[str, Any] = {
         Metric.tok_per_s: result.tok_per_s,
         Metric.request_tok_per_s: result.request_tok_per_s,
@@ -46,6 +67,7 @@ def run_metrics(result: RunResult, accounting: Mapping[str, float]) -> dict[str,
     itl = [x for r in result.records if r.ok for x in r.itl_s]
     for q, value in percentiles(itl).items():
         metrics[percentile_metric(Metric.itl_s, q, per_run=True)] = value
+    metrics.update(slo_metrics(result, slo))
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
 
@@ -60,6 +82,12 @@ class JobSummary:
     notes: tuple[Note, ...] = field(default_factory=tuple)
     # Prompt by prompt, with a prompt set (workload.dataset).
     prompts: Optional[JobPrompts] = None
+    # Against the SLO: attainment and goodput over the runs (or launches), each with its
+    # interval; a capacity search's job has its capacity instead (its runs are at different
+    # rates, so their goodput is not one quantity).
+    attainment: Optional[Summary] = None
+    goodput_rps: Optional[Summary] = None
+    capacity: Optional[Capacity] = None
 
     def metric(self, name: str) -> Optional[float]:
         return self.metrics.get(name)
@@ -178,6 +206,8 @@ def summarize_job(
     accounting: Mapping[str, float],
     cores: int,
     greedy: bool = True,
+    slo: Optional[SloConfig] = None,
+    capacity_search: bool = False,
 ) -> JobSummary:
     """The job's summary from its measured runs. With several launches, tok/s is summarised
     over the per-launch means (runs inside one launch share its launch-level variance).
@@ -203,4 +233,49 @@ def summarize_job(
     metrics.update(server)
     notes = notes_for(unit_values, cv_warn) + machine_notes + server_notes
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
-    return JobSummary(tok, unit, metrics, tuple(notes), job_prompts(measured, greedy))
+    attainment = goodput = capacity = None
+    if slo is not None and slo.defined and capacity_search:
+        capacity = estimate(rate_points(measured, slo), slo.target, confidence)
+        metrics.update(_capacity_metrics(capacity))
+    elif slo is not None and slo.defined:
+        outcomes = [run_goodput(r, slo) for r in measured]
+        attainment = summarize(
+            _per_unit(measured, [g.attainment if g else 0.0 for g in outcomes]), confidence
+        )
+        goodput = summarize(
+            _per_unit(measured, [g.requests_per_s if g else 0.0 for g in outcomes]), confidence
+        )
+        metrics.update(attainment.as_dict(Metric.slo_attainment) if attainment else {})
+        metrics.update(goodput.as_dict(Metric.goodput_rps) if goodput else {})
+    return JobSummary(
+        tok,
+        unit,
+        metrics,
+        tuple(notes),
+        job_prompts(measured, greedy),
+        attainment,
+        goodput,
+        capacity,
+    )
+
+
+def _per_unit(measured: Sequence[RunResult], values: Sequence[float]) -> list[float]:
+    """Per-run ``values`` as the independent values tok/s is summarised over: per-launch
+    means with several launches, else the runs' own."""
+    groups: dict[int, list[float]] = {}
+    for run, value in zip(measured, values, strict=True):
+        groups.setdefault(run.launch, []).append(value)
+    if len(groups) > 1:
+        return [sum(v) / len(v) for v in groups.values()]
+    return list(values)
+
+
+def _capacity_metrics(capacity: Capacity) -> dict[str, float]:
+    figures = {
+        Metric.capacity_rps: capacity.rate,
+        Metric.capacity_ci_low_rps: capacity.ci_low,
+        Metric.capacity_ci_high_rps: capacity.ci_high,
+        Metric.capacity_log_se: capacity.log_se,
+        Metric.capacity_target: capacity.target,
+    }
+    return {k: float(v) for k, v in figures.items() if v is not None}

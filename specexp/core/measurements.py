@@ -52,6 +52,10 @@ class RequestRecord:
     # "length" (max_tokens) or the engine's own word.
     output_text: str = ""
     finish: Optional[str] = None
+    # Open loop: when the request was due (seconds after the run's start), and how late the
+    # client sent it; its latencies count from when it was due (no coordinated omission).
+    due_s: Optional[float] = None
+    send_lag_s: Optional[float] = None
 
     @property
     def tok_per_s(self) -> Optional[float]:
@@ -106,6 +110,35 @@ class RunResult:
     idle_wait_s: float = 0.0
     busy_at_start: Optional[str] = None
     caches_flushed: int = 0
+    # Open loop: the arrival rate asked for (requests per second).
+    asked_rate: Optional[float] = None
+
+    @property
+    def achieved_rate(self) -> Optional[float]:
+        """Open loop: the rate the requests were sent at (between the first send and the
+        last), beside :attr:`asked_rate`; a client that fell behind its schedule shows here."""
+        sent = sorted(
+            r.due_s + r.send_lag_s
+            for r in self.records
+            if r.due_s is not None and r.send_lag_s is not None
+        )
+        if len(sent) < 2 or sent[-1] <= sent[0]:
+            return None
+        return (len(sent) - 1) / (sent[-1] - sent[0])
+
+    @property
+    def scheduled_rate(self) -> Optional[float]:
+        """Open loop: the rate of the schedule itself (a Poisson schedule's own rate varies
+        about the asked one from run to run)."""
+        due = sorted(r.due_s for r in self.records if r.due_s is not None)
+        if len(due) < 2 or due[-1] <= due[0]:
+            return None
+        return (len(due) - 1) / (due[-1] - due[0])
+
+    @property
+    def send_lag_s_max(self) -> Optional[float]:
+        lags = [r.send_lag_s for r in self.records if r.send_lag_s is not None]
+        return max(lags) if lags else None
 
     @property
     def midpoint_unix(self) -> float:

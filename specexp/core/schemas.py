@@ -404,6 +404,37 @@ def requests_per_stream(workload: Any, concurrency: Any, stream: int = 0) -> int
     return int(concurrency.requests_per_stream) * max(1, share)
 
 
+class Arrival(StrEnum):
+    """How a run's requests are started: by streams that each send the next when the last
+    ends (closed loop), or at times of their own whatever the server does (open loop)."""
+
+    closed = "closed"
+    poisson = "poisson"  # exponential gaps of mean 1/rate, seeded
+    uniform = "uniform"  # a fixed schedule: one request every 1/rate seconds
+
+
+@dataclass
+class CapacitySearchConfig:
+    """The search for the highest arrival rate whose SLO attainment stays at or above
+    ``slo.target``: each measured run is one rate, chosen from the runs before it (bracket
+    by doubling or halving, then bisect in log rate); ``stats.measured_runs`` is its budget."""
+
+    start_rate: float = 1.0
+    min_rate: float = 0.01
+    max_rate: float = 1000.0
+    # Once the bracket is this narrow (high / low - 1), runs go to the fitted capacity.
+    precision: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_rate <= self.start_rate <= self.max_rate:
+            raise ConfigError(
+                "concurrency.search needs 0 < min_rate <= start_rate <= max_rate, got "
+                f"{self.min_rate}, {self.start_rate}, {self.max_rate}"
+            )
+        if self.precision <= 0:
+            raise ConfigError(f"concurrency.search.precision must be > 0, got {self.precision}")
+
+
 @dataclass
 class ConcurrencyConfig:
     name: str = MISSING
@@ -420,10 +451,26 @@ class ConcurrencyConfig:
     # streams, at most one per CPU core. One loop keeps up with about 64 streams at 500
     # tokens/s each; past that its timestamps lag (benchmarks/client_capacity.py).
     client_processes: Optional[int] = None
+    # Open loop: requests arrive at ``rate`` per second (poisson or uniform), ``arrivals`` per
+    # measured run, each sent when due however many are still in flight; ``seed`` seeds the
+    # arrival times (each run's own, the same in every arm). ``streams`` then sizes only the
+    # server (the requests it serves at once, e.g. llama.cpp's slots; more wait in its queue).
+    arrival: Arrival = Arrival.closed
+    rate: Optional[float] = None
+    arrivals: int = 32
+    seed: int = 0
+    # Set: each measured run's rate is chosen by the capacity search (open loop only).
+    search: Optional[CapacitySearchConfig] = None
+
+    @property
+    def open_loop(self) -> bool:
+        return self.arrival != Arrival.closed
 
     def processes(self) -> int:
         if self.client_processes is not None:
             return self.client_processes
+        if self.open_loop:  # how many will be in flight is the server's doing: one loop
+            return 1
         return max(1, min(os.cpu_count() or 1, -(-self.streams // 64)))
 
     def __post_init__(self) -> None:
@@ -439,6 +486,23 @@ class ConcurrencyConfig:
         if self.duration_s is not None and self.duration_s <= 0:
             raise ConfigError(
                 f"concurrency.duration_s must be > 0 (or null), got {self.duration_s}"
+            )
+        if self.open_loop:
+            _at_least("concurrency", 1, arrivals=self.arrivals)
+            if self.duration_s is not None:
+                raise ConfigError(
+                    "concurrency.duration_s is for closed-loop streams; an open-loop run sends "
+                    "concurrency.arrivals requests"
+                )
+            if self.search is None and (self.rate is None or self.rate <= 0):
+                raise ConfigError(
+                    f"concurrency.arrival={self.arrival} needs concurrency.rate > 0 (requests "
+                    "per second) or concurrency.search"
+                )
+        elif self.rate is not None or self.search is not None:
+            raise ConfigError(
+                "concurrency.rate and concurrency.search are for open-loop arrivals: set "
+                "concurrency.arrival=poisson (or uniform)"
             )
 
 
@@ -479,6 +543,35 @@ class SequentialConfig:
             raise ConfigError(
                 f"stats.sequential.spending must be pocock or obrien_fleming, got {self.spending!r}"
             )
+
+
+@dataclass
+class SloConfig:
+    """Service levels a request must meet, every one that is set, to count as good: its
+    time to first token, its inter-token latency (its mean, or a percentile of its own gaps),
+    its end-to-end latency. Goodput is the requests (and their tokens) per second that met
+    them; attainment, the share that did. ``target``: the attainment capacity is read at."""
+
+    name: str = MISSING
+    ttft_s: Optional[float] = None
+    itl_s: Optional[float] = None
+    # Null: the request's mean inter-token latency; else this percentile (0-100) of its gaps.
+    itl_percentile: Optional[float] = None
+    e2e_s: Optional[float] = None
+    target: float = 0.9
+
+    @property
+    def defined(self) -> bool:
+        return any(v is not None for v in (self.ttft_s, self.itl_s, self.e2e_s))
+
+    def __post_init__(self) -> None:
+        for key in ("ttft_s", "itl_s", "e2e_s"):
+            value = getattr(self, key)
+            if value is not None and value <= 0:
+                raise ConfigError(f"slo.{key} must be > 0 seconds (or null), got {value}")
+        if self.itl_percentile is not None and not 0 < self.itl_percentile <= 100:
+            raise ConfigError(f"slo.itl_percentile must be in (0, 100], got {self.itl_percentile}")
+        _fraction("slo", target=self.target)
 
 
 @dataclass
@@ -592,6 +685,7 @@ class RunConfig:
     speculative: SpeculativeConfig = MISSING
     workload: WorkloadConfig = MISSING
     concurrency: ConcurrencyConfig = MISSING
+    slo: SloConfig = MISSING
     stats: StatsConfig = field(default_factory=StatsConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     dry_run: bool = False
@@ -662,6 +756,7 @@ GROUP_SCHEMAS: dict[str, type] = {
     "speculative": SpeculativeConfig,
     "workload": WorkloadConfig,
     "concurrency": ConcurrencyConfig,
+    "slo": SloConfig,
     "stats": StatsConfig,
     "tracking": TrackingConfig,
 }

@@ -46,6 +46,7 @@ _NOT_MEASURED = ("tracking", "dry_run", "multirun")
 _LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "model": {"package": None, "self_draft_layers": None},
     "workload": {"dataset": None, "dataset_format": "auto", "dataset_limit": None, "chat": False},
+    "concurrency": {"arrival": "closed", "rate": None, "arrivals": 32, "seed": 0, "search": None},
     "speculative": {"ngram_variant": "simple", "ngram_min_hits": 1},
 }
 
@@ -65,6 +66,9 @@ class Job:
         for key in _NOT_MEASURED:
             data.pop(key)
         data["stats"].pop("sequential")  # how a comparison is planned, not what a run measures
+        # Service levels are read off what was measured, unless they steer a capacity search.
+        if self.config.concurrency.search is None:
+            data.pop("slo")
         # Facts declared about the model and where the engine's code lies: the model and
         # the command say what is measured.
         data["model"].pop("attention_arch", None)
@@ -86,7 +90,9 @@ class Job:
         its client-side settings (concurrency, workload, replicate). Fresh prompts are keyed
         by it, so jobs sharing a server never send each other's prompts, while the arms of
         one level (on servers of their own) are sent the same ones: a paired comparison."""
-        concurrency = dataclasses.asdict(self.config.concurrency)
+        concurrency = _as_recorded({"concurrency": dataclasses.asdict(self.config.concurrency)})[
+            "concurrency"
+        ]
         for key in ("name", "levels"):
             concurrency.pop(key)
         return _digest(
@@ -201,6 +207,12 @@ def validate(run: RunConfig) -> None:
         raise ConfigError(
             f"workload.chat=true: engine={run.engine.name} is not taught its chat endpoint in "
             "specexp yet; send the prompts as text (workload.chat=false) or use engine=llamacpp"
+        )
+    if run.concurrency.search is not None and not run.slo.defined:
+        raise ConfigError(
+            "concurrency.search finds the highest rate that meets the service levels, and "
+            f"slo={run.slo.name} sets none: choose slo=interactive|cpu_interactive or set "
+            "slo.ttft_s, slo.itl_s or slo.e2e_s"
         )
     tp = run.engine.tensor_parallel_size
     if tp not in run.model.tensor_parallel_sizes:

@@ -16,6 +16,7 @@ from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
     arm_interval,
+    capacity_rows,
     category_rows,
     claim_rows,
     comparison_rows,
@@ -200,6 +201,15 @@ def sweep_description(
             "",
             table(sequence_rows(report.sequences)).rstrip("\n"),
         ]
+    if report.capacity_arms:
+        lines += [
+            "",
+            "**Capacity under the SLO** (capacity search):",
+            "",
+            table(capacity_rows(report.capacity_arms, report.capacities)).rstrip("\n"),
+            "",
+            f"![attainment against load]({plot_link('goodput/attainment.png')})",
+        ]
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
     if report.prompt_comparisons:
@@ -231,4 +241,10 @@ def sweep_markdown(report: SweepReport, metric: str) -> str:
     )
     checks = "".join("\n" + switch_off_markdown(c) for c in report.checks)
     categories = "".join("\n" + prompt_comparison_markdown(p) for p in report.prompt_comparisons)
-    return f"Order: {report.order}.\n\n" + body + categories + checks
+    capacity = (
+        "\n**Capacity under the SLO**\n\n"
+        + table(capacity_rows(report.capacity_arms, report.capacities))
+        if report.capacity_arms
+        else ""
+    )
+    return f"Order: {report.order}.\n\n" + body + capacity + categories + checks

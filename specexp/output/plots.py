@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 # Figures made directly, not through pyplot: no global backend or figure state, no display.
 from matplotlib.figure import Figure
 
 from specexp.analysis.arms import Arm, ci_label
+from specexp.analysis.capacity import ArmCapacity
 from specexp.analysis.crossover import Crossover
 from specexp.analysis.prompts import PromptComparison
+from specexp.analysis.results import Metric
 from specexp.core.stats import Comparison, Verdict
 
 
@@ -165,3 +167,67 @@ def acceptance_plot(compared: Sequence[PromptComparison], path: Path) -> Path:
 def _wrapped(text: str, width: int) -> str:
     """Text in lines of at most ``width`` characters: a title is read whole, never cut."""
     return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
+
+
+def attainment_plot(arms: Sequence[ArmCapacity], path: Path) -> Path:
+    """SLO attainment against the arrival rate, each capacity search's runs per arm, with the
+    target and each arm's capacity interval."""
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.subplots()
+    for k, arm in enumerate(arms):
+        color = f"C{k}"
+        points = sorted(arm.points)
+        ax.plot(
+            [rate for rate, _, _ in points],
+            [good / requests for _, requests, good in points],
+            "o",
+            color=color,
+            label=f"{arm.label}: {arm.describe()} req/s",
+        )
+        if arm.rate is not None:
+            ax.axvline(arm.rate, color=color, linewidth=0.8)
+            if arm.ci_low is not None and arm.ci_high is not None:
+                ax.axvspan(arm.ci_low, arm.ci_high, color=color, alpha=0.12)
+    target = next((a.target for a in arms if a.target is not None), None)
+    if target is not None:
+        ax.axhline(
+            target, color="black", linestyle="--", linewidth=0.8, label=f"target {target:.0%}"
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("arrival rate (requests/s, Poisson)")
+    ax.set_ylabel("requests meeting the SLO")
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    ax.set_title("SLO attainment against load (capacity: where the fit meets the target)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def pareto_plot(families: Mapping[str, Mapping[int, Arm]], factor: str, path: Path) -> Path:
+    """Throughput per server against tok/s per user, a line per arm across the levels of
+    ``factor`` (the Pareto view: up and to the right is better; each point is a level)."""
+    fig = Figure(figsize=(8, 5))
+    ax = fig.subplots()
+    for k, (family, levels) in enumerate(families.items()):
+        points = [
+            (level, arm.run.metrics[Metric.request_tok_per_s_mean], arm.summary.mean)
+            for level, arm in sorted(levels.items())
+            if Metric.request_tok_per_s_mean in arm.run.metrics
+        ]
+        if not points:
+            continue
+        ax.plot(
+            [x for _, x, _ in points], [y for _, _, y in points], "o-", color=f"C{k}", label=family
+        )
+        for level, x, y in points:
+            ax.annotate(str(level), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("tok/s per user (mean over requests)")
+    ax.set_ylabel("tok/s per server (aggregate)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"throughput against per-user speed, points labelled by {factor}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

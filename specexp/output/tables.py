@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
+from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.core.sequential import SequentialComparison
@@ -253,4 +254,29 @@ def claim_rows(claims: Sequence[ClaimCheck]) -> Rows:
             ],
             check.status,
         )
+    return table
+
+
+def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityComparison]) -> Rows:
+    """Each capacity-search arm's capacity under the SLO, and against its baseline the ratio
+    with its interval and what it says."""
+    against = {c.candidate.run_id: c for c in comparisons}
+    table = Rows(
+        ["arm", "capacity req/s [CI]", "vs baseline", "ratio CI", "verdict"], marked="verdict"
+    )
+    for arm in arms:
+        compared = against.get(arm.run_id)
+        ratio = (
+            (
+                pct(compared.ratio - 1),
+                f"[{pct(compared.ci_low - 1)}, {pct(compared.ci_high - 1)}]",
+            )
+            if compared
+            and compared.ratio is not None
+            and compared.ci_low is not None
+            and compared.ci_high is not None
+            else ("-", "-")
+        )
+        verdict = str(compared.verdict) if compared else "-"
+        table.add([arm.label, arm.describe(), *ratio, verdict], verdict)
     return table

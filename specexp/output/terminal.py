@@ -23,12 +23,14 @@ from specexp.core.measurements import RunResult
 from specexp.core.notes import NoteKind
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import RunConfig
+from specexp.core.slo import run_goodput
 from specexp.core.stats import Comparison
 from specexp.engines.base import LaunchSpec, Resolution
 from specexp.host.job import Job
 from specexp.output.markdown import caveat_lines, hardware_line, run_warnings
 from specexp.output.tables import (
     Rows,
+    capacity_rows,
     category_rows,
     claim_rows,
     comparison_rows,
@@ -96,6 +98,8 @@ class _RunProgress:
 
     def advance(self, result: RunResult) -> None:
         kind = "warm-up" if result.warmup else f"run {result.run}"
+        if result.asked_rate is not None:
+            kind += f" at {result.asked_rate:.3g} req/s"
         note = f"{kind}: {result.tok_per_s:.1f} tok/s" if result.ok else f"{kind}: [red]failed[/]"
         self.progress.update(self.task, advance=1, description=note)
         if not console.is_terminal:  # a log file gets no live bar: one line per run instead
@@ -130,10 +134,16 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
     several = cfg.stats.launches > 1
     for header in (["launch"] if several else []) + ["run"]:
         table.add_column(header)
-    for header in ("tok/s", "tokens", "TTFT ms", "accept len"):
+    open_loop, slo = cfg.concurrency.open_loop, cfg.slo if cfg.slo.defined else None
+    for header in (
+        ("tok/s", "tokens", "TTFT ms", "accept len")
+        + (("req/s asked", "req/s sent") if open_loop else ())
+        + (("SLO met",) if slo else ())
+    ):
         table.add_column(header, justify="right")
     for result in runs:
         ttft = result.ttft_s_mean * 1000 if result.ttft_s_mean is not None else None
+        goodput = run_goodput(result, slo) if slo else None
         table.add_row(
             *([str(result.launch)] if several else []),
             "warm-up" if result.warmup else str(result.run),
@@ -141,6 +151,8 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
             str(result.output_tokens),
             _fmt(ttft, 1),
             _fmt(result.acceptance_length),
+            *((_fmt(result.asked_rate, 3), _fmt(result.achieved_rate, 3)) if open_loop else ()),
+            *((f"{goodput.good}/{goodput.requests}",) if goodput else ()),
         )
     console.print(table)
     summary, metric = job.tok_per_s, job.metric
@@ -156,6 +168,7 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
                 f"variance of tok/s: within a launch {metric(Metric.var_within_launch):.3g}, "
                 f"between launches {between:.3g}"
             )
+    _print_service_levels(cfg, job)
     for note in job.notes:
         console.print(f"[yellow]warning:[/] {note.message}")
     accounting = [
@@ -194,6 +207,39 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
                 f"{c.stable}/{c.prompts}",
             )
         console.print(table)
+
+
+def _print_service_levels(cfg: RunConfig, job: JobSummary) -> None:
+    """Goodput and attainment with their intervals, or a capacity search's capacity."""
+    slo = cfg.slo
+    levels = ", ".join(
+        f"{label} <= {value * 1000:g} ms"
+        for label, value in (
+            ("TTFT", slo.ttft_s),
+            ("ITL" if slo.itl_percentile is None else f"ITL p{slo.itl_percentile:g}", slo.itl_s),
+            ("E2E", slo.e2e_s),
+        )
+        if value is not None
+    )
+    for label, summary, scale, unit in (
+        ("SLO attainment", job.attainment, 100, "%"),
+        ("goodput", job.goodput_rps, 1, " req/s"),
+    ):
+        if summary:
+            console.print(
+                f"[bold]{label} {summary.mean * scale:.3g}{unit}[/] "
+                f"{summary.confidence * 100:g}% CI [{_fmt(summary.ci_low * scale, 3)}, "
+                f"{_fmt(summary.ci_high * scale, 3)}] ({levels})"
+            )
+    capacity = job.capacity
+    if capacity:
+        console.print(
+            f"[bold]capacity at {capacity.target:.0%} attainment ({levels}): "
+            f"{capacity.describe()}[/] ({capacity.confidence * 100:g}% CI; "
+            f"{len(capacity.points)} rates measured)"
+        )
+        if capacity.reason:
+            console.print(f"[yellow]capacity:[/] {capacity.reason}")
 
 
 # The report tables (specexp.output.tables), drawn with their marks coloured.
@@ -280,6 +326,14 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     if report.sequences:
         console.print(
             rich_table("measured until decided (sequential)", sequence_rows(report.sequences))
+        )
+    if report.capacity_arms:
+        console.print(
+            rich_table(
+                "capacity under the SLO: the highest arrival rate meeting the target attainment "
+                "(capacity search), candidates' ratio to the baseline with simultaneous intervals",
+                capacity_rows(report.capacity_arms, report.capacities),
+            )
         )
     for note in report.notes:
         if note.kind != NoteKind.left_out:  # the skipped runs are listed above

@@ -13,7 +13,7 @@ from typing import Optional
 
 from rich.markup import escape
 
-from specexp.analysis.results import Artifact, RunStatus, Tag
+from specexp.analysis.results import Artifact, RunStatus, Tag, capacity_points_tag
 from specexp.analysis.summary import accounting_totals, summarize_job
 from specexp.core.redaction import redact_text
 from specexp.host.job import Job
@@ -144,6 +144,8 @@ def _finish(session: JobSession) -> None:
         accounting=job.engine.server_accounting(accounting_totals(measured)),
         cores=os.cpu_count() or 1,
         greedy=cfg.workload.temperature == 0,
+        slo=cfg.slo,
+        capacity_search=cfg.concurrency.search is not None,
     )
     if summary.prompts:
         path = session.log_path.parent / Artifact.prompts
@@ -151,6 +153,8 @@ def _finish(session: JobSession) -> None:
         session.files[Artifact.prompts] = path
     if tracker:
         tracker.log_metrics(dict(summary.metrics))
+        if summary.capacity:
+            tracker.set_tags({Tag.capacity_points: capacity_points_tag(summary.capacity.points)})
         if summary.notes:
             tracker.set_tags({Tag.warnings: " | ".join(n.message for n in summary.notes)[:5000]})
     result.status = RunStatus.finished

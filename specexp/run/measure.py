@@ -10,10 +10,11 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from specexp.analysis.results import Artifact, Metric, Tag, launch_metric
 from specexp.analysis.summary import run_metrics
+from specexp.core.capacity import next_rate, rate_points
 from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env
 from specexp.engines.base import LaunchSpec
@@ -76,7 +77,7 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         server, reused, ready_s = _server_for(session, label, shared)
         if server.log_path not in session.server_logs or not reused:
             _announce_server(session, server, reused, ready_s, label, launch)
-        records = _monitored_runs(session, server, launch, warmups, runs)
+        records = _monitored_runs(session, server, launch, warmups, runs, session.result.runs)
         session.result.runs += records
         log = server.log_path.read_text(errors="replace")
         session.effective.update(engine.effective(job.server, server.base_url, log, records))
@@ -105,7 +106,12 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
 
 
 def _monitored_runs(
-    session: JobSession, server: ServerProcess, launch: int, warmups: int, runs: range
+    session: JobSession,
+    server: ServerProcess,
+    launch: int,
+    warmups: int,
+    runs: range,
+    earlier: Sequence[RunResult],
 ) -> list[RunResult]:
     """The runs, measured from cores away from the server's, with the machine watched."""
     job, tracker = session.job, session.tracker
@@ -130,6 +136,7 @@ def _monitored_runs(
                 session.files[Artifact.requests],
                 tracker,
                 monitor,
+                earlier,
             )
         )
 
@@ -235,10 +242,21 @@ async def _measure(
     records_path: Path,
     tracker: Optional[TrackedRun],
     monitor: Optional[telemetry.Monitor],
+    earlier: Sequence[RunResult] = (),
 ) -> list[RunResult]:
     """``warmups`` warm-up runs, then the measured runs numbered ``runs``, each with what
-    ``monitor`` saw of the machine meanwhile."""
+    ``monitor`` saw of the machine meanwhile. With a capacity search, each measured run's
+    rate is chosen from the job's runs before it (``earlier``: its earlier parts')."""
     cfg = job.config
+    search = cfg.concurrency.search
+
+    def rate_for(warmup: bool, done: Sequence[RunResult]) -> Optional[float]:
+        if search is None:
+            return None
+        if warmup:
+            return search.start_rate
+        return next_rate(rate_points([*earlier, *done], cfg.slo), search, cfg.slo.target)
+
     client = LoadClient(
         job.engine,
         server.base_url,
@@ -258,7 +276,8 @@ async def _measure(
         async with client.session() as http:
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:
-                result = await client.run(run, warmup, http, launch=launch)
+                rate = rate_for(warmup, results)
+                result = await client.run(run, warmup, http, launch=launch, rate=rate)
                 if monitor:
                     samples = monitor.between(
                         result.started_unix, result.started_unix + result.wall_s
@@ -273,7 +292,7 @@ async def _measure(
                 results.append(result)
                 if not warmup and tracker:
                     accounting = job.engine.server_accounting(result.accounting_deltas)
-                    tracker.log_metrics(run_metrics(result, accounting), step=run)
+                    tracker.log_metrics(run_metrics(result, accounting, cfg.slo), step=run)
                 progress.advance(result)
                 if not result.ok:
                     break

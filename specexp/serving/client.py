@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import multiprocessing.pool
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import uvloop
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.schemas import (
     PREFIX_WORDS,
+    Arrival,
     CacheUse,
     ConcurrencyConfig,
     PromptReuse,
@@ -261,10 +263,16 @@ class LoadClient:
             self._pool.join()
             self._pool = None
 
-    async def _stream_one(self, session: aiohttp.ClientSession, record: RequestRecord) -> None:
+    async def _stream_one(
+        self, session: aiohttp.ClientSession, record: RequestRecord, due: Optional[float] = None
+    ) -> None:
+        """Send one request and time its stream: from ``due`` (a perf_counter time) when it
+        was due by an open-loop schedule, so that a late send counts against it, else from now."""
         workload = self.workload
         stall = workload.stall_timeout_s
         start = time.perf_counter()
+        if due is not None:
+            record.send_lag_s, start = start - due, due
         expected = workload.max_tokens if workload.ignore_eos else None
         timer = StreamTimer(self.engine, record, start, expected, workload.prompt_tokens)
         try:
@@ -398,22 +406,27 @@ class LoadClient:
         warmup: bool,
         session: aiohttp.ClientSession,
         launch: int = 0,
+        rate: Optional[float] = None,
     ) -> RunResult:
-        """One run: every stream's requests, from one start; the server's counters as deltas."""
+        """One run: every stream's requests (open loop: every arrival's), from one start; the
+        server's counters as deltas. ``rate``: an open-loop run's arrival rate, when not
+        ``concurrency.rate`` (a capacity search's)."""
         level = self.concurrency
+        rate = rate if rate is not None else level.rate
         await self._prepare_prompts(session)
         settled = await self._settle(session)
         before = await self._counters(session)
-        shares = stream_shares(level.streams, level.processes())
+        units = level.arrivals if level.open_loop else level.streams
+        shares = stream_shares(units, level.processes())
         started_unix = time.time()
         if len(shares) == 1:
             started = time.perf_counter()
-            records, finished = await self._streams(
-                session, shares[0], run, warmup, launch, started
+            records, finished = await self._share(
+                session, shares[0], run, warmup, launch, started, rate
             )
         else:
             records, started, finished = await asyncio.get_running_loop().run_in_executor(
-                None, self._run_in_workers, shares, run, warmup, launch
+                None, self._run_in_workers, shares, run, warmup, launch, rate
             )
             started_unix += started - time.perf_counter()
         after = await self._counters(session)
@@ -429,7 +442,58 @@ class LoadClient:
             idle_wait_s=settled.waited_s,
             busy_at_start=settled.load.describe() if settled.load and not settled.idle else None,
             caches_flushed=settled.flushed,
+            asked_rate=rate if level.open_loop else None,
         )
+
+    async def _share(
+        self,
+        session: aiohttp.ClientSession,
+        share: Sequence[int],
+        run: int,
+        warmup: bool,
+        launch: int,
+        started: float,
+        rate: Optional[float],
+    ) -> tuple[list[RequestRecord], float]:
+        """This process's streams, or with open-loop arrivals its arrivals."""
+        if not self.concurrency.open_loop:
+            return await self._streams(session, share, run, warmup, launch, started)
+        if rate is None:
+            raise ValueError("an open-loop run needs an arrival rate")
+        due = arrival_offsets(self.concurrency, rate, launch, run, warmup)
+        return await self._arrivals(
+            session, [(k, due[k]) for k in share], run, warmup, launch, started
+        )
+
+    async def _arrivals(
+        self,
+        session: aiohttp.ClientSession,
+        due: Sequence[tuple[int, float]],
+        run: int,
+        warmup: bool,
+        launch: int,
+        started: float,
+    ) -> tuple[list[RequestRecord], float]:
+        """Send each arrival when it is due (``started`` plus its offset) whatever the ones
+        before it are doing: none waits for another (no coordinated omission)."""
+        records: list[RequestRecord] = []
+        in_flight: list[asyncio.Task[None]] = []
+        for arrival, offset in due:
+            await asyncio.sleep(max(0.0, started + offset - time.perf_counter()))
+            record = RequestRecord(
+                run=run,
+                stream=arrival,
+                warmup=warmup,
+                start_unix=time.time(),
+                launch=launch,
+                due_s=offset,
+            )
+            records.append(record)
+            in_flight.append(
+                asyncio.create_task(self._stream_one(session, record, started + offset))
+            )
+        await asyncio.gather(*in_flight)
+        return records, time.perf_counter()
 
     async def _streams(
         self,
@@ -468,7 +532,7 @@ class LoadClient:
         return records, time.perf_counter()
 
     def _run_in_workers(
-        self, shares: list[list[int]], run: int, warmup: bool, launch: int
+        self, shares: list[list[int]], run: int, warmup: bool, launch: int, rate: Optional[float]
     ) -> tuple[list[RequestRecord], float, float]:
         """Each share of the streams in a worker process of its own, all from one start."""
         if self._pool is None:
@@ -479,7 +543,7 @@ class LoadClient:
         started = time.perf_counter() + _WORKER_START_S
         parts = self._pool.starmap(
             _worker_streams,
-            [(self, share, run, warmup, launch, started) for share in shares],
+            [(self, share, run, warmup, launch, started, rate) for share in shares],
         )
         records = [record for share_records, _ in parts for record in share_records]
         return records, started, max(finished for _, finished in parts)
@@ -533,13 +597,35 @@ def _worker_ready(_: int) -> None:
 
 
 def _worker_streams(
-    client: LoadClient, share: list[int], run: int, warmup: bool, launch: int, started: float
+    client: LoadClient,
+    share: list[int],
+    run: int,
+    warmup: bool,
+    launch: int,
+    started: float,
+    rate: Optional[float],
 ) -> tuple[list[RequestRecord], float]:
     async def go() -> tuple[list[RequestRecord], float]:
         async with client.session() as http:
-            return await client._streams(http, share, run, warmup, launch, started)
+            return await client._share(http, share, run, warmup, launch, started, rate)
 
     return run_async(go())
+
+
+def arrival_offsets(
+    level: ConcurrencyConfig, rate: float, launch: int, run: int, warmup: bool
+) -> list[float]:
+    """When each of a run's open-loop requests is due, in seconds after its start: Poisson
+    (exponential gaps, seeded by the seed, launch and run, so that every arm is sent the same
+    schedule; at another rate the same one, rescaled) or uniform (one each 1/rate s)."""
+    if level.arrival == Arrival.uniform:
+        return [k / rate for k in range(level.arrivals)]
+    rng = random.Random(f"{level.seed}/{launch}/{run}/{warmup}")
+    offsets, at = [], 0.0
+    for _ in range(level.arrivals):
+        offsets.append(at)
+        at += rng.expovariate(1.0) / rate
+    return offsets
 
 
 def session(

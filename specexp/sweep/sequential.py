@@ -85,6 +85,8 @@ def sequential_pairs(
         and (job.server != bases[others(job)].server or not job.job.config.multirun.reuse_servers)
         and job.job.config.stats.sequential.enabled
         and bases[others(job)].job.config.stats.sequential.enabled
+        # A capacity search's runs are at rates of its choosing: its estimate is its verdict.
+        and job.job.config.concurrency.search is None
     ]
 
 

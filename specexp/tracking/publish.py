@@ -145,6 +145,21 @@ def log_sweep_report(
         with tempfile.TemporaryDirectory() as tmp:
             path = plots.acceptance_plot(report.prompt_comparisons, Path(tmp) / "acceptance.png")
             parent.log_artifacts([path], artifact_path="prompts")
+    ramps = any(len(levels) > 1 for levels in report.families().values())
+    if report.capacity_arms or ramps:
+        with tempfile.TemporaryDirectory() as tmp:
+            made = []
+            if report.capacity_arms:
+                made.append(
+                    plots.attainment_plot(report.capacity_arms, Path(tmp) / "attainment.png")
+                )
+            if ramps:
+                made.append(
+                    plots.pareto_plot(
+                        report.families(), report.crossover_factor or "", Path(tmp) / "pareto.png"
+                    )
+                )
+            parent.log_artifacts(made, artifact_path="goodput")
     log_verdicts(store, report.arms, report.comparisons)
     log_levels(parent, report.arms, report.comparisons, report.crossover_factor)
     parent.set_tags({NOTE: description})

@@ -147,7 +147,7 @@ def test_importing_changes_nothing_outside_the_module():
     code = f"""
 import importlib, json, os, sys, warnings
 from omegaconf import OmegaConf
-import numpy, mlflow, matplotlib, hydra, scipy.stats  # third-party imports may do what they like
+import numpy, mlflow, matplotlib, hydra, scipy.stats, statsmodels.api  # third-party imports may do what they like
 env, filters = dict(os.environ), list(warnings.filters)
 resolvers = {{n for n in ("specexp.job_minutes", "specexp.gpus_per_node") if OmegaConf.has_resolver(n)}}
 for name in {json.dumps([m for m in modules() if m.startswith("specexp") and m != "specexp.__main__"])}:

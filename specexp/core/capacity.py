@@ -1,0 +1,200 @@
+"""Capacity under service levels: the highest arrival rate at which SLO attainment stays at
+or above a target, found by a search that spends few runs, with an interval.
+
+The search (:func:`next_rate`) brackets the capacity by doubling or halving the rate from
+its start, then bisects the bracket in log rate; once the bracket is narrow, runs go to the
+fitted capacity, where they say most about it. The estimate (:func:`estimate`) fits every
+run's attainment to a logistic curve in log rate (a binomial GLM, quasi-binomial: requests
+of one run share its load, so their outcomes are not independent, and the run-to-run excess
+is estimated from the fit's Pearson residuals) and reads the rate at which the curve meets
+the target. Its interval inverts the test of "the curve meets the target here" (Fieller's
+interval, as for a dose-response curve's ED50), so it is asymmetric where the data are, and
+unbounded - said so, not clipped - when the runs do not pin the slope down.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import statsmodels.api as sm
+from scipy import stats as scipy_stats
+
+from specexp.core.measurements import RunResult
+from specexp.core.schemas import CapacitySearchConfig, SloConfig
+from specexp.core.slo import run_goodput
+
+
+@dataclass(frozen=True)
+class RatePoint:
+    """One measured run of the search: its asked rate, its requests, those that met the SLO."""
+
+    rate: float
+    requests: int
+    good: int
+
+    @property
+    def attainment(self) -> float:
+        return self.good / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """The highest rate that met the target below the lowest that did not (None: not found)."""
+
+    passing: Optional[float]
+    failing: Optional[float]
+
+
+def bracket(points: Sequence[RatePoint], target: float) -> Bracket:
+    failing = [p.rate for p in points if p.attainment < target]
+    lowest_fail = min(failing) if failing else None
+    below = [
+        p.rate
+        for p in points
+        if p.attainment >= target and (lowest_fail is None or p.rate < lowest_fail)
+    ]
+    return Bracket(max(below) if below else None, lowest_fail)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The capacity estimate: the rate (requests/s) where the fitted attainment meets
+    ``target``, its interval at ``confidence`` (None where unbounded), the standard error of
+    its log (for comparing arms), the search's bracket, and why there is no estimate."""
+
+    target: float
+    confidence: float
+    points: tuple[RatePoint, ...]
+    bracket: Bracket
+    rate: Optional[float] = None
+    ci_low: Optional[float] = None
+    ci_high: Optional[float] = None
+    log_se: Optional[float] = None
+    # The runs' dispersion beyond binomial (1: none found).
+    dispersion: float = 1.0
+    reason: Optional[str] = None
+
+    def describe(self) -> str:
+        if self.rate is None:
+            return self.reason or "no estimate"
+        low = "-inf" if self.ci_low is None else f"{self.ci_low:.3g}"
+        high = "inf" if self.ci_high is None else f"{self.ci_high:.3g}"
+        return f"{self.rate:.3g} req/s [{low}, {high}]"
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1 - p))
+
+
+def _fit(points: Sequence[RatePoint]) -> Optional[tuple[np.ndarray, np.ndarray, float, int]]:
+    """(coefficients, covariance, dispersion, residual df) of the logistic fit, or None."""
+    x = np.log([p.rate for p in points])
+    successes = np.array([p.good for p in points], dtype=float)
+    failures = np.array([p.requests - p.good for p in points], dtype=float)
+    design = sm.add_constant(x, has_constant="add")
+    model = sm.GLM(np.column_stack([successes, failures]), design, family=sm.families.Binomial())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            fitted = model.fit()
+        except (ValueError, np.linalg.LinAlgError):
+            return None
+    df = len(points) - 2
+    dispersion = max(1.0, float(fitted.pearson_chi2) / df) if df > 0 else 1.0
+    params = np.asarray(fitted.params, dtype=float)
+    covariance = np.asarray(fitted.cov_params(), dtype=float) * dispersion
+    if not (np.all(np.isfinite(params)) and np.all(np.isfinite(covariance))):
+        return None
+    return params, covariance, dispersion, df
+
+
+def estimate(points: Sequence[RatePoint], target: float, confidence: float = 0.95) -> Capacity:
+    """The capacity at ``target`` attainment from the search's runs."""
+    points = tuple(points)
+    found = bracket(points, target)
+
+    def without(reason: str) -> Capacity:
+        return Capacity(target, confidence, points, found, reason=reason)
+
+    if found.failing is None:
+        top = max((p.rate for p in points), default=0.0)
+        return without(f"every rate met the target, up to {top:.3g} req/s: capacity is higher")
+    if found.passing is None:
+        return without(
+            f"no rate met the target, down to {found.failing:.3g} req/s: capacity is lower"
+        )
+    if len({p.rate for p in points}) < 3:
+        return without("fewer than three rates measured: no curve to read the capacity from")
+    fit = _fit(points)
+    if fit is None:
+        return without("the logistic fit did not converge")
+    (a, b), cov, dispersion, df = fit
+    if b >= 0:
+        return without("attainment does not fall with the rate in these runs")
+    level = _logit(target)
+    x_hat = (level - a) / b
+    # Critical value: t on the residual df when the dispersion is estimated above binomial.
+    crit = float(
+        scipy_stats.t.ppf(0.5 + confidence / 2, df)
+        if dispersion > 1.0 and df > 0
+        else scipy_stats.norm.ppf(0.5 + confidence / 2)
+    )
+    v_aa, v_ab, v_bb = cov[0, 0], cov[0, 1], cov[1, 1]
+    log_se = math.sqrt(max(0.0, v_aa + 2 * x_hat * v_ab + x_hat**2 * v_bb)) / abs(b)
+    # Fieller: the x at which (a + b x - level)^2 <= crit^2 Var(a + b x).
+    quad = b**2 - crit**2 * v_bb
+    lin = 2 * ((a - level) * b - crit**2 * v_ab)
+    const = (a - level) ** 2 - crit**2 * v_aa
+    low = high = None
+    discriminant = lin**2 - 4 * quad * const
+    if quad > 0 and discriminant >= 0:
+        root = math.sqrt(discriminant)
+        low, high = math.exp((-lin - root) / (2 * quad)), math.exp((-lin + root) / (2 * quad))
+    return Capacity(
+        target,
+        confidence,
+        points,
+        found,
+        rate=math.exp(x_hat),
+        ci_low=low,
+        ci_high=high,
+        log_se=log_se,
+        dispersion=dispersion,
+        reason=None if low is not None else "the runs do not bound the slope: interval unbounded",
+    )
+
+
+def next_rate(points: Sequence[RatePoint], search: CapacitySearchConfig, target: float) -> float:
+    """The rate the search measures next, from the runs so far."""
+    if not points:
+        return search.start_rate
+    found = bracket(points, target)
+    if found.failing is None:
+        return min(search.max_rate, 2 * max(p.rate for p in points))
+    if found.passing is None:
+        return max(search.min_rate, found.failing / 2)
+    low, high = found.passing, found.failing
+    if high / low - 1 > search.precision:
+        return math.sqrt(low * high)
+    fitted = estimate(points, target).rate
+    if fitted is None or not low / 2 <= fitted <= 2 * high:
+        return math.sqrt(low * high)
+    # Either side of the fitted capacity in turn: the slope, which the interval needs, is
+    # measured only by rates apart.
+    narrow = sum(1 for p in points if low / 2 <= p.rate <= 2 * high)
+    step = (1 + 2 * search.precision) ** (1 if narrow % 2 else -1)
+    return min(search.max_rate, max(search.min_rate, fitted * step))
+
+
+def rate_points(runs: Sequence[RunResult], slo: SloConfig) -> list[RatePoint]:
+    """The search's points: each measured open-loop run's asked rate and SLO outcome."""
+    points = []
+    for run in runs:
+        goodput = run_goodput(run, slo)
+        if not run.warmup and run.asked_rate is not None and goodput and goodput.requests:
+            points.append(RatePoint(run.asked_rate, goodput.requests, goodput.good))
+    return points
