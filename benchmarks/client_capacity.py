@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from specexp import hydra_app  # noqa: E402
+from specexp.core.measurements import RunResult  # noqa: E402
 from specexp.core.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
 from specexp.host.job import prepare  # noqa: E402
 from specexp.host.leases import free_port  # noqa: E402
@@ -81,9 +82,16 @@ class PacedServer:
         source = Path(__file__).with_name("paced_server.c")
         subprocess.run([compiler, "-O2", "-o", str(self.binary), str(source)], check=True)
 
-    def start(self, gap_ms: float) -> tuple[subprocess.Popen, str]:
+    def start(
+        self, gap_ms: float, gaps_file: Optional[Path] = None
+    ) -> tuple[subprocess.Popen, str]:
+        """The server on a free port; with ``gaps_file``, it writes its own token-write gaps
+        there when it is terminated."""
         port = free_port()
-        process = subprocess.Popen([str(self.binary), str(port), str(int(gap_ms * 1000))])
+        process = subprocess.Popen(
+            [str(self.binary), str(port), str(int(gap_ms * 1000))]
+            + ([str(gaps_file)] if gaps_file else [])
+        )
         url = f"http://127.0.0.1:{port}"
         for _ in range(100):
             try:
@@ -100,7 +108,11 @@ def cpu_of(children: bool) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figures:
+def specexp_run(
+    url: str, streams: int, requests: int, tokens: int, processes: Optional[int] = None
+) -> RunResult:
+    """One run of specexp's client as a run measures (``processes``: its client processes;
+    None, the default for the streams)."""
     hydra_app.register()
     with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
         job = prepare(
@@ -112,7 +124,8 @@ def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figure
                     f"concurrency.streams={streams}",
                     f"concurrency.requests_per_stream={requests}",
                     f"workload.max_tokens={tokens}",
-                ],
+                ]
+                + ([f"concurrency.client_processes={processes}"] if processes else []),
             )
         )
     client = LoadClient(job.engine, url, job.server, job.config.workload, job.config.concurrency)
@@ -121,12 +134,17 @@ def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figure
         async with session() as http:
             return await client.run(0, False, http)
 
-    # Its own CPU and, once they have ended, its worker processes'.
-    cpu = cpu_of(children=False) + cpu_of(children=True)
     with contextlib.closing(client):
         result = run_async(go())
-    cpu = cpu_of(children=False) + cpu_of(children=True) - cpu
     assert result.ok, [r.error for r in result.records if not r.ok][:3]
+    return result
+
+
+def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figures:
+    # Its own CPU and, once they have ended, its worker processes'.
+    cpu = cpu_of(children=False) + cpu_of(children=True)
+    result = specexp_run(url, streams, requests, tokens)
+    cpu = cpu_of(children=False) + cpu_of(children=True) - cpu
     itl = [x for r in result.records for x in r.itl_s]
     return Figures(result.output_tokens, result.wall_s, cpu, statistics.fmean(itl) * 1000)
 

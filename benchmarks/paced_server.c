@@ -1,7 +1,7 @@
 /* A paced streaming server for measuring load clients: OpenAI /v1/completions, one
  * server-sent event per write(), each token due at start + (i + 1) * gap.
  *
- *     cc -O2 -o paced_server paced_server.c && ./paced_server PORT GAP_US
+ *     cc -O2 -o paced_server paced_server.c && ./paced_server PORT GAP_US [GAPS_FILE]
  *
  * Single-threaded epoll with nanosecond timeouts, so the server costs a small part of a core
  * and is never the bottleneck: what a client measures against it is the client. Pacing is
@@ -11,6 +11,10 @@
  * Honours the request like vLLM: per-event usage only with
  * stream_options.continuous_usage_stats, a closing usage event only with include_usage.
  * max_tokens (or n_predict) comes from the JSON body. Binds 127.0.0.1 only.
+ *
+ * With GAPS_FILE, it records when it wrote each token and, on SIGTERM, writes every gap
+ * between a stream's consecutive token writes (microseconds, one per line) there: the
+ * true inter-token latencies at the server, to check a client's percentiles against.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -33,6 +37,7 @@
 
 struct conn {
     int fd;
+    long long last_write_ns;  /* when the stream's previous token was written */
     int streaming;           /* 1 while a completion is being sent */
     int tokens, sent;        /* asked for, sent so far */
     int usage_each, usage_end;
@@ -47,6 +52,33 @@ static struct conn *conns[MAX_CONNS];
 static long long gap_ns;
 static int epfd;
 static int top_fd; /* highest fd seen: the scans stop there */
+static float *gaps_us; /* recorded write gaps (GAPS_FILE given), growing */
+static size_t gaps_len, gaps_cap;
+static volatile sig_atomic_t stopping;
+
+static void on_term(int sig) {
+    (void)sig;
+    stopping = 1;
+}
+
+static void record_gap(struct conn *c, long long now) {
+    if (!gaps_us && !gaps_cap) return;
+    if (c->sent > 1) {
+        if (gaps_len == gaps_cap) {
+            gaps_cap *= 2;
+            gaps_us = realloc(gaps_us, gaps_cap * sizeof *gaps_us);
+        }
+        gaps_us[gaps_len++] = (float)(now - c->last_write_ns) / 1000.0f;
+    }
+    c->last_write_ns = now;
+}
+
+static int dump_gaps(const char *path) {
+    FILE *out = fopen(path, "w");
+    if (!out) return 1;
+    for (size_t i = 0; i < gaps_len; i++) fprintf(out, "%.3f\n", gaps_us[i]);
+    return fclose(out) != 0;
+}
 
 static long long now_ns(void) {
     struct timespec t;
@@ -116,6 +148,7 @@ static int send_token(struct conn *c) {
                  "\"finish_reason\":%s}]}",
                  finish);
     if (emit_event(c, json)) return -1;
+    record_gap(c, now_ns());
     if (k < c->tokens) return 0;
     if (c->usage_end) {
         snprintf(json, sizeof json,
@@ -172,11 +205,18 @@ static int take_requests(struct conn *c) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s PORT GAP_US\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s PORT GAP_US [GAPS_FILE]\n", argv[0]);
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    if (argc == 4) {
+        gaps_cap = 1 << 20;
+        gaps_us = malloc(gaps_cap * sizeof *gaps_us);
+    }
+    /* No SA_RESTART: the wait returns, and the loop sees that it is asked to stop. */
+    struct sigaction term = {.sa_handler = on_term};
+    sigaction(SIGTERM, &term, NULL);
     gap_ns = atoll(argv[2]) * 1000LL;
     int listener = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     int one = 1;
@@ -191,7 +231,7 @@ int main(int argc, char **argv) {
     struct epoll_event lev = {.events = EPOLLIN, .data.fd = listener};
     epoll_ctl(epfd, EPOLL_CTL_ADD, listener, &lev);
     struct epoll_event events[256];
-    for (;;) {
+    while (!stopping) {
         /* Sleep until the earliest token is due (or input arrives). */
         long long now = now_ns(), earliest = -1;
         for (int fd = 0; fd <= top_fd; fd++) {
@@ -208,6 +248,7 @@ int main(int argc, char **argv) {
             timeout = &wait;
         }
         int ready = epoll_pwait2(epfd, events, 256, timeout, NULL);
+        if (ready < 0) continue; /* a signal: stopping, or not */
         for (int i = 0; i < ready; i++) {
             int fd = events[i].data.fd;
             if (fd == listener) {
@@ -258,4 +299,5 @@ int main(int argc, char **argv) {
             if (send_token(c) || (!c->streaming && take_requests(c))) close_conn(c);
         }
     }
+    return argc == 4 ? dump_gaps(argv[3]) : 0;
 }

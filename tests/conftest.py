@@ -12,6 +12,7 @@ import contextlib
 import filecmp
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,26 @@ def run_cli(
             f"{' '.join(args)} timed out after {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}"
         )
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+def fake_llama_server(tmp_path: Path, *args: str) -> Path:
+    """A bin directory (``stack.bin_dir``) whose llama-server is tests/fake_server.py with
+    ``args``: a server of known behaviour started, stopped and measured as llama.cpp is."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "llama-server"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "if '--version' in sys.argv:\n"
+        "    sys.exit(print('version: 0 (test server)'))\n"
+        "from tests.fake_server import main\n"
+        f"sys.argv += {list(args)!r}\n"
+        "main()\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
 
 
 @contextlib.contextmanager

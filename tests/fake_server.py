@@ -2,10 +2,12 @@
 the load client's limits and for faults. It never stands in for a measurement.
 
     python -m tests.fake_server --port P [--itl-ms 10] [--stall-after N] [--die-after N]
-        [--slowdown-per-request F]
+        [--slowdown-per-request F] [--at-once N]
 
 ``--slowdown-per-request`` injects a known drift: each request is paced ``1 + F * served``
-times slower than the first, ``served`` counting the requests before it.
+times slower than the first, ``served`` counting the requests before it. ``--at-once N``
+serves N requests at once and queues the rest in arrival order (0: no limit), so that a
+request's wait - and the load a server of known service time takes - is known.
 """
 
 from __future__ import annotations
@@ -24,13 +26,21 @@ def make_app(
     die_after: int = -1,
     tokens_per_event: int = 1,
     slowdown_per_request: float = 0.0,
+    at_once: int = 0,
 ) -> web.Application:
     served = 0
+    free = asyncio.Semaphore(at_once) if at_once else None
 
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def completion(request: web.Request) -> web.StreamResponse:
+        if free is None:
+            return await serve(request)
+        async with free:
+            return await serve(request)
+
+    async def serve(request: web.Request) -> web.StreamResponse:
         nonlocal served
         gap_ms = itl_ms * (1 + slowdown_per_request * served)
         served += 1
@@ -83,6 +93,7 @@ def main() -> None:
     parser.add_argument("--stall-after", type=int, default=-1)
     parser.add_argument("--die-after", type=int, default=-1)
     parser.add_argument("--slowdown-per-request", type=float, default=0.0)
+    parser.add_argument("--at-once", type=int, default=0)
     # Started in llama-server's place, it is given llama-server's flags: only these matter.
     args = parser.parse_known_args()[0]
     web.run_app(
@@ -92,6 +103,7 @@ def main() -> None:
             args.die_after,
             args.tokens_per_event,
             args.slowdown_per_request,
+            args.at_once,
         ),
         host=args.host,
         port=args.port,

@@ -31,6 +31,7 @@ from specexp.analysis.capacity import (
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
+from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
@@ -111,6 +112,8 @@ class SweepReport:
     # Capacity-search arms: each candidate's capacity under the SLO against its baseline's.
     capacities: list[CapacityComparison] = field(default_factory=list)
     capacity_arms: list[ArmCapacity] = field(default_factory=list)
+    # A sweep of draft lengths by level: the length to deploy at each.
+    schedule: Optional[DraftSchedule] = None
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -142,8 +145,10 @@ class SweepReport:
                     "sequences",
                     "capacities",
                     "capacity_arms",
+                    "schedule",
                 )
             },
+            "schedule": self.schedule.to_json() if self.schedule else None,
             "capacities": [c.to_json() for c in self.capacities],
             "capacity_arms": [dataclasses.asdict(a) for a in self.capacity_arms],
             "prompt_comparisons": [p.to_json() for p in self.prompt_comparisons],
@@ -175,6 +180,7 @@ class SweepReport:
                 "sequences",
                 "capacities",
                 "capacity_arms",
+                "schedule",
             )
         }
         return cls(
@@ -189,6 +195,7 @@ class SweepReport:
             sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
             capacities=[CapacityComparison.from_json(c) for c in data["capacities"]],
             capacity_arms=[ArmCapacity.from_json(a) for a in data["capacity_arms"]],
+            schedule=DraftSchedule.from_json(data["schedule"]) if data["schedule"] else None,
         )
 
 
@@ -314,6 +321,14 @@ def compile_sweep_report(
                 power=stats.power,
                 factor=selector.factor,
             )
+            if facts.crossover_factor:
+                report.schedule = draft_schedule(
+                    pairs,
+                    report.comparisons,
+                    facts.speculative,
+                    {a.run_id: a.run.tags.get(Tag.config_fingerprint, "") for a in arms},
+                    facts.crossover_factor,
+                )
             report.sequences = list(facts.sequences)
             records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
             for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):

@@ -232,6 +232,16 @@ def summarize_job(
     metrics.update(machine)
     metrics.update(server)
     notes = notes_for(unit_values, cv_warn) + machine_notes + server_notes
+    stalled = [(r.run, rec) for r in measured for rec in r.records if rec.stalled]
+    if stalled:
+        notes.append(
+            Note(
+                NoteKind.overloaded,
+                f"{len(stalled)} open-loop request(s) stalled (no data for "
+                "workload.stall_timeout_s: the server queued more than it served) in measured "
+                f"run(s) {sorted({run for run, _ in stalled})}; each counts as missing the SLO",
+            )
+        )
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
     attainment = goodput = capacity = None
     if slo is not None and slo.defined and capacity_search:

@@ -144,7 +144,7 @@ def estimate(points: Sequence[RatePoint], target: float, confidence: float = 0.9
         else scipy_stats.norm.ppf(0.5 + confidence / 2)
     )
     v_aa, v_ab, v_bb = cov[0, 0], cov[0, 1], cov[1, 1]
-    log_se = math.sqrt(max(0.0, v_aa + 2 * x_hat * v_ab + x_hat**2 * v_bb)) / abs(b)
+    log_se = math.sqrt(max(0.0, float(v_aa + 2 * x_hat * v_ab + x_hat**2 * v_bb))) / abs(float(b))
     # Fieller: the x at which (a + b x - level)^2 <= crit^2 Var(a + b x).
     quad = b**2 - crit**2 * v_bb
     lin = 2 * ((a - level) * b - crit**2 * v_ab)

@@ -30,6 +30,10 @@ class RequestRecord:
     error: Optional[str] = None
     # Fewer tokens than the request had to return (EOS ignored): kept, and not ok.
     truncated: bool = False
+    # No data came for workload.stall_timeout_s: not ok. In an open-loop run a server that
+    # queues more than it serves does this, and such a request has missed every SLO; in a
+    # closed loop it is a fault.
+    stalled: bool = False
     ttft_s: Optional[float] = None
     e2e_s: Optional[float] = None
     output_tokens: Optional[int] = None
@@ -43,6 +47,10 @@ class RequestRecord:
     # ...and the gaps between the events that carried tokens, after the first (AIPerf's
     # inter-chunk latency): the tail shows stalls whole.
     chunk_gaps_s: list[float] = field(default_factory=list)
+    # Token-carrying events that arrived in one read with an earlier one: the server wrote
+    # them together (a speculative step's tokens, on some engines), or the client read late
+    # - then their true spacing is lost, and the ITL tail errs low (benchmarks/latency_tails.py).
+    events_read_together: int = 0
     # Speculative figures the server reported for this request.
     speculative: dict[str, Any] = field(default_factory=dict)
     # The prompt set's prompt it sent, and its category (workload.dataset).
@@ -148,6 +156,13 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return all(r.ok for r in self.records)
+
+    @property
+    def faults(self) -> list[RequestRecord]:
+        """Requests that failed for a reason other than an open-loop overload: any failed
+        request in a closed loop; in an open loop, the failed ones that did not stall."""
+        open_loop = self.asked_rate is not None
+        return [r for r in self.records if not r.ok and not (open_loop and r.stalled)]
 
     @property
     def output_tokens(self) -> int:

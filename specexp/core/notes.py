@@ -44,6 +44,7 @@ class NoteKind(StrEnum):
     gpu_throttled = "GPU throttled"
     gpu_shared = "GPU shared"
     token_count = "token count"
+    overloaded = "overloaded"  # open-loop requests that stalled in the server's queue
 
 
 @dataclass(frozen=True)

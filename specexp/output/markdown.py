@@ -24,6 +24,7 @@ from specexp.output.tables import (
     interval,
     pct,
     point_rows,
+    schedule_rows,
     sequence_rows,
     share,
     switch_off_rows,
@@ -209,6 +210,16 @@ def sweep_description(
             table(capacity_rows(report.capacity_arms, report.capacities)).rstrip("\n"),
             "",
             f"![attainment against load]({plot_link('goodput/attainment.png')})",
+        ]
+    if report.schedule:
+        lines += [
+            "",
+            "**Draft length to deploy** by level (on only where shown faster than none):",
+            "",
+            table(schedule_rows(report.schedule)).rstrip("\n"),
+            "",
+            f"vLLM: `{json.dumps(report.schedule.vllm())}`; SGLang "
+            f"`--speculative-adaptive-config`: `{json.dumps(report.schedule.sglang())}`",
         ]
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]

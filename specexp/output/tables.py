@@ -11,6 +11,7 @@ from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
+from specexp.analysis.schedule import DraftSchedule
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
@@ -279,4 +280,27 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
         )
         verdict = str(compared.verdict) if compared else "-"
         table.add([arm.label, arm.describe(), *ratio, verdict], verdict)
+    return table
+
+
+def schedule_rows(schedule: DraftSchedule) -> Rows:
+    """Each level's draft length to deploy, its speedup over none, and the lengths the
+    intervals cannot tell from it."""
+    table = Rows([schedule.factor, "draft tokens", "speedup vs none [CI]", "not told apart", "why"])
+    for c in sorted(schedule.choices, key=lambda c: c.level):
+        speedup = (
+            f"{pct(c.speedup - 1)} [{pct(c.ci_low - 1)}, {pct(c.ci_high - 1)}]"
+            if c.speedup is not None and c.ci_low is not None and c.ci_high is not None
+            else "-"
+        )
+        tied = ", ".join(map(str, c.indistinguishable)) or "-"
+        table.add(
+            [
+                str(c.level),
+                str(c.draft_tokens) if c.draft_tokens else "0 (off)",
+                speedup,
+                tied,
+                c.reason,
+            ]
+        )
     return table

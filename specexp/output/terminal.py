@@ -35,6 +35,7 @@ from specexp.output.tables import (
     claim_rows,
     comparison_rows,
     point_rows,
+    schedule_rows,
     sequence_rows,
     share,
     switch_off_rows,
@@ -100,7 +101,13 @@ class _RunProgress:
         kind = "warm-up" if result.warmup else f"run {result.run}"
         if result.asked_rate is not None:
             kind += f" at {result.asked_rate:.3g} req/s"
-        note = f"{kind}: {result.tok_per_s:.1f} tok/s" if result.ok else f"{kind}: [red]failed[/]"
+        stalled = sum(r.stalled for r in result.records)
+        note = (
+            f"{kind}: [red]failed[/]"
+            if result.faults
+            else f"{kind}: {result.tok_per_s:.1f} tok/s"
+            + (f", [yellow]{stalled} stalled[/]" if stalled else "")
+        )
         self.progress.update(self.task, advance=1, description=note)
         if not console.is_terminal:  # a log file gets no live bar: one line per run instead
             console.print(note)
@@ -341,6 +348,17 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
         console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
+    if report.schedule:
+        console.print(
+            rich_table(
+                "draft length to deploy by level: on only where shown faster than none",
+                schedule_rows(report.schedule),
+            )
+        )
+        console.print(f"vLLM: {json.dumps(report.schedule.vllm())}")
+        console.print(
+            f"SGLang --speculative-adaptive-config: {json.dumps(report.schedule.sglang())}"
+        )
     for compared in report.prompt_comparisons:
         print_prompt_comparison(compared)
     for check in report.checks:

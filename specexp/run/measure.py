@@ -83,7 +83,7 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         session.effective.update(engine.effective(job.server, server.base_url, log, records))
         if last_of_launch:
             record_effective(session.effective, tracker, session.log_path.parent)
-        failed = [rec for r in records for rec in r.records if not rec.ok]
+        failed = [rec for r in records for rec in r.faults]
         if failed:
             raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
     except BaseException:
@@ -294,6 +294,6 @@ async def _measure(
                     accounting = job.engine.server_accounting(result.accounting_deltas)
                     tracker.log_metrics(run_metrics(result, accounting, cfg.slo), step=run)
                 progress.advance(result)
-                if not result.ok:
+                if result.faults:
                     break
     return results

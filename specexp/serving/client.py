@@ -119,8 +119,8 @@ class TruncatedError(RuntimeError):
     """A request returned fewer tokens than it had to."""
 
 
-class StallError(RuntimeError):
-    pass
+class StallError(TimeoutError):
+    """No data for workload.stall_timeout_s."""
 
 
 class StreamTimer:
@@ -148,17 +148,19 @@ class StreamTimer:
         """Take the lines one read returned, all arrived at ``now``; True when the stream says
         it is done. Events that arrive together are one arrival: their tokens share its gap
         (how they were spaced before the client could see them is not knowable here)."""
-        tokens = 0
+        tokens = carriers = 0
         for raw in lines:
             raw = raw.strip()
             if not raw.startswith(b"data:"):
                 continue
             payload = raw[5:].strip()
             if payload == b"[DONE]":
-                self._time(tokens, now)
+                self._time(tokens, now, carriers)
                 return True
-            tokens += self._event(orjson.loads(payload))
-        self._time(tokens, now)
+            carried = self._event(orjson.loads(payload))
+            tokens += carried
+            carriers += carried > 0
+        self._time(tokens, now, carriers)
         return False
 
     def _event(self, event: dict[str, Any]) -> int:
@@ -186,10 +188,11 @@ class StreamTimer:
         # The engine gives no per-event counts: time events instead.
         return 0 if chunk.done else 1
 
-    def _time(self, tokens: int, now: float) -> None:
+    def _time(self, tokens: int, now: float, carriers: int = 1) -> None:
         if not tokens:
             return
         record = self.record
+        record.events_read_together += max(0, carriers - 1)
         if record.ttft_s is None:
             record.ttft_s = now - self.start
         else:
@@ -289,6 +292,7 @@ class LoadClient:
         except (TimeoutError, aiohttp.ClientError, RuntimeError, ValueError) as exc:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
+            record.stalled = isinstance(exc, TimeoutError)  # a stall, or no answer in time
 
     async def _read_events(self, response: aiohttp.ClientResponse, timer: StreamTimer) -> None:
         """Feed the stream to the timer: whatever bytes one read returns, split into lines
@@ -480,15 +484,7 @@ class LoadClient:
         in_flight: list[asyncio.Task[None]] = []
         for arrival, offset in due:
             await asyncio.sleep(max(0.0, started + offset - time.perf_counter()))
-            record = RequestRecord(
-                run=run,
-                stream=arrival,
-                warmup=warmup,
-                start_unix=time.time(),
-                launch=launch,
-                due_s=offset,
-            )
-            records.append(record)
+            record = _begin(records, run, warmup, launch, arrival, due_s=offset)
             in_flight.append(
                 asyncio.create_task(self._stream_one(session, record, started + offset))
             )
@@ -514,15 +510,7 @@ class LoadClient:
             for k in range(10**9 if deadline else requests_per_stream(self.workload, level, index)):
                 if deadline and time.perf_counter() >= deadline:
                     break
-                record = RequestRecord(
-                    run=run,
-                    stream=index,
-                    warmup=warmup,
-                    start_unix=time.time(),
-                    launch=launch,
-                    index=k,
-                )
-                records.append(record)
+                record = _begin(records, run, warmup, launch, index, index=k)
                 await self._stream_one(session, record)
                 if not record.ok:
                     break
@@ -547,6 +535,29 @@ class LoadClient:
         )
         records = [record for share_records, _ in parts for record in share_records]
         return records, started, max(finished for _, finished in parts)
+
+
+def _begin(
+    records: list[RequestRecord],
+    run: int,
+    warmup: bool,
+    launch: int,
+    stream: int,
+    index: int = 0,
+    due_s: Optional[float] = None,
+) -> RequestRecord:
+    """A request's record, started now and kept in ``records``."""
+    record = RequestRecord(
+        run=run,
+        stream=stream,
+        warmup=warmup,
+        start_unix=time.time(),
+        launch=launch,
+        index=index,
+        due_s=due_s,
+    )
+    records.append(record)
+    return record
 
 
 @dataclass(frozen=True)
@@ -615,17 +626,19 @@ def _worker_streams(
 def arrival_offsets(
     level: ConcurrencyConfig, rate: float, launch: int, run: int, warmup: bool
 ) -> list[float]:
-    """When each of a run's open-loop requests is due, in seconds after its start: Poisson
-    (exponential gaps, seeded by the seed, launch and run, so that every arm is sent the same
-    schedule; at another rate the same one, rescaled) or uniform (one each 1/rate s)."""
+    """When each of a run's open-loop requests is due, in seconds after its start: uniform
+    (one each 1/rate s), or Poisson - conditioned on its count: the arrivals of a Poisson
+    process that brought exactly ``arrivals`` requests in ``arrivals / rate`` seconds, which
+    are that many uniform times in the window, sorted. Bursts and lulls as Poisson's, but
+    every run offers the asked rate (an unconditioned schedule of 20 arrivals strays from it
+    by 20% or more, run to run, and its attainment with it). Seeded by the seed, launch and
+    run, so that every arm is sent the same schedule (at another rate the same, rescaled)."""
     if level.arrival == Arrival.uniform:
         return [k / rate for k in range(level.arrivals)]
     rng = random.Random(f"{level.seed}/{launch}/{run}/{warmup}")
-    offsets, at = [], 0.0
-    for _ in range(level.arrivals):
-        offsets.append(at)
-        at += rng.expovariate(1.0) / rate
-    return offsets
+    window = level.arrivals / rate
+    times = sorted(rng.random() * window for _ in range(level.arrivals))
+    return [t - times[0] for t in times]  # the first is sent at the run's start
 
 
 def session(

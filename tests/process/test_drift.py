@@ -9,8 +9,6 @@ test's own false alarms rare; the rate at the default 95% is the Monte Carlo tes
 from __future__ import annotations
 
 import json
-import stat
-import sys
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
@@ -18,7 +16,15 @@ from mlflow.tracking import MlflowClient
 from specexp.analysis.results import Metric, Tag, launch_metric
 from specexp.core.notes import NoteKind
 from specexp.core.stats import Verdict
-from tests.conftest import QUICK, TINY, is_sweep, run_cli, runs_in, sweep_parent
+from tests.conftest import (
+    QUICK,
+    TINY,
+    fake_llama_server,
+    is_sweep,
+    run_cli,
+    runs_in,
+    sweep_parent,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 AA = ("-m", "speculative=none", "replicate=0,1", "multirun.baseline='replicate=0'")
@@ -74,23 +80,9 @@ def test_aa_across_launches_alternates_the_launches(tmp_path, tracking_env):
 
 
 def drifting_server(tmp_path: Path, slowdown: float) -> Path:
-    """A bin directory whose llama-server is the test server, slowing down by ``slowdown``
-    per request served (2 ms per token at first)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    script = bin_dir / "llama-server"
-    script.write_text(
-        f"#!{sys.executable}\n"
-        "import sys\n"
-        f"sys.path.insert(0, {str(REPO)!r})\n"
-        "if '--version' in sys.argv:\n"
-        "    sys.exit(print('version: 0 (drifting test server)'))\n"
-        "from tests.fake_server import main\n"
-        f"sys.argv += ['--itl-ms', '2', '--slowdown-per-request', '{slowdown}']\n"
-        "main()\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return bin_dir
+    """The test server as llama-server, slowing down by ``slowdown`` per request served
+    (2 ms per token at first)."""
+    return fake_llama_server(tmp_path, "--itl-ms", "2", "--slowdown-per-request", str(slowdown))
 
 
 def test_a_known_drift_is_measured_and_blocks_are_never_called_slower(tmp_path, tracking_env):

@@ -1,0 +1,151 @@
+"""Settings to deploy: from a sweep of draft lengths by concurrency, the draft length to run
+at each batch size, as vLLM's ``num_speculative_tokens_per_batch_size`` and SGLang's
+adaptive-speculation config take it.
+
+vLLM's own tuner picks, per batch size, the draft length with the best median, whatever
+its spread: a noisy level can switch a deployment to a length that is no better. Here a
+level speculates only where a draft length is shown faster than no speculation (its
+simultaneous interval against the baseline above 1), and then with the length of the best
+mean among those; draft lengths the intervals cannot tell from the chosen one are named, so
+that a person can prefer the shorter (cheaper) one knowingly. Pure: read from the sweep's
+comparisons.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from specexp.analysis.arms import Arm
+from specexp.analysis.crossover import level as level_of
+from specexp.core.records import check_format
+from specexp.core.schemas import SpeculativeConfig
+from specexp.core.stats import Comparison, Verdict
+
+SCHEDULE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    """One level's draft length (0: no speculation), its speedup over none with the
+    interval, and the lengths whose intervals overlap the chosen one's (not told apart)."""
+
+    level: int
+    draft_tokens: int
+    speedup: Optional[float]
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    indistinguishable: tuple[int, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class DraftSchedule:
+    factor: str
+    choices: tuple[LevelChoice, ...]
+
+    def ranges(self, max_batch: int = 1024) -> list[list[int]]:
+        """vLLM's form: [first, last, draft length] over batch sizes 1..max_batch, a level's
+        choice holding from it up to the next level; neighbours that agree are merged."""
+        ordered = sorted(self.choices, key=lambda c: c.level)
+        ranges: list[list[int]] = []
+        for k, choice in enumerate(ordered):
+            first = 1 if k == 0 else choice.level
+            last = ordered[k + 1].level - 1 if k + 1 < len(ordered) else max_batch
+            if ranges and ranges[-1][2] == choice.draft_tokens:
+                ranges[-1][1] = last
+            else:
+                ranges.append([first, last, choice.draft_tokens])
+        return ranges
+
+    def vllm(self, max_batch: int = 1024) -> dict[str, Any]:
+        return {
+            "speculative_config": {"num_speculative_tokens_per_batch_size": self.ranges(max_batch)}
+        }
+
+    def sglang(self) -> dict[str, Any]:
+        """SGLang's ``--speculative-adaptive-config`` file: per batch size (the largest key
+        not above the running batch applies), one candidate - the chosen steps (a chain:
+        steps are draft tokens)."""
+        ordered = sorted(self.choices, key=lambda c: c.level)
+        return {
+            str(1 if k == 0 else c.level): {"candidate_steps": [c.draft_tokens]}
+            for k, c in enumerate(ordered)
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": SCHEDULE_FORMAT,
+            "factor": self.factor,
+            "choices": [asdict(c) for c in self.choices],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DraftSchedule:
+        check_format("draft schedule", data, SCHEDULE_FORMAT)
+        return cls(
+            data["factor"],
+            tuple(
+                LevelChoice(**{**c, "indistinguishable": tuple(c["indistinguishable"])})
+                for c in data["choices"]
+            ),
+        )
+
+
+def draft_schedule(
+    pairs: Sequence[tuple[Arm, Arm]],
+    comparisons: Sequence[Comparison],
+    speculative: Mapping[str, SpeculativeConfig],
+    fingerprint: Mapping[str, str],
+    factor: str,
+) -> Optional[DraftSchedule]:
+    """The schedule from the sweep's (baseline, candidate) pairs and their comparisons, when
+    its candidates are speculative arms of more than one draft length across more than one
+    level of ``factor``; ``speculative`` and ``fingerprint`` give each arm's settings
+    (config fingerprint by run id)."""
+    by_level: dict[int, list[tuple[int, Comparison]]] = {}
+    for (_, arm), compared in zip(pairs, comparisons, strict=True):
+        if factor not in arm.factors:
+            continue
+        settings = speculative.get(fingerprint.get(arm.run_id, ""))
+        if settings is None or settings.method == "none" or settings.switch_off_at is not None:
+            continue
+        by_level.setdefault(level_of(arm, factor), []).append((settings.num_draft_tokens, compared))
+    lengths = {k for candidates in by_level.values() for k, _ in candidates}
+    if len(by_level) < 2 or len(lengths) < 2:
+        return None
+    return DraftSchedule(
+        factor, tuple(_choose(level, by_level[level]) for level in sorted(by_level))
+    )
+
+
+def _choose(level: int, candidates: list[tuple[int, Comparison]]) -> LevelChoice:
+    # Faster as the verdict says it, which holds across launches (and has no caveat).
+    shown = [(k, c) for k, c in candidates if c.verdict == c.finding == Verdict.faster]
+    if not shown:
+        return LevelChoice(
+            level,
+            0,
+            None,
+            None,
+            None,
+            (),
+            "no draft length shown faster than no speculation: off",
+        )
+    k, best = max(shown, key=lambda kc: kc[1].ratio)
+    tied = tuple(
+        sorted(
+            other
+            for other, c in candidates
+            if other != k and c.testable and c.ci_high >= best.ci_low and c.ci_low <= best.ci_high
+        )
+    )
+    return LevelChoice(
+        level,
+        k,
+        best.ratio,
+        best.ci_low,
+        best.ci_high,
+        tied,
+        f"the best mean of the {len(shown)} length(s) shown faster than none",
+    )

@@ -1,0 +1,161 @@
+"""Open-loop load, goodput and the capacity search against test servers of known latency
+(tests/fake_server.py): its pacing sets every request's latency, and with ``--at-once 1`` it
+serves one request at a time, so each one's wait in its queue is known too.
+
+The assertions hold however loaded the machine is: a server cannot be faster than its
+pacing, so what it makes slow is certain; what a slow client could add is bounded by margins
+of hundreds of milliseconds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from specexp.analysis.results import Metric, Tag, capacity_points
+from specexp.core.schemas import SloConfig
+from specexp.core.slo import run_goodput
+from tests.conftest import (
+    QUICK,
+    fake_llama_server,
+    is_sweep,
+    run_cli,
+    runs_in,
+    sweep_parent,
+)
+from tests.process.test_client import fake_server, run_against
+
+
+def test_open_loop_arrivals_keep_their_schedule_while_the_server_queues_them():
+    """20 requests/s to a server that takes 80 ms each, one at a time: a closed-loop client
+    would wait and see none of the queue; the open-loop one sends each on time and counts
+    the wait in its latency (no coordinated omission)."""
+    process, url = fake_server("--itl-ms", "10", "--at-once", "1")
+    try:
+        result = run_against(
+            url,
+            "concurrency=poisson",
+            "concurrency.arrival=uniform",
+            "concurrency.rate=20",
+            "concurrency.arrivals=24",
+            "workload.max_tokens=8",
+        )
+    finally:
+        process.kill()
+        process.wait()
+    records = sorted(result.records, key=lambda r: r.due_s)
+    assert result.ok and len(records) == 24
+    assert [r.due_s for r in records] == [k / 20 for k in range(24)]
+    assert result.asked_rate == 20 and result.scheduled_rate == 20
+    assert 0.8 < result.achieved_rate / 20 < 1.25
+    # Each request was sent before the one ahead of it in the queue had finished...
+    sent = [r.due_s + r.send_lag_s for r in records]
+    done = [r.due_s + r.e2e_s for r in records]
+    assert all(sent[k] < done[k - 1] for k in range(2, 24))
+    # ...and its latency counts its wait: the k-th can start only after k requests of at
+    # least 80 ms, due k/20 s after the first.
+    for k, r in enumerate(records):
+        assert r.ttft_s >= k * (0.08 - 0.05) - 0.005
+    assert records[-1].ttft_s > 0.6
+
+
+def test_an_overloaded_open_loop_run_counts_its_stalled_requests_as_misses():
+    """One slot, held forever by a request that stalls: every later arrival waits in the
+    queue until the stall timeout. In an open loop that is overload - each such request has
+    missed every SLO - not a fault that ends the job."""
+    process, url = fake_server("--itl-ms", "5", "--at-once", "1", "--stall-after", "2")
+    try:
+        result = run_against(
+            url,
+            "concurrency=poisson",
+            "concurrency.rate=10",
+            "concurrency.arrivals=4",
+            "workload.max_tokens=8",
+            "workload.stall_timeout_s=1",
+        )
+    finally:
+        process.kill()
+        process.wait()
+    assert all(r.stalled and not r.ok for r in result.records) and len(result.records) == 4
+    assert result.faults == []
+    goodput = run_goodput(result, SloConfig(name="test", e2e_s=60))
+    assert goodput is not None and goodput.good == 0
+
+
+def test_goodput_against_a_server_of_known_pacing_is_exact():
+    """Six requests back to back, each paced 10 ms per token slower than the one before
+    (10, 20 ... 60 ms): a mean-ITL SLO of 35 ms is met by exactly the first three."""
+    process, url = fake_server("--itl-ms", "10", "--slowdown-per-request", "1")
+    try:
+        result = run_against(url, "concurrency.requests_per_stream=6", "workload.max_tokens=8")
+    finally:
+        process.kill()
+        process.wait()
+    goodput = run_goodput(result, SloConfig(name="test", itl_s=0.035))
+    assert goodput is not None and (goodput.requests, goodput.good) == (6, 3)
+    assert goodput.attainment == 0.5
+    assert goodput.requests_per_s == 3 / result.wall_s
+    assert goodput.tok_per_s == 3 * 8 / result.wall_s
+    # Its end-to-end latency says the same of a 200 ms SLO (8 tokens of 20 ms: 160 ms).
+    ended = run_goodput(result, SloConfig(name="test", e2e_s=0.2))
+    assert ended is not None and ended.good == 2
+
+
+def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, tracking_env):
+    """A server that serves one request of 80 ms at a time, uniform arrivals, and a TTFT
+    SLO of 300 ms at 90%: below 12.5 requests/s nothing waits; above it the k-th request
+    waits k times the excess, so that 22 of 24 meet the SLO up to ~15 requests/s and no
+    more than 10 of 24 at 20. Two identical arms, compared in the sweep's report."""
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--at-once", "1")
+    result = run_cli(
+        "-m",
+        *QUICK,
+        f"stack.bin_dir={bin_dir}",
+        "concurrency=capacity",
+        "concurrency.arrival=uniform",
+        "concurrency.search.start_rate=2",
+        "workload.max_tokens=8",
+        "slo=interactive",
+        "slo.ttft_s=0.3",
+        "slo.itl_s=null",
+        "stats.warmup_runs=0",
+        "stats.measured_runs=7",
+        "replicate=0,1",
+        "multirun.baseline='replicate=0'",
+        cwd=tmp_path,
+        env=tracking_env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    runs = runs_in(uri)
+    jobs = [r for r in runs if not is_sweep(r)]
+    assert len(jobs) == 2
+    for job in jobs:
+        metrics = job.data.metrics
+        assert Metric.capacity_rps in metrics, result.stdout[-4000:]
+        assert 11 < metrics[Metric.capacity_rps] < 20, metrics
+        low, high = (
+            metrics.get(Metric.capacity_ci_low_rps),
+            metrics.get(Metric.capacity_ci_high_rps),
+        )
+        assert low is None or low <= metrics[Metric.capacity_rps] <= high
+        searched = capacity_points(job.data.tags)
+        assert [p.rate for p in searched[:4]] == [2, 4, 8, 16]  # doubled until it failed
+        assert all(p.attainment >= 0.9 for p in searched if p.rate <= 12)
+        assert all(p.attainment < 0.9 for p in searched if p.rate >= 20)
+        assert Tag.capacity_points in job.data.tags
+    parent = sweep_parent(runs)
+    client = MlflowClient(uri)
+    report_path = client.download_artifacts(
+        parent.info.run_id, "sweep_report/sweep_report.json", str(tmp_path / "report")
+    )
+    report = json.loads(Path(report_path).read_text())
+    assert report["arms"] == [] and report["comparisons"] == []  # no tok/s verdict on a search
+    (compared,) = report["capacities"]
+    assert compared["ratio"] is not None and compared["ci_low"] < compared["ratio"]
+    assert len(report["capacity_arms"]) == 2
+    plots = {a.path for a in client.list_artifacts(parent.info.run_id, "goodput")}
+    assert plots == {"goodput/attainment.png"}
+    assert "Capacity under the SLO" in parent.data.tags["mlflow.note.content"]
+    assert "capacity under the SLO" in result.stdout

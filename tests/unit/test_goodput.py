@@ -1,0 +1,241 @@
+"""Service levels, goodput, open-loop schedules and the capacity search: pure logic on
+records and points whose answers are known exactly."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+from omegaconf import OmegaConf
+
+from specexp.analysis.arms import Arm
+from specexp.analysis.capacity import CapacityComparison, CapacityVerdict, compare_capacity
+from specexp.analysis.report import SweepReport
+from specexp.analysis.results import (
+    JobRun,
+    Metric,
+    Tag,
+    capacity_points,
+    capacity_points_tag,
+)
+from specexp.analysis.summary import summarize_job
+from specexp.core.capacity import RatePoint, bracket, estimate, next_rate
+from specexp.core.measurements import RequestRecord, RunResult
+from specexp.core.schemas import CapacitySearchConfig, ConfigError, SloConfig
+from specexp.core.slo import meets, run_goodput
+from specexp.core.stats import summarize
+from specexp.serving.client import arrival_offsets
+from tests.conftest import compose_job, compose_run
+
+pytestmark = pytest.mark.unit
+
+
+def record(ttft: float, gaps: list[float], ok: bool = True, tokens: int = 0) -> RequestRecord:
+    r = RequestRecord(run=0, stream=0, warmup=False, start_unix=0.0, ok=ok)
+    r.ttft_s, r.itl_s = ttft, gaps
+    r.e2e_s = ttft + sum(gaps)
+    r.output_tokens = tokens or len(gaps) + 1
+    return r
+
+
+def slo(**levels) -> SloConfig:
+    return SloConfig(name="test", **levels)
+
+
+def test_a_request_is_good_only_when_it_meets_every_level_that_is_set():
+    fast = record(0.1, [0.01] * 9)
+    slow_start = record(0.5, [0.01] * 9)
+    one_stall = record(0.1, [0.01] * 8 + [0.5])  # mean 0.064 s, p95 ~0.28 s
+    assert meets(fast, slo(ttft_s=0.2, itl_s=0.02))
+    assert not meets(slow_start, slo(ttft_s=0.2, itl_s=0.02))
+    assert meets(slow_start, slo(itl_s=0.02))
+    # The mean forgives one stall that a percentile of the request's own gaps does not.
+    assert meets(one_stall, slo(itl_s=0.1))
+    assert not meets(one_stall, slo(itl_s=0.1, itl_percentile=95))
+    assert not meets(one_stall, slo(e2e_s=0.5))  # 0.1 + 0.08 + 0.5
+    # A failed request meets nothing; a one-token request has no gap to miss.
+    assert not meets(record(0.1, [0.01], ok=False), slo(ttft_s=1.0))
+    assert meets(record(0.1, []), slo(itl_s=0.001))
+
+
+def test_goodput_and_attainment_of_a_run_are_exact():
+    records = [record(0.1, [0.01] * 9)] * 3 + [record(0.5, [0.01] * 9, tokens=10)]
+    run = RunResult(run=0, warmup=False, wall_s=2.0, records=records)
+    goodput = run_goodput(run, slo(ttft_s=0.2))
+    assert goodput is not None
+    assert (goodput.requests, goodput.good) == (4, 3)
+    assert goodput.attainment == 0.75
+    assert goodput.requests_per_s == 1.5
+    assert goodput.tok_per_s == 3 * 10 / 2.0
+    assert run_goodput(run, SloConfig(name="none")) is None  # nothing set, nothing computed
+
+
+def test_a_job_summary_gives_attainment_and_goodput_with_their_intervals():
+    def run(k: int, good: int) -> RunResult:
+        records = [record(0.1, [0.01])] * good + [record(0.9, [0.01])] * (4 - good)
+        return RunResult(run=k, warmup=False, wall_s=1.0, records=records)
+
+    runs = [run(0, 4), run(1, 3), run(2, 2)]
+    summary = summarize_job(
+        runs,
+        confidence=0.95,
+        cv_warn=0.05,
+        idle_timeout_s=30,
+        accounting={},
+        cores=2,
+        slo=slo(ttft_s=0.5),
+    )
+    expected = summarize([1.0, 0.75, 0.5], 0.95)
+    assert summary.attainment == expected
+    assert summary.goodput_rps == summarize([4.0, 3.0, 2.0], 0.95)
+    assert summary.metrics[f"{Metric.slo_attainment}_mean"] == 0.75
+    assert summary.metrics[f"{Metric.goodput_rps}_ci_low"] == pytest.approx(
+        summarize([4.0, 3.0, 2.0], 0.95).ci_low
+    )
+    assert summary.capacity is None
+
+
+def test_an_open_loop_schedule_is_seeded_the_same_in_every_arm_and_rescaled_by_the_rate():
+    level = compose_run("concurrency=poisson", "concurrency.arrivals=2000").concurrency
+    typed = OmegaConf.to_object(level)
+    at_two = arrival_offsets(typed, 2.0, launch=0, run=3, warmup=False)
+    assert at_two == arrival_offsets(typed, 2.0, launch=0, run=3, warmup=False)
+    assert at_two != arrival_offsets(typed, 2.0, launch=0, run=4, warmup=False)
+    at_four = arrival_offsets(typed, 4.0, launch=0, run=3, warmup=False)
+    assert all(math.isclose(a, 2 * b) for a, b in zip(at_two, at_four, strict=True))
+    gaps = [b - a for a, b in zip(at_two, at_two[1:], strict=False)]
+    # Poisson conditioned on its count: the asked rate over the window, exactly, with
+    # Poisson's exponential-like gaps (mean 1/rate, CV about 1) inside it.
+    assert at_two[0] == 0.0 and at_two == sorted(at_two)
+    assert at_two[-1] < 2000 / 2.0
+    assert abs(statistics.mean(gaps) - 0.5) < 5 * 0.5 / math.sqrt(len(gaps))
+    assert 0.9 < statistics.stdev(gaps) / statistics.mean(gaps) < 1.1
+    # Every run of 20 at 1/s offers the asked rate: its 20 arrivals within 20 s, spanning
+    # about 19/21 of it (sorted uniforms); an unconditioned schedule's span (19 exponential
+    # gaps) would exceed 20 s in about 4 runs of 10.
+    small = OmegaConf.to_object(
+        compose_run("concurrency=poisson", "concurrency.arrivals=20").concurrency
+    )
+    spans = [arrival_offsets(small, 1.0, 0, run, False)[-1] for run in range(50)]
+    assert all(12 < span < 20 for span in spans)
+    assert 17 < statistics.mean(spans) < 19.5
+    uniform = OmegaConf.to_object(
+        compose_run("concurrency=poisson", "concurrency.arrival=uniform").concurrency
+    )
+    assert arrival_offsets(uniform, 4.0, 0, 0, False)[:3] == [0.0, 0.25, 0.5]
+
+
+def test_open_loop_settings_are_checked_where_they_are_set():
+    with pytest.raises(ConfigError, match="needs concurrency.rate"):
+        compose_job("concurrency=poisson", "concurrency.rate=null")
+    with pytest.raises(ConfigError, match="for open-loop arrivals"):
+        compose_job("concurrency.rate=2")
+    with pytest.raises(ConfigError, match="sets none"):
+        compose_job("concurrency=capacity")
+    with pytest.raises(ConfigError, match="min_rate <= start_rate"):
+        CapacitySearchConfig(start_rate=5, max_rate=1)
+    with pytest.raises(ConfigError, match="slo.ttft_s must be > 0"):
+        compose_job("slo=interactive", "slo.ttft_s=0")
+    # Service levels alone do not change what a job measures; steering a search they do.
+    base = compose_job().config_fingerprint()
+    assert compose_job("slo=interactive").config_fingerprint() == base
+    searched = ("concurrency=capacity", "slo=interactive")
+    assert (
+        compose_job(*searched).config_fingerprint()
+        != compose_job(*searched, "slo.ttft_s=0.3").config_fingerprint()
+    )
+
+
+SEARCH = CapacitySearchConfig(start_rate=1.0, min_rate=0.1, max_rate=64.0, precision=0.1)
+
+
+def points(*pairs: tuple[float, float]) -> list[RatePoint]:
+    return [RatePoint(rate, 100, round(100 * attained)) for rate, attained in pairs]
+
+
+def test_the_search_brackets_by_doubling_or_halving_then_bisects_in_log_rate():
+    assert next_rate([], SEARCH, 0.9) == 1.0
+    assert next_rate(points((1, 1.0)), SEARCH, 0.9) == 2.0
+    assert next_rate(points((1, 1.0), (2, 0.95)), SEARCH, 0.9) == 4.0
+    assert next_rate(points((1, 0.5)), SEARCH, 0.9) == 0.5
+    assert next_rate(points((0.2, 0.5)), SEARCH, 0.9) == 0.1  # never below min_rate
+    assert next_rate(points((64, 1.0)), SEARCH, 0.9) == 64.0  # nor above max_rate
+    assert next_rate(points((1, 1.0), (4, 0.2)), SEARCH, 0.9) == pytest.approx(2.0)
+    found = bracket(points((1, 1.0), (2, 0.95), (4, 0.2), (8, 0.0)), 0.9)
+    assert (found.passing, found.failing) == (2, 4)
+    # Narrow: either side of the fitted capacity, so that the slope is measured too.
+    narrow = points((1, 1.0), (2, 0.97), (2.1, 0.85), (4, 0.1))
+    fitted = estimate(narrow, 0.9).rate
+    assert fitted is not None
+    # Four runs near it so far (an even count): the next goes below it, then one above.
+    assert next_rate(narrow, SEARCH, 0.9) == pytest.approx(fitted / 1.2)
+    above = next_rate([*narrow, RatePoint(fitted / 1.2, 100, 95)], SEARCH, 0.9)
+    assert above > estimate([*narrow, RatePoint(fitted / 1.2, 100, 95)], 0.9).rate
+
+
+def test_the_estimate_recovers_a_known_curve_and_says_when_it_cannot():
+    # Attainment exactly logistic in log rate, through 0.9 at 3 req/s.
+    slope = -5.0
+    a = math.log(9) - slope * math.log(3.0)
+
+    def attained(rate: float) -> float:
+        return 1 / (1 + math.exp(-(a + slope * math.log(rate))))
+
+    exact = [RatePoint(r, 10_000, round(10_000 * attained(r))) for r in (1, 2, 2.5, 3.5, 4, 6)]
+    capacity = estimate(exact, 0.9)
+    assert capacity.rate == pytest.approx(3.0, rel=0.01)
+    assert capacity.ci_low < 3.0 < capacity.ci_high
+    assert capacity.ci_high / capacity.ci_low < 1.05  # 10,000 requests per rate: narrow
+    assert capacity.dispersion == pytest.approx(1.0, abs=0.2)
+    assert "higher" in estimate(points((1, 1.0), (2, 0.95)), 0.9).reason
+    assert "lower" in estimate(points((1, 0.5), (0.5, 0.6)), 0.9).reason
+    assert estimate(points((1, 1.0), (2, 0.5)), 0.9).rate is None  # two rates: no curve
+
+
+def job_run(run_id: str, factors: dict, capacity: float, log_se: float) -> JobRun:
+    tags = {
+        Tag.factors: json.dumps(factors),
+        Tag.capacity_points: capacity_points_tag([RatePoint(1.0, 24, 24), RatePoint(2.0, 24, 4)]),
+    }
+    metrics = {
+        Metric.capacity_rps: capacity,
+        Metric.capacity_log_se: log_se,
+        Metric.capacity_ci_low_rps: capacity * 0.8,
+        Metric.capacity_ci_high_rps: capacity * 1.2,
+        Metric.capacity_target: 0.9,
+    }
+    return JobRun(run_id, run_id, "FINISHED", "job", factors, tags, {}, metrics, (1.0, 2.0))
+
+
+def arm(run: JobRun) -> Arm:
+    return Arm(run, run.name, run.factors, summarize(run.values))
+
+
+def test_capacities_are_compared_as_a_ratio_with_its_interval_and_survive_json():
+    base = arm(job_run("base", {"speculative": "none"}, 1.0, 0.05))
+    faster = arm(job_run("fast", {"speculative": "draft"}, 1.5, 0.05))
+    close = arm(job_run("close", {"speculative": "ngram"}, 1.05, 0.05))
+    compared = compare_capacity([(base, faster), (base, close)], confidence=0.95)
+    z = 2.2414  # 97.5% two-sided: two comparisons share 95% (Bonferroni)
+    assert compared[0].ratio == pytest.approx(1.5)
+    assert compared[0].ci_low == pytest.approx(1.5 * math.exp(-z * math.hypot(0.05, 0.05)), 1e-3)
+    assert compared[0].verdict == CapacityVerdict.raises
+    assert compared[1].verdict == CapacityVerdict.inconclusive
+    assert capacity_points(base.run.tags) == (RatePoint(1.0, 24, 24), RatePoint(2.0, 24, 4))
+    assert CapacityComparison.from_json(compared[0].to_json()) == compared[0]
+    report = SweepReport(
+        "p",
+        "llamacpp",
+        "blocked",
+        "speculative=none",
+        0.95,
+        3,
+        0,
+        3,
+        [],
+        [],
+        capacities=compared,
+    )
+    assert SweepReport.from_json(report.to_json()) == report
