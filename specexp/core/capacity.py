@@ -180,9 +180,14 @@ def next_rate(points: Sequence[RatePoint], search: CapacitySearchConfig, target:
     low, high = found.passing, found.failing
     if high / low - 1 > search.precision:
         return math.sqrt(low * high)
-    fitted = estimate(points, target).rate
+    fit = estimate(points, target)
+    fitted = fit.rate
     if fitted is None or not low / 2 <= fitted <= 2 * high:
         return math.sqrt(low * high)
+    if fit.ci_low is None:
+        # The slope is not pinned down (attainment flips about the target near it): a rate
+        # well above, where attainment must fall, measures it.
+        return min(search.max_rate, 2 * fitted)
     # Either side of the fitted capacity in turn: the slope, which the interval needs, is
     # measured only by rates apart.
     narrow = sum(1 for p in points if low / 2 <= p.rate <= 2 * high)

@@ -173,6 +173,24 @@ def test_the_search_brackets_by_doubling_or_halving_then_bisects_in_log_rate():
     assert next_rate(narrow, SEARCH, 0.9) == pytest.approx(fitted / 1.2)
     above = next_rate([*narrow, RatePoint(fitted / 1.2, 100, 95)], SEARCH, 0.9)
     assert above > estimate([*narrow, RatePoint(fitted / 1.2, 100, 95)], 0.9).rate
+    # A real search's seven runs of 16 requests (SmolLM2 on one core, none): attainment
+    # flips about the target near 0.4 req/s and the slope is not pinned - the next run goes
+    # to twice the fitted capacity, where attainment must fall.
+    flipping = [
+        RatePoint(rate, 16, good)
+        for rate, good in [
+            (0.4, 14),
+            (0.2, 16),
+            (0.283, 16),
+            (0.336, 16),
+            (0.367, 14),
+            (0.459, 16),
+            (0.407, 16),
+        ]
+    ]
+    unpinned = estimate(flipping, 0.9)
+    assert unpinned.rate is not None and unpinned.ci_low is None
+    assert next_rate(flipping, SEARCH, 0.9) == pytest.approx(2 * unpinned.rate)
 
 
 def test_the_estimate_recovers_a_known_curve_and_says_when_it_cannot():
