@@ -15,9 +15,12 @@ client. Two measurements, each client against the same server:
 Clients: specexp's (the code a run uses), a minimal aiohttp client (the floor: readline,
 json.loads, a timestamp), and - where installed - SGLang's ``bench_serving`` (``--sglang``:
 an SGLang source tree; its interpreter ``--peers-python`` needs ``datasets`` and
-``transformers``) and NVIDIA AIPerf (``aiperf`` on that interpreter's PATH). Peers are run
-as their users run them, each in its own process; the table gives each client's figures and
-specexp's ratio to the best peer.
+``transformers``), run offline, and NVIDIA AIPerf (``aiperf`` on that interpreter's PATH)
+in its request-rate mode capped at the streams. Peers are run as their users run them, each
+in its own process; every client's CPU has its start-up taken off (a run of one request);
+paced, every client's ITL p50 and p99 are set beside the server's own (it records when it
+wrote each token). The table gives each client's figures and specexp's ratio to the best
+peer.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import aiohttp
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -62,6 +67,8 @@ class Figures:
     wall_s: float
     cpu_s: float
     mean_itl_ms: Optional[float]
+    itl_p50_ms: Optional[float] = None
+    itl_p99_ms: Optional[float] = None
 
     @property
     def tok_per_s(self) -> float:
@@ -69,6 +76,12 @@ class Figures:
 
     def itl_error(self, injected_ms: float) -> Optional[float]:
         return None if self.mean_itl_ms is None else self.mean_itl_ms / injected_ms - 1
+
+
+def itl_figures(tokens: int, wall_s: float, cpu_s: float, itl_s: list[float]) -> Figures:
+    """A client's figures from its own inter-token latencies (seconds)."""
+    p50, p99 = (float(np.percentile(itl_s, q)) * 1000 for q in (50, 99))
+    return Figures(tokens, wall_s, cpu_s, statistics.fmean(itl_s) * 1000, p50, p99)
 
 
 class PacedServer:
@@ -146,7 +159,7 @@ def specexp_client(url: str, streams: int, requests: int, tokens: int) -> Figure
     result = specexp_run(url, streams, requests, tokens)
     cpu = cpu_of(children=False) + cpu_of(children=True) - cpu
     itl = [x for r in result.records for x in r.itl_s]
-    return Figures(result.output_tokens, result.wall_s, cpu, statistics.fmean(itl) * 1000)
+    return itl_figures(result.output_tokens, result.wall_s, cpu, itl)
 
 
 def minimal_client(url: str, streams: int, requests: int, tokens: int) -> Figures:
@@ -181,7 +194,12 @@ def minimal_client(url: str, streams: int, requests: int, tokens: int) -> Figure
 
     cpu = cpu_of(children=False)
     wall = asyncio.run(go())
-    return Figures(counted, wall, cpu_of(children=False) - cpu, statistics.fmean(itl) * 1000)
+    return itl_figures(counted, wall, cpu_of(children=False) - cpu, itl)
+
+
+# bench_serving, run offline: a local tokenizer needs no hub, and without these each call
+# spends tens of seconds on look-ups that fail on a machine without the hub.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
 def bench_serving(
@@ -198,13 +216,18 @@ def bench_serving(
                 "--max-concurrency", str(streams), "--request-rate", "inf",
                 "--output-file", str(out), "--disable-tqdm",
             ]  # fmt: skip
-            env = {**os.environ, "PYTHONPATH": str(sglang)}
+            env = {**os.environ, **OFFLINE, "PYTHONPATH": str(sglang)}
             cpu = cpu_of(children=True)
             subprocess.run(argv, env=env, check=True, capture_output=True)
             cpu = cpu_of(children=True) - cpu
             result = json.loads(out.read_text().splitlines()[-1])
         return Figures(
-            result["total_output_tokens"], result["duration"], cpu, result["mean_itl_ms"]
+            result["total_output_tokens"],
+            result["duration"],
+            cpu,
+            result["mean_itl_ms"],
+            result["median_itl_ms"],
+            result["p99_itl_ms"],
         )
 
     return measure
@@ -213,10 +236,13 @@ def bench_serving(
 def aiperf(aiperf_bin: str, tokenizer: Path) -> Callable[[str, int, int, int], Figures]:
     def measure(url: str, streams: int, requests: int, tokens: int) -> Figures:
         with tempfile.TemporaryDirectory() as tmp:
+            # Its request-rate mode, capped at the streams: its concurrency mode alone
+            # busy-waits for a free slot, which takes the cores the streams need.
             argv = [
                 aiperf_bin, "profile", "--model", "paced", "--url", url,
                 "--endpoint-type", "completions", "--streaming",
                 "--tokenizer", str(tokenizer), "--concurrency", str(streams),
+                "--request-rate", "100000", "--arrival-pattern", "constant",
                 "--request-count", str(streams * requests),
                 "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", str(tokens),
                 "--extra-inputs", "ignore_eos:true", "--artifact-dir", tmp,
@@ -228,11 +254,14 @@ def aiperf(aiperf_bin: str, tokenizer: Path) -> Callable[[str, int, int, int], F
             (export,) = Path(tmp).rglob("profile_export_aiperf.json")
             result = json.loads(export.read_text())
         tokens_out = result["output_token_count"]["avg"] * result["request_count"]["avg"]
+        itl = result["inter_token_latency"]
         return Figures(
             round(tokens_out),
             tokens_out / result["output_token_throughput"]["avg"],
             cpu,
-            result["inter_token_latency"]["avg"],
+            itl["avg"],
+            itl.get("p50"),
+            itl.get("p99"),
         )
 
     return measure
@@ -267,27 +296,53 @@ def main() -> None:
     unpaced = [(1, 20, 2000), (16, 4, 2000), (64, 2, 1000), (256, 1, 600)]
     paced = [(64, 1, 500), (256, 1, 500)]
 
+    table: dict[tuple[str, int, str], Figures] = {}
+    truth: dict[tuple[str, int], tuple[float, float]] = {}  # the server's own p50, p99 (ms)
     with tempfile.TemporaryDirectory() as build:
         server = PacedServer(Path(build))
-        table: dict[tuple[str, int, str], Figures] = {}
-        for gap_ms, cells in ((0.0, unpaced), (PACE_MS, paced)):
-            process, url = server.start(gap_ms)
-            try:
-                for streams, requests, tokens in cells:
-                    for name, measure in clients.items():
-                        figures = measure(url, streams, requests, max(tokens // scale, 50))
-                        table[(name, streams, "paced" if gap_ms else "unpaced")] = figures
-                        print(
-                            f"  {name:16} {streams:>4} streams"
-                            f" {'paced' if gap_ms else 'unpaced':8} {figures.tok_per_s:>9.0f} tok/s",
-                            file=sys.stderr,
-                        )
-            finally:
-                process.kill()
-                process.wait()
+        process, url = server.start(0.0)
+        try:
+            # CPU counted alike: what each client spends to start and send one request is
+            # taken off each of its cells (a peer's interpreter loading its libraries, the
+            # client processes specexp starts), so the CPU per token is the measuring's.
+            startup = {name: measure(url, 1, 1, 2).cpu_s for name, measure in clients.items()}
+            for streams, requests, tokens in unpaced:
+                for name, measure in clients.items():
+                    figures = measure(url, streams, requests, max(tokens // scale, 50))
+                    figures.cpu_s = max(0.0, figures.cpu_s - startup[name])
+                    table[(name, streams, "unpaced")] = figures
+                    print(
+                        f"  {name:16} {streams:>4} streams unpaced  "
+                        f"{figures.tok_per_s:>9.0f} tok/s",
+                        file=sys.stderr,
+                    )
+        finally:
+            process.kill()
+            process.wait()
+        # Paced: a server of its own for each client and level, which writes down when it
+        # wrote every token - the true inter-token latencies the client's are checked on.
+        for streams, requests, tokens in paced:
+            for name, measure in clients.items():
+                gaps = Path(build) / f"gaps-{streams}-{len(truth)}.txt"
+                process, url = server.start(PACE_MS, gaps)
+                try:
+                    figures = measure(url, streams, requests, max(tokens // scale, 50))
+                finally:
+                    process.send_signal(signal.SIGTERM)
+                    process.wait(timeout=30)
+                true_ms = np.loadtxt(gaps) / 1000  # microseconds -> ms
+                truth[(name, streams)] = (
+                    float(np.percentile(true_ms, 50)),
+                    float(np.percentile(true_ms, 99)),
+                )
+                table[(name, streams, "paced")] = figures
+                print(
+                    f"  {name:16} {streams:>4} streams paced    {figures.tok_per_s:>9.0f} tok/s",
+                    file=sys.stderr,
+                )
 
-    print("\nUnpaced (the client's capacity): tok/s (client CPU per token; a peer's includes")
-    print("its start-up, its interpreter loading what it needs)")
+    print("\nUnpaced (the client's capacity): tok/s (client CPU per token, its start-up and")
+    print("first request's taken off)")
     print(f"{'client':16}" + "".join(f"{f'{s} streams':>20}" for s, *_ in unpaced))
     for name in clients:
         cells = [table[(name, s, "unpaced")] for s, *_ in unpaced]
@@ -302,16 +357,21 @@ def main() -> None:
             print(f"{table[('specexp', streams, 'unpaced')].tok_per_s / best:>20.2f}", end="")
         print()
 
-    print(f"\nPaced at {PACE_MS:g} ms per token: tok/s sustained, and the mean ITL's error")
-    print(f"{'client':16}" + "".join(f"{f'{s} streams':>24}" for s, *_ in paced))
-    for name in clients:
-        cells = [table[(name, s, "paced")] for s, *_ in paced]
-        print(
-            f"{name:16}"
-            + "".join(
-                f"{f.tok_per_s:>10.0f} tok/s {f.itl_error(PACE_MS):>+8.1%}".rjust(24) for f in cells
+    def ms(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    print(f"\nPaced at {PACE_MS:g} ms per token: tok/s sustained, the mean ITL's error, and ITL")
+    print("p50 and p99 (ms) as the client measured them / as the server wrote the tokens")
+    for streams, *_ in paced:
+        print(f"{streams} streams:")
+        for name in clients:
+            f = table[(name, streams, "paced")]
+            true50, true99 = truth[(name, streams)]
+            print(
+                f"  {name:16} {f.tok_per_s:>8.0f} tok/s {f.itl_error(PACE_MS):>+8.1%}"
+                f"   p50 {ms(f.itl_p50_ms):>6} / {true50:.2f}"
+                f"   p99 {ms(f.itl_p99_ms):>6} / {true99:.2f}"
             )
-        )
     print(
         f"\ntargets: ITL error < 5% at 64 streams, < 10% at 256; "
         f"measured on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f}"

@@ -5,11 +5,11 @@
 The server is benchmarks/paced_server.c (one event per write, each token due 2 ms after the
 one before), started with a file to which it writes, when terminated, the gap between every
 two consecutive token writes of a stream: the true inter-token latencies, at the server. At
-1 to 256 streams, one client process and the default (one per 64 streams, at most one per
-core), specexp's client measures the same streams; the table sets the percentiles of its two
-series - per-token ITL (a read's gap shared by the tokens it brought) and chunk gaps (one
-gap per read) - beside the server's, with the share of events that arrived in one read with
-an earlier one (their spacing, lost to the client).
+1 to 256 streams, from one client process and from two (a run's default is one per
+64 streams, at most one per core), specexp's client measures the same streams; the table
+sets the percentiles of its two series - per-token ITL (a read's gap shared by the tokens
+it brought) and chunk gaps (one gap per read) - beside the server's, with the share of
+events that arrived in one read with an earlier one (their spacing, lost to the client).
 
 SLOs are read at p90-p99: a client that falls behind reads several events at once, and its
 even share hides the tail; chunk gaps then overstate it. Whichever is nearer the server's
@@ -45,11 +45,18 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer tokens per request")
     args = parser.parse_args()
     tokens = 200 if args.quick else 500
-    cells = [(1, 1), (16, 1), (64, 1), (256, 1)]
-    for streams in (64, 256):  # and with the client processes a run would use by default
-        default = ConcurrencyConfig(name="default", streams=streams).processes()
-        if default > 1:
-            cells.append((streams, default))
+    # Every level from one client process and from two (one per core: what a run uses by
+    # default from 65 streams on), so that what the processes change is seen at each.
+    cells = [
+        (streams, processes)
+        for streams in (1, 4, 16, 64, 256)
+        for processes in (1, 2)
+        if processes <= streams
+    ]
+    defaults = {
+        streams: ConcurrencyConfig(name="default", streams=streams).processes()
+        for streams, _ in cells
+    }
     rows = []
     with tempfile.TemporaryDirectory() as build:
         server = PacedServer(Path(build))
@@ -87,10 +94,12 @@ def main() -> None:
         def cell(values: list[float]) -> str:
             return " / ".join(f"{v:.2f}" for v in values)
 
+        default = "*" if defaults[streams] == processes else " "
         print(
-            f"{streams:>7} {processes:>5} {cell(truth):>22} {cell(itl):>24} {cell(chunks):>22} "
-            f"{together:>13.1%}"
+            f"{streams:>7} {processes:>4}{default} {cell(truth):>22} {cell(itl):>24} "
+            f"{cell(chunks):>22} {together:>13.1%}"
         )
+    print("* the client processes a run uses by default at that level")
     print(
         f"\nmeasured on {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.2f}; "
         "the server's gaps are its writes' (a late write is late for every client)"

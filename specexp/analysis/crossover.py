@@ -1,21 +1,24 @@
-"""Where speculation stops paying: the crossover concurrency, its bootstrap CI, and the
+"""Where speculation stops paying: the crossover concurrency, its interval, and the
 switch-off setting for each engine's dynamic speculation.
 
-For a speculative arm and its baseline measured at several concurrency levels, the log of
-the throughput ratio is interpolated linearly in log2(concurrency); the crossover is where
-it first falls from above 0 to 0 or below. Its interval comes from draws of every arm's
-mean log throughput at every level from its Student-t distribution (mean, standard error,
-n - 1 degrees of freedom - what a percentile bootstrap of 3-5 values underestimates); a
-draw that never crosses counts as beyond the highest level, one that does not pay at the
-lowest as at or below it, so the interval is taken over all draws. Over noise 2-5%, 3-5
-runs per level and crossovers mid-range and near the edge it covers the true crossover at
-least 95% of the time (tests/statistics/test_crossover.py).
+For a speculative arm and its baseline measured at several concurrency levels, the effect
+of speculation - the log of the throughput ratio, or for goodput under an SLO the
+difference of the means (goodput reaches 0 under overload, where a ratio is undefined) -
+is interpolated linearly in log2(concurrency); the crossover is where it first falls from
+above 0 to 0 or below. Its interval comes from draws of every arm's mean (of log
+throughput, or of goodput) at every level from its Student-t distribution (mean, standard
+error, n - 1 degrees of freedom - what a percentile bootstrap of 3-5 values
+underestimates); a draw that never crosses counts as beyond the highest level, one that
+does not pay at the lowest as at or below it, so the interval is taken over all draws.
+Over noise 2-5%, 3-5 runs per level and crossovers mid-range and near the edge it covers
+the true crossover at least 95% of the time (tests/statistics/test_crossover.py).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -37,7 +40,18 @@ from specexp.engines import engines
 DRAWS = 4000
 
 
-CROSSOVER_FORMAT = 1
+CROSSOVER_FORMAT = 2
+
+
+class Scale(StrEnum):
+    """How the arms' values are set against each other at a level."""
+
+    ratio = "ratio"  # candidate / baseline (throughput: always positive)
+    difference = "difference"  # candidate - baseline (goodput: 0 when nothing meets the SLO)
+
+    @property
+    def no_effect(self) -> float:
+        return 1.0 if self == Scale.ratio else 0.0
 
 
 @dataclass
@@ -45,13 +59,14 @@ class Crossover:
     candidate: str
     baseline: str
     levels: list[int]
-    ratio: list[float]  # candidate / baseline throughput at each level
+    # The candidate against the baseline at each level, on ``scale``, of ``metric``.
+    effect: list[float]
     estimate: Optional[float]  # concurrency where speculation stops paying; None if not in range
     ci_low: Optional[float] = None
     ci_high: Optional[float] = None  # None with ci_low set: beyond the highest level measured
     no_crossing_share: float = 0.0  # draws without a crossover in range
-    # The ratio's interval at the lowest level (from the same draws); None without one.
-    lowest_ratio_ci: Optional[tuple[float, float]] = None
+    # The effect's interval at the lowest level (from the same draws); None without one.
+    lowest_effect_ci: Optional[tuple[float, float]] = None
     # Levels whose values cannot carry a crossover claim, with the reasons.
     unreliable: dict[int, list[str]] = field(default_factory=dict)
     statement: str = ""
@@ -59,6 +74,11 @@ class Crossover:
     # Each level measured on one launch per arm, on servers of their own: the interval is of
     # those launches (their runs), without the launch-to-launch variance.
     launches_only: bool = False
+    metric: str = Metric.tok_per_s
+    scale: Scale = Scale.ratio
+    # Levels where both arms had 0 in every run (goodput: nothing met the SLO). A crossing
+    # into one is censored: it lies anywhere after the level before.
+    collapsed: list[int] = field(default_factory=list)
 
     @property
     def reliable(self) -> bool:
@@ -66,8 +86,12 @@ class Crossover:
 
     @property
     def never_pays(self) -> bool:
-        """Slower even at the lowest level, with the interval to say so."""
-        return self.lowest_ratio_ci is not None and self.lowest_ratio_ci[1] < 1
+        """Worse even at the lowest level, with the interval to say so."""
+        return self.lowest_effect_ci is not None and self.lowest_effect_ci[1] < self.scale.no_effect
+
+    def describe_effect(self, value: float) -> str:
+        """One level's effect in words: x1.234, or +12.3 (the metric's units)."""
+        return f"x{value:.3f}" if self.scale == Scale.ratio else f"{value:+.1f}"
 
     def to_json(self) -> dict:
         return {"format_version": CROSSOVER_FORMAT, **asdict(self)}
@@ -77,35 +101,48 @@ class Crossover:
         """A crossover as :meth:`to_json` wrote it and JSON carried it (levels as string
         keys, the interval as a list)."""
         check_format("crossover", data, CROSSOVER_FORMAT)
-        lowest = data.get("lowest_ratio_ci")
+        lowest = data.get("lowest_effect_ci")
         return cls(
             **{
                 **{k: v for k, v in data.items() if k != "format_version"},
-                "lowest_ratio_ci": tuple(lowest) if lowest is not None else None,
+                "lowest_effect_ci": tuple(lowest) if lowest is not None else None,
                 "unreliable": {int(k): list(v) for k, v in data.get("unreliable", {}).items()},
+                "scale": Scale(data["scale"]),
             }
         )
 
 
-def _crossings(levels: Sequence[int], log_ratio: np.ndarray) -> np.ndarray:
-    """Crossover of each row of log ratios (draws x levels): where the interpolated log ratio
-    first falls to 0 or below; the lowest level when it does not pay there; inf when it pays
-    at every level."""
+def _crossings(levels: Sequence[int], gain: np.ndarray) -> np.ndarray:
+    """Crossover of each row of gains (draws x levels; log ratios or differences, 0 where
+    speculation neither pays nor costs): where the interpolated gain first falls to 0 or
+    below; the lowest level when it does not pay there; inf when it pays at every level."""
     x = np.log2(levels)
-    found = np.where(log_ratio[:, 0] <= 0, float(levels[0]), np.inf)
-    done = log_ratio[:, 0] <= 0
+    found = np.where(gain[:, 0] <= 0, float(levels[0]), np.inf)
+    done = gain[:, 0] <= 0
     for i in range(len(levels) - 1):
-        hit = ~done & (log_ratio[:, i] > 0) & (log_ratio[:, i + 1] <= 0)
-        frac = log_ratio[hit, i] / (log_ratio[hit, i] - log_ratio[hit, i + 1])
+        hit = ~done & (gain[:, i] > 0) & (gain[:, i + 1] <= 0)
+        frac = gain[hit, i] / (gain[hit, i] - gain[hit, i + 1])
         found[hit] = 2 ** (x[i] + frac * (x[i + 1] - x[i]))
         done |= hit
     return found
 
 
-def _mean_log_draws(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    logs = np.log(values)
-    spread = logs.std(ddof=1) / math.sqrt(logs.size)
-    return logs.mean() + spread * rng.standard_t(logs.size - 1, DRAWS)
+def _mean_draws(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Draws of the mean of ``values`` from its Student-t distribution (a constant when the
+    values do not vary: goodput that is 0 in every run)."""
+    spread = values.std(ddof=1) / math.sqrt(values.size)
+    return values.mean() + spread * rng.standard_t(values.size - 1, DRAWS)
+
+
+def _transform(values: np.ndarray, scale: Scale) -> np.ndarray:
+    """Values on the scale whose means are differenced: logs for a ratio."""
+    return np.log(values) if scale == Scale.ratio else values
+
+
+def _can_draw(values: np.ndarray, scale: Scale) -> bool:
+    # A ratio needs every level's spread: a log-scale mean without one has no interval.
+    # Goodput of 0 in every run (nothing met the SLO) is a known value, not a missing one.
+    return values.size >= 2 and (scale == Scale.difference or np.ptp(values) > 0)
 
 
 def find_crossover(
@@ -118,20 +155,29 @@ def find_crossover(
     seed: int = 0,
     unreliable: Optional[Mapping[int, Sequence[str]]] = None,
     launches_only: bool = False,
+    metric: str = Metric.tok_per_s,
+    scale: Scale = Scale.ratio,
 ) -> Crossover:
-    """Values per level for both arms (aggregate tok/s of each measured run); ``unreliable``:
-    the levels whose values cannot carry a claim, with the reasons (their warnings)."""
+    """Values per level for both arms (of ``metric`` for each measured run: aggregate tok/s
+    on the ratio scale, goodput on the difference scale); ``unreliable``: the levels whose
+    values cannot carry a claim, with the reasons (their warnings)."""
     order = np.argsort(levels)
     levels = [int(levels[i]) for i in order]
-    cand = [np.asarray(cand_values[i], float) for i in order]
-    base = [np.asarray(base_values[i], float) for i in order]
-    log_ratio = [math.log(c.mean() / b.mean()) for c, b in zip(cand, base, strict=True)]
-    estimate = float(_crossings(levels, np.array([log_ratio]))[0])
+    cand = [_transform(np.asarray(cand_values[i], float), scale) for i in order]
+    base = [_transform(np.asarray(base_values[i], float), scale) for i in order]
+    gain = [float(c.mean() - b.mean()) for c, b in zip(cand, base, strict=True)]
+    collapsed = [
+        level
+        for level, c, b in zip(levels, cand, base, strict=True)
+        if scale == Scale.difference and not c.any() and not b.any()
+    ]
+    estimate = float(_crossings(levels, np.array([gain]))[0])
+    from_gain = np.exp if scale == Scale.ratio else np.asarray
     result = Crossover(
         candidate,
         baseline,
         levels,
-        [math.exp(v) for v in log_ratio],
+        [float(v) for v in from_gain(gain)],
         None if math.isinf(estimate) else estimate,
         unreliable={
             level: list(reasons)
@@ -139,23 +185,29 @@ def find_crossover(
             if reasons and level in levels
         },
         launches_only=launches_only,
+        metric=metric,
+        scale=scale,
+        collapsed=collapsed,
     )
     tail = (1 - confidence) / 2
-    if all(v.size >= 2 and np.ptp(v) > 0 for v in cand + base):
+    if all(_can_draw(v, scale) for v in cand + base):
         rng = np.random.default_rng(seed)
         draws = np.column_stack(
-            [
-                _mean_log_draws(c, rng) - _mean_log_draws(b, rng)
-                for c, b in zip(cand, base, strict=True)
-            ]
+            [_mean_draws(c, rng) - _mean_draws(b, rng) for c, b in zip(cand, base, strict=True)]
         )
         found = _crossings(levels, draws)
-        low, high = np.quantile(found, [tail, 1 - tail], method="inverted_cdf")
+        # Censored crossings: the interval's low end takes each at the level before.
+        earliest = found.copy()
+        for before, level in zip(levels[:-1], levels[1:], strict=True):
+            if level in collapsed:
+                earliest[found == level] = before
+        low = np.quantile(earliest, tail, method="inverted_cdf")
+        high = np.quantile(found, 1 - tail, method="inverted_cdf")
         result.ci_low = float(low)
         result.ci_high = None if math.isinf(high) else float(high)
         result.no_crossing_share = float(np.mean(np.isinf(found)))
-        ratio_low, ratio_high = np.exp(np.quantile(draws[:, 0], [tail, 1 - tail]))
-        result.lowest_ratio_ci = (float(ratio_low), float(ratio_high))
+        effect_low, effect_high = from_gain(np.quantile(draws[:, 0], [tail, 1 - tail]))
+        result.lowest_effect_ci = (float(effect_low), float(effect_high))
     result.statement = _statement(result, confidence)
     return result
 
@@ -167,24 +219,28 @@ def _statement(result: Crossover, confidence: float) -> str:
     levels, candidate, baseline = result.levels, result.candidate, result.baseline
     span = f"concurrency {levels[0]}..{levels[-1]}"
     percent = f"{confidence * 100:g}%"
-    lowest = result.lowest_ratio_ci
+    lowest = result.lowest_effect_ci
+    first = result.describe_effect(result.effect[0])
     lowest_text = (
-        f"x{result.ratio[0]:.3f}, {percent} CI {lowest[0]:.3f}..{lowest[1]:.3f}"
+        f"{first}, {percent} CI {result.describe_effect(lowest[0])}.."
+        f"{result.describe_effect(lowest[1])}"
         if lowest
-        else f"x{result.ratio[0]:.3f}, no interval"
+        else f"{first}, no interval"
     )
+    better = "faster than" if result.scale == Scale.ratio else f"has more {result.metric} than"
     if result.estimate is None:
         finding = (
-            f"no crossover in {span}: {candidate} is faster than {baseline} at every level "
+            f"no crossover in {span}: {candidate} {better} {baseline} at every level "
             f"measured ({result.no_crossing_share:.0%} of draws agree)"
         )
-    elif result.estimate == levels[0] and result.ratio[0] <= 1:
+    elif result.estimate == levels[0] and result.effect[0] <= result.scale.no_effect:
         finding = (
             f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level "
             f"measured ({lowest_text})"
             if result.never_pays
             else f"{candidate} is not shown to pay at concurrency {levels[0]}, the lowest level "
-            f"measured, nor to cost ({lowest_text}: the interval holds 1)"
+            f"measured, nor to cost ({lowest_text}: the interval holds "
+            f"{result.describe_effect(result.scale.no_effect)})"
         )
     else:
         if result.ci_low is None:
@@ -192,8 +248,15 @@ def _statement(result: Crossover, confidence: float) -> str:
         else:
             high = f"{result.ci_high:.1f}" if result.ci_high is not None else f"beyond {levels[-1]}"
             interval = f"{percent} CI {result.ci_low:.1f}..{high}"
+        where = f"at concurrency {result.estimate:.1f}"
+        if result.estimate in result.collapsed:
+            before = levels[levels.index(int(result.estimate)) - 1]
+            where = (
+                f"between concurrency {before} and {result.estimate:.0f} (at "
+                f"{result.estimate:.0f} neither arm had a run with any {result.metric})"
+            )
         finding = (
-            f"{candidate} stops paying at concurrency {result.estimate:.1f} ({interval}; "
+            f"{candidate} stops paying {where} ({interval}; "
             f"{result.no_crossing_share:.0%} of draws saw no crossover in {span})"
         )
     if result.launches_only:
@@ -201,6 +264,8 @@ def _statement(result: Crossover, confidence: float) -> str:
             f"on one launch per arm and level (the interval leaves launch-to-launch variance "
             f"out, so it holds for these launches): {finding}"
         )
+    if result.metric != Metric.tok_per_s:
+        finding = f"on {result.metric}: {finding}"
     if result.reliable:
         return finding
     noisy = "; ".join(
@@ -224,7 +289,7 @@ def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: i
             "threshold": None,
             "note": "speculation paid at every level measured: keep it on in this range",
         }
-    lowest = crossover.lowest_ratio_ci
+    lowest = crossover.lowest_effect_ci
     if lowest is not None and lowest[0] <= 1 and not crossover.never_pays:
         # Not shown to pay where it should pay most: a threshold would be read off noise.
         return {
@@ -274,10 +339,13 @@ def analyse(
     factor: str,
     confidence: float,
     cv_warn: Optional[float] = None,
+    metric: str = Metric.tok_per_s,
+    scale: Scale = Scale.ratio,
 ) -> list[Crossover]:
     """A crossover for each speculative family against the baseline family that shares its
-    other settings, over the levels both were measured at; with ``cv_warn``, the levels
-    where either arm's warnings fire (:func:`level_warnings`) are named unreliable."""
+    other settings, over the levels both were measured at, of the arms' values (``metric``
+    on ``scale``); with ``cv_warn``, the levels where either arm's warnings fire
+    (:func:`level_warnings`) are named unreliable."""
     grouped = families(arms, factor)
 
     def others(levels: dict[int, Arm]) -> tuple:
@@ -315,22 +383,29 @@ def analyse(
                 unreliable=None
                 if cv_warn is None
                 else {
-                    c: level_warnings(levels[c], name, cv_warn)
-                    + level_warnings(grouped[base_name][c], base_name, cv_warn)
+                    c: level_warnings(levels[c], name, cv_warn, spread=scale == Scale.ratio)
+                    + level_warnings(
+                        grouped[base_name][c], base_name, cv_warn, spread=scale == Scale.ratio
+                    )
                     for c in common
                 },
+                metric=metric,
+                scale=scale,
             )
         )
     return results
 
 
-def level_warnings(arm: Arm, name: str, cv_warn: float) -> list[str]:
+def level_warnings(arm: Arm, name: str, cv_warn: float, spread: bool = True) -> list[str]:
     """Why one arm's values at a level cannot place a crossover (``name``: its curve): too
-    much spread or a trend in them, runs that started on a busy server or ran on a busy
-    machine."""
-    reasons = [
-        f"{name} {note.kind}" for note in notes_for(arm.values, cv_warn) if note.kind in UNSTEADY
-    ]
+    much spread or a trend in them (with ``spread``: goodput near overload swings by whole
+    requests, which its interval carries), runs that started on a busy server or ran on a
+    busy machine."""
+    reasons = (
+        [f"{name} {note.kind}" for note in notes_for(arm.values, cv_warn) if note.kind in UNSTEADY]
+        if spread
+        else []
+    )
     for metric, what in (
         (Metric.busy_start_runs, "started on a busy server"),
         (Metric.busy_machine_runs, "ran on a busy machine"),

@@ -38,7 +38,7 @@ from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
-REPORT_FORMAT = 4
+REPORT_FORMAT = 5
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,8 @@ class SweepReport:
     notes: list[Note] = field(default_factory=list)
     crossover_factor: Optional[str] = None
     crossovers: list[Crossover] = field(default_factory=list)
+    # Under an SLO, where speculation stops adding goodput (good tokens per second).
+    goodput_crossovers: list[Crossover] = field(default_factory=list)
     checks: list[SwitchOffCheck] = field(default_factory=list)
     caveats: list[Caveat] = field(default_factory=list)
     # Per category and output by output, for arms measured on a prompt set.
@@ -138,6 +140,7 @@ class SweepReport:
                     "arms",
                     "comparisons",
                     "crossovers",
+                    "goodput_crossovers",
                     "checks",
                     "notes",
                     "caveats",
@@ -156,6 +159,7 @@ class SweepReport:
             "arms": [a.to_json() for a in self.arms],
             "comparisons": [c.to_json() for c in self.comparisons],
             "crossovers": [c.to_json() for c in self.crossovers],
+            "goodput_crossovers": [c.to_json() for c in self.goodput_crossovers],
             "switch_off_checks": [c.to_json() for c in self.checks],
             "notes": [dataclasses.asdict(n) for n in self.notes],
             "caveats": [dataclasses.asdict(c) for c in self.caveats],
@@ -173,6 +177,7 @@ class SweepReport:
                 "arms",
                 "comparisons",
                 "crossovers",
+                "goodput_crossovers",
                 "switch_off_checks",
                 "notes",
                 "caveats",
@@ -188,6 +193,7 @@ class SweepReport:
             arms=[Arm.from_json(a) for a in data["arms"]],
             comparisons=[Comparison.from_json(c) for c in data["comparisons"]],
             crossovers=[Crossover.from_json(c) for c in data["crossovers"]],
+            goodput_crossovers=[Crossover.from_json(c) for c in data["goodput_crossovers"]],
             checks=[SwitchOffCheck.from_json(c) for c in data["switch_off_checks"]],
             notes=[Note.from_json(n) for n in data["notes"]],
             caveats=[Caveat.from_json(c) for c in data["caveats"]],
@@ -257,6 +263,27 @@ def _crossovers(
     return found, checks
 
 
+def _goodput_crossovers(
+    runs: Sequence[JobRun], selector: Selector, facts: SweepFacts
+) -> list[Crossover]:
+    """Where each speculative family stops adding goodput: on the difference of the means,
+    since goodput is 0 where nothing meets the SLO. Capacity searches are left out (their
+    runs are at rates of the search's choosing)."""
+    assert facts.crossover_factor is not None
+    arms, _ = make_arms(
+        runs, label_tags=[], confidence=facts.stats.confidence, metric=Metric.goodput_tok_per_s
+    )
+    return crossover.analyse(
+        [a for a in arms if not has_capacity(a)],
+        selector,
+        facts.crossover_factor,
+        facts.stats.confidence,
+        facts.stats.cv_warn,
+        metric=Metric.goodput_tok_per_s,
+        scale=crossover.Scale.difference,
+    )
+
+
 def limited_as(overall: Comparison, compared: PromptComparison) -> PromptComparison:
     """The per-category verdicts limited as the arms' overall one is: the same launches and
     the same timeline lie under them."""
@@ -274,10 +301,13 @@ def compile_sweep_report(
     resumed: Sequence[JobRun],
     calibration: Mapping[tuple[str, ...], Calibration],
     prompts: Mapping[str, JobPrompts] = MappingProxyType({}),
+    goodput_runs: Sequence[JobRun] = (),
 ) -> SweepReport:
     """The report on a sweep's job runs (``children``, and the finished runs of jobs it
     resumed), compared with the baseline when one is configured; arms measured on a prompt
-    set (``prompts``, by run id) are compared per category and output by output too."""
+    set (``prompts``, by run id) are compared per category and output by output too; the
+    same runs read for their goodput (``goodput_runs``, when measured under an SLO) give
+    the crossover on goodput."""
     stats = facts.stats
     runs = [*children, *resumed]
     arms, skipped = make_arms(
@@ -358,5 +388,6 @@ def compile_sweep_report(
         )
     if selector and facts.crossover_factor and arms:
         report.crossovers, report.checks = _crossovers(arms, selector, facts)
+        report.goodput_crossovers = _goodput_crossovers(goodput_runs, selector, facts)
     report.caveats = caveats(report.comparisons)
     return report

@@ -146,6 +146,8 @@ def _findings(report: SweepReport) -> list[str]:
         elif found.recommendation.get("note"):
             lines.append(f"**Setting:** {found.recommendation['note']}")
         lines.append("")
+    for found in report.goodput_crossovers:
+        lines += [f"**Crossover under the SLO:** {found.statement}", ""]
     for check in report.checks:
         lines += [f"**Switch-off check:** {check.statement}", ""]
     return lines
@@ -227,6 +229,8 @@ def sweep_description(
         lines += ["", f"![acceptance]({plot_link('prompts/acceptance.png')})"]
     if report.crossovers:
         lines += ["", f"![crossover]({plot_link('crossover/crossover.png')})"]
+    if report.goodput_crossovers:
+        lines += ["", f"![crossover on goodput]({plot_link('goodput/crossover.png')})"]
     warnings = (
         caveat_lines(report.caveats, len(report.comparisons))
         + run_warnings(report.arms)

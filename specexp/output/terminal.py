@@ -348,6 +348,8 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
         console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
+    for found in report.goodput_crossovers:
+        console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     if report.schedule:
         console.print(
             rich_table(

@@ -17,6 +17,7 @@ from specexp.analysis.summary import run_metrics
 from specexp.core.capacity import next_rate, rate_points
 from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env
+from specexp.core.slo import run_goodput
 from specexp.engines.base import LaunchSpec
 from specexp.host import telemetry
 from specexp.host.job import Job
@@ -95,11 +96,21 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
             stop_own_server(session)
     if tracker and per_launch:
         measured = [r for r in records if not r.warmup]
+        goodput = [g for g in (run_goodput(r, cfg.slo) for r in measured) if g]
         tracker.log_metrics(
             {
                 launch_metric(Metric.tok_per_s): sum(r.tok_per_s for r in measured) / len(measured),
                 launch_metric(Metric.midpoint_unix): sum(r.midpoint_unix for r in measured)
                 / len(measured),
+                # A launch's goodput, for comparisons of it across launches (its crossover).
+                **(
+                    {
+                        launch_metric(Metric.goodput_tok_per_s): sum(g.tok_per_s for g in goodput)
+                        / len(goodput)
+                    }
+                    if goodput
+                    else {}
+                ),
             },
             step=launch,
         )

@@ -68,12 +68,21 @@ def sweep_report(
     resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]
     children = store.job_runs(parent=parent.run_id)
     resumed_runs = store.job_runs(run_ids=resumed) if resumed else []
+    under_slo = facts.crossover_factor and any(
+        Metric.goodput_tok_per_s in r.metrics for r in [*children, *resumed_runs]
+    )
     report = compile_sweep_report(
         facts,
         children,
         resumed_runs,
         calibrations(store.calibration_runs()),
         store.job_prompts(r.run_id for r in [*children, *resumed_runs]),
+        goodput_runs=[
+            *store.job_runs(parent=parent.run_id, metric=Metric.goodput_tok_per_s),
+            *(store.job_runs(run_ids=resumed, metric=Metric.goodput_tok_per_s) if resumed else []),
+        ]
+        if under_slo
+        else (),
     )
     view = store.view_link(_view_id(parent.run_id))
     terminal.print_sweep_report(

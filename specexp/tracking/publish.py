@@ -149,6 +149,14 @@ def log_sweep_report(
     if report.capacity_arms or ramps:
         with tempfile.TemporaryDirectory() as tmp:
             made = []
+            if report.goodput_crossovers:
+                made.append(
+                    plots.goodput_crossover_plot(
+                        report.goodput_crossovers,
+                        report.crossover_factor or "",
+                        Path(tmp) / "crossover.png",
+                    )
+                )
             if report.capacity_arms:
                 made.append(
                     plots.attainment_plot(report.capacity_arms, Path(tmp) / "attainment.png")

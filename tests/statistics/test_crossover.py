@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from specexp.analysis.crossover import check_switch_off, find_crossover, recommend
+from specexp.analysis.crossover import Scale, check_switch_off, find_crossover, recommend
 from specexp.core.schemas import SpeculativeConfig
 from tests import noise
 
@@ -45,7 +45,7 @@ def test_never_paying_is_stated():
     cand, base = arms(lambda c: 0.7, np.random.default_rng(3))
     result = find_crossover("speculative=draft", "speculative=none", LEVELS, cand, base)
     assert result.estimate == 1 and "does not pay even at concurrency 1" in result.statement
-    assert result.never_pays and result.lowest_ratio_ci[1] < 1
+    assert result.never_pays and result.lowest_effect_ci[1] < 1
     assert "95% CI" in result.statement  # with the lowest level's interval
     assert recommend(result, SpeculativeConfig())["threshold"] == 1
 
@@ -129,7 +129,7 @@ def test_a_flat_small_gain_is_never_called_a_loss_at_the_lowest_level():
     for trial in range(trials):
         cand, base = arms(lambda c: 1.02, rng, cv=0.05, n=5)
         result = find_crossover("c", "b", LEVELS, cand, base, seed=trial)
-        below_one += result.ratio[0] < 1
+        below_one += result.effect[0] < 1
         said += "does not pay even" in result.statement
         switched_off_everywhere += recommend(result, spec)["threshold"] == 1
         if result.estimate == 1 and not result.never_pays:
@@ -151,3 +151,30 @@ def test_noisy_levels_make_the_crossover_unreliable_and_recommend_nothing():
     assert advice["threshold"] is None and "levels 16, 64" in advice["note"]
     clean = find_crossover("c", "b", LEVELS, cand, base, unreliable={16: []})
     assert clean.reliable and recommend(clean, SpeculativeConfig())["threshold"] is not None
+
+
+def test_the_goodput_crossover_covers_a_known_one_and_its_zeros():
+    """Seeded Monte Carlo on the difference scale: goodput (good tok/s) whose gain from
+    speculation falls by 12 per doubling from +30 at one stream - crossing 0 at 2**2.5 = 5.7 -
+    with runs noisy by 8 tok/s (goodput moves by whole requests), and at the top levels both
+    arms at 0 in every run (nothing meets the SLO). The 95% interval covers the crossover in
+    at least 93% of sweeps."""
+    rng = np.random.default_rng(32)
+    true = 2**2.5
+    trials, covered = 300, 0
+    for trial in range(trials):
+        base, cand = [], []
+        for c in LEVELS:
+            served = max(0.0, 200 - 40 * math.log2(c))  # the baseline's goodput collapses
+            gain = 30 - 12 * math.log2(c)
+            base.append(list(np.maximum(0, rng.normal(served, 8, 4))) if served else [0.0] * 4)
+            cand.append(
+                list(np.maximum(0, rng.normal(served + gain, 8, 4))) if served else [0.0] * 4
+            )
+        result = find_crossover(
+            "c", "b", LEVELS, cand, base, seed=trial, metric="goodput", scale=Scale.difference
+        )
+        assert result.ci_low is not None
+        high = result.ci_high if result.ci_high is not None else math.inf
+        covered += result.ci_low <= true <= high
+    assert covered / trials >= 0.93

@@ -12,7 +12,8 @@ from omegaconf import OmegaConf
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.capacity import CapacityComparison, CapacityVerdict, compare_capacity
-from specexp.analysis.report import SweepReport
+from specexp.analysis.crossover import Scale, find_crossover
+from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
 from specexp.analysis.results import (
     JobRun,
     Metric,
@@ -23,7 +24,13 @@ from specexp.analysis.results import (
 from specexp.analysis.summary import summarize_job
 from specexp.core.capacity import RatePoint, bracket, estimate, next_rate
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import CapacitySearchConfig, ConfigError, SloConfig
+from specexp.core.schemas import (
+    CapacitySearchConfig,
+    ConfigError,
+    SloConfig,
+    SpeculativeConfig,
+    StatsConfig,
+)
 from specexp.core.slo import meets, run_goodput
 from specexp.core.stats import summarize
 from specexp.serving.client import arrival_offsets
@@ -257,3 +264,70 @@ def test_capacities_are_compared_as_a_ratio_with_its_interval_and_survive_json()
         capacities=compared,
     )
     assert SweepReport.from_json(report.to_json()) == report
+
+
+def goodput_sweep(goodput: dict[tuple[str, int], list[float]]) -> list[JobRun]:
+    """A concurrency sweep's job runs read for their goodput (good tok/s per run)."""
+    runs = []
+    for (method, streams), values in goodput.items():
+        factors = {"speculative": method, "concurrency.streams": str(streams)}
+        tags = {Tag.factors: json.dumps(factors), Tag.config_fingerprint: method}
+        name = f"{method} {streams}"
+        runs.append(JobRun.from_store(f"{method}{streams}", name, "FINISHED", tags, {}, values, []))
+    return runs
+
+
+def test_the_crossover_on_goodput_is_read_on_differences_and_zero_goodput_is_a_value():
+    """Speculation adds 30 good tok/s at 1 stream, 10 at 4, and at 16 neither arm has a
+    request within the SLO: goodput 0 in every run of both. A ratio is undefined there; the
+    difference falls to 0 between 4 and 16 - where it stops paying under the SLO."""
+    goodput = {
+        ("none", 1): [50.0, 51.0, 49.0, 50.5],
+        ("draft", 1): [80.0, 81.0, 79.0, 80.5],
+        ("none", 4): [90.0, 92.0, 88.0, 91.0],
+        ("draft", 4): [100.0, 102.0, 98.0, 101.0],
+        ("none", 16): [0.0, 0.0, 0.0, 0.0],
+        ("draft", 16): [0.0, 0.0, 0.0, 0.0],
+    }
+    facts = SweepFacts(
+        parent_run_id="p",
+        engine="llamacpp",
+        order="interleaved",
+        baseline="speculative=none",
+        crossover_factor="concurrency.streams",
+        stats=StatsConfig(),
+        speculative={m: SpeculativeConfig(method=m) for m in ("none", "draft")},
+    )
+    tok_per_s = goodput_sweep(
+        {(m, c): [v + (200 if m == "draft" else 100) for v in vs] for (m, c), vs in goodput.items()}
+    )
+    report = compile_sweep_report(facts, tok_per_s, [], {}, goodput_runs=goodput_sweep(goodput))
+    (found,) = report.goodput_crossovers
+    assert found.metric == Metric.goodput_tok_per_s and found.effect == pytest.approx(
+        [30.0, 10.0, 0.0], abs=1e-9
+    )
+    # Both arms collapsed at 16: the crossing lies after 4 and by 16, no closer - the
+    # interval says so instead of a point at 16.
+    assert found.collapsed == [16] and found.estimate == pytest.approx(16.0)
+    assert (found.ci_low, found.ci_high) == (4.0, 16.0)
+    assert found.lowest_effect_ci[0] > 0  # it pays at 1 stream, with the interval to say so
+    assert found.statement.startswith("on goodput_tok_per_s: ")
+    assert "stops paying between concurrency 4 and 16 (at 16 neither arm" in found.statement
+    # The tok/s crossover is its own: the draft 100 tok/s ahead everywhere, it always pays.
+    assert report.crossovers[0].estimate is None
+    again = SweepReport.from_json(json.loads(json.dumps(report.to_json())))
+    assert again.goodput_crossovers[0].to_json() == found.to_json()
+
+
+def test_goodput_that_speculation_loses_at_the_lowest_level_is_said_with_its_interval():
+    found = find_crossover(
+        "draft",
+        "none",
+        [1, 4],
+        [[10.0, 11.0, 9.0], [0.0, 0.0, 0.0]],
+        [[40.0, 41.0, 39.0], [5.0, 6.0, 4.0]],
+        metric=Metric.goodput_tok_per_s,
+        scale=Scale.difference,
+    )
+    assert found.never_pays and found.estimate == 1
+    assert "does not pay even at concurrency 1" in found.statement and "-30.0" in found.statement
