@@ -182,6 +182,8 @@ def _gpu_checks(job: Job) -> list[Check]:
                 ),
             )
         ]
+    if needed > 1:
+        checks.append(_links_check(hardware, cfg.host.gpu_interconnect))
     allreduce = cfg.allreduce_backend
     wanted = [
         f
@@ -213,6 +215,27 @@ def _gpu_checks(job: Job) -> list[Check]:
             )
         )
     return checks
+
+
+def _links_check(hardware: dict[str, str], declared: Optional[str]) -> Check:
+    """How the GPUs a server spreads over are linked (``nvidia-smi topo -m``): the verify
+    pass of a tensor split all-reduces across them every layer, so over PCIe speculation
+    pays for it sooner. A declared host.gpu_interconnect that the links contradict fails."""
+    if "gpu_links" not in hardware:
+        return Check("GPU links", SKIP, "nvidia-smi topo -m shows no link between GPUs here")
+    links = json.loads(hardware["gpu_links"])
+    measured = hardware["gpu_interconnect"]
+    kinds: dict[str, list[str]] = {}
+    for pair, link in links.items():
+        kinds.setdefault(link, []).append(pair)
+    detail = f"{measured}: " + "; ".join(
+        f"{link} {', '.join(pairs)}" for link, pairs in sorted(kinds.items())
+    )
+    if declared and declared != measured:
+        return Check(
+            "GPU links", FAIL, f"host.gpu_interconnect={declared}, but nvidia-smi says {detail}"
+        )
+    return Check("GPU links", PASS if measured == "nvlink" else NOTE, detail)
 
 
 def sweep_jobs(overrides: list[str]) -> list[list[str]]:

@@ -7,6 +7,7 @@ import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
 from specexp.core.measurements import RunResult
@@ -39,6 +40,15 @@ from specexp.engines.base import (
 )
 
 
+class SplitMode(StrEnum):
+    """How llama.cpp spreads one model over several GPUs (``--split-mode``)."""
+
+    none = "none"  # one GPU only
+    layer = "layer"  # whole layers and their KV per GPU, run one after another (pipelined)
+    row = "row"  # weight rows split, results gathered on the main GPU
+    tensor = "tensor"  # weights and KV split, partial sums all-reduced: tensor parallel
+
+
 @dataclass
 class LlamaCppConfig(EngineConfig):
     name: str = "llamacpp"
@@ -62,6 +72,10 @@ class LlamaCppConfig(EngineConfig):
     # idle slots' cells stay in it and widen every slot's attention until erased, so they
     # are erased before each run when workload.caches=none.
     kv_unified: bool = False
+    # How one server spreads over its engine.gpus GPUs; null: tensor over several (the shape
+    # of tensor parallel, partial sums all-reduced across GPUs every layer), llama.cpp's own
+    # default on one.
+    split_mode: Optional[SplitMode] = None
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -74,7 +88,25 @@ _FLASH_ATTN_LOG = re.compile(
     r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)"
 )
 # The launch's flags that shape the model's context, all llama-fit-params takes of them.
-_CONTEXT_FLAGS = ("--model", "--ctx-size", "--parallel", "--threads", "--device", "--n-gpu-layers")
+_CONTEXT_FLAGS = (
+    "--model",
+    "--ctx-size",
+    "--parallel",
+    "--threads",
+    "--device",
+    "--n-gpu-layers",
+    "--split-mode",
+)
+
+# The all-reduce of llama.cpp's tensor split (ggml-cuda.cu, ggml_backend_cuda_comm_init):
+# GGML_CUDA_ALLREDUCE picks NCCL (Linux's default) or its own kernel ("internal": two GPUs
+# only, staged through pinned host memory for GPUs without NVLink); each falls back to the
+# next with a warning in the log, down to the meta backend's generic "butterfly" copies.
+_ALLREDUCE_ENV = {AllreduceBackend.nccl: "nccl", AllreduceBackend.custom: "internal"}
+_ALLREDUCE_FALLBACKS = (
+    (re.compile(r"falling back to meta-backend butterfly"), "butterfly (generic copies)"),
+    (re.compile(r"NCCL (?:not compiled in|init failed|disabled)"), "internal"),
+)
 
 
 def _flash_attention_in(log_text: str) -> Optional[str]:
@@ -149,7 +181,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         AttentionBackend.flash_attn,
         AttentionBackend.no_flash_attn,
     )
-    allreduce_backends = (AllreduceBackend.auto,)
+    allreduce_backends = (AllreduceBackend.auto, AllreduceBackend.nccl, AllreduceBackend.custom)
     speculative_methods = tuple(SpeculativeMethod)
     ngram_variants = tuple(NgramVariant)
     chat_endpoint = True
@@ -278,17 +310,45 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
                 Engagement.engaged if actual == wanted else Engagement.not_engaged,
                 "server log",
             )
-        result["allreduce_backend"] = Setting(
-            server.allreduce_backend.name,
-            "none (one process)",
-            Engagement.engaged,
-            "llama.cpp serves from a single process",
-        )
+        result["allreduce_backend"] = self._allreduce(server, log_text)
         result["speculative"] = speculation_from_counters(server, runs)
         props = get_json(base_url, ("/props",))
         if props:
             result["resolution"] = self._slots(server, props)
         return result
+
+    @staticmethod
+    def split_mode(server: ServerSettings[LlamaCppConfig]) -> Optional[SplitMode]:
+        """The split a server over engine.gpus GPUs runs with; None: no flag (llama.cpp's
+        default, on one GPU or on the CPU)."""
+        engine = server.engine
+        if engine.split_mode is not None:
+            return engine.split_mode
+        return SplitMode.tensor if engine.gpus > 1 else None
+
+    @classmethod
+    def _allreduce(cls, server: ServerSettings[LlamaCppConfig], log_text: str) -> Setting:
+        """The all-reduce the tensor split ran with, from the fallbacks its log reports."""
+        requested = server.allreduce_backend.name
+        if server.engine.gpus < 2 or cls.split_mode(server) != SplitMode.tensor:
+            return Setting(
+                requested,
+                "none (no all-reduce)",
+                Engagement.engaged,
+                "llama.cpp reduces across GPUs only in a tensor split over several",
+            )
+        wanted = _ALLREDUCE_ENV.get(requested, "nccl")
+        actual = next(
+            (name for pattern, name in _ALLREDUCE_FALLBACKS if pattern.search(log_text)), wanted
+        )
+        return Setting(
+            requested,
+            actual,
+            Engagement.engaged
+            if actual == wanted or requested == AllreduceBackend.auto
+            else Engagement.not_engaged,
+            "server log (ggml-cuda's all-reduce fallback warnings; none: as asked)",
+        )
 
     @staticmethod
     def context(server: ServerSettings[LlamaCppConfig]) -> tuple[int, int, int]:
@@ -322,7 +382,9 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
 
     def validate(self, server: ServerSettings[LlamaCppConfig]) -> None:
         """Each slot must hold a whole request: llama.cpp stops one that outgrows its slot
-        early (finish_reason "length"), even with EOS ignored."""
+        early (finish_reason "length"), even with EOS ignored. GPUs are split as llama.cpp can:
+        an all-reduce to choose only in a tensor split over several."""
+        self._validate_split(server)
         super().validate(server)
         slots, total, context = self.context(server)
         if context < server.request_tokens:
@@ -331,6 +393,42 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
                 f"of context, and one can take {server.request_tokens} (workload.max_tokens plus "
                 f"the prompt): set engine.ctx_size >= {slots * _round_up(server.request_tokens, 256)}"
                 ", or null to size it so"
+            )
+
+    def _validate_split(self, server: ServerSettings[LlamaCppConfig]) -> None:
+        engine, backend = server.engine, server.allreduce_backend.name
+        split = self.split_mode(server)
+        if engine.split_mode is not None and not engine.gpus:
+            raise ConfigError(
+                f"engine.split_mode={engine.split_mode} needs GPUs to split over: set "
+                "engine.gpus >= 1, or leave engine.split_mode null on a CPU server"
+            )
+        if split == SplitMode.none and engine.gpus > 1:
+            raise ConfigError(
+                f"engine.split_mode=none uses one GPU, and engine.gpus={engine.gpus} leases "
+                f"{engine.gpus}: set engine.gpus=1, or split_mode tensor, layer or row"
+            )
+        if backend == AllreduceBackend.auto:
+            return
+        if engine.gpus < 2 or split != SplitMode.tensor:
+            raise ConfigError(
+                f"allreduce_backend={backend} is not supported by engine=llamacpp with "
+                f"engine.gpus={engine.gpus} and split_mode={split or 'default'}: llama.cpp "
+                "all-reduces only in a tensor split over several GPUs (engine.gpus >= 2, "
+                "engine.split_mode=tensor); a layer split passes activations from GPU to GPU "
+                "and a row split gathers on the main GPU. Use allreduce_backend=auto"
+            )
+        if backend not in _ALLREDUCE_ENV:
+            raise ConfigError(
+                f"allreduce_backend={backend} is not supported by engine=llamacpp: its tensor "
+                "split all-reduces with NCCL or its own kernel (GGML_CUDA_ALLREDUCE); valid "
+                "choices: auto, nccl, custom"
+            )
+        if backend == AllreduceBackend.custom and engine.gpus != 2:
+            raise ConfigError(
+                f"allreduce_backend=custom (llama.cpp's internal all-reduce) serves exactly 2 "
+                f"GPUs; with engine.gpus={engine.gpus} llama.cpp would fall back to generic "
+                "copies. Use nccl or auto, or engine.gpus=2"
             )
 
     def local_files(self, server: ServerSettings[LlamaCppConfig]) -> list[str]:
@@ -379,11 +477,17 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         if engine.kv_unified:
             # Slot actions (the erase before each run) need a save path; nothing is saved.
             argv += ["--kv-unified", "--slot-save-path", tempfile.gettempdir()]
+        env = stack_env(server)
         if engine.gpus:
-            # On its leased GPU: every layer offloaded, the draft's too.
+            # On its leased GPUs: every layer offloaded, the draft's too.
             argv += ["--n-gpu-layers", "all"]
             if spec.method in (SpeculativeMethod.draft, SpeculativeMethod.eagle3):
                 argv += ["--spec-draft-ngl", "all"]
+            split = self.split_mode(server)
+            if split is not None:
+                argv += ["--split-mode", str(split)]
+            if server.allreduce_backend.name in _ALLREDUCE_ENV:
+                env["GGML_CUDA_ALLREDUCE"] = _ALLREDUCE_ENV[server.allreduce_backend.name]
         else:
             # A CPU server, also from a build with GPU backends (which offload by default).
             argv += ["--device", "none"]
@@ -407,7 +511,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             ]
         elif spec.method == SpeculativeMethod.ngram:
             argv += ["--spec-type", f"ngram-{spec.ngram_variant}", *self._ngram_flags(spec)]
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
 
     @staticmethod
     def _ngram_flags(spec: SpeculativeConfig) -> list[str]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 from functools import lru_cache
-from typing import Any, Mapping, Optional, Protocol
+from typing import Any, Iterable, Mapping, Optional, Protocol
 
 from specexp.core.schemas import ServerSettings
 from specexp.engines.base import stack_env, stack_python
@@ -50,12 +51,47 @@ def hardware() -> dict[str, str]:
                 gpu_name=rows[0][0].strip(),
                 gpu_compute_capability=rows[0][-1].strip(),
             )
+    if int(tags["gpu_count"]) > 1:
+        links = gpu_links(command_output(["nvidia-smi", "topo", "-m"]) or "")
+        if links:
+            tags["gpu_links"] = json.dumps(links, sort_keys=True)
+            tags["gpu_interconnect"] = interconnect(links.values())
     tags["hardware"] = (
         f"{tags['gpu_count']}x {tags['gpu_name']}"
         if tags["gpu_count"] != "0"
         else f"CPU: {tags['cpu_model']} ({tags['cpu_count']} cores)"
     )
     return tags
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def gpu_links(topology: str) -> dict[str, str]:
+    """Each pair of GPUs and how ``nvidia-smi topo -m`` says they are linked: {"0-1": "NV18",
+    "0-2": "SYS", ...} (NV#: # bonded NVLinks; PIX, PXB, PHB, NODE, SYS: PCIe paths, each
+    wider than the last). Empty when there is no matrix of several GPUs to read."""
+    lines = [_ANSI.sub("", line) for line in topology.splitlines()]
+    header = next((line.split("\t") for line in lines if line.startswith("\tGPU")), None)
+    if header is None:
+        return {}
+    columns = [c.strip() for c in header]
+    links = {}
+    for line in lines:
+        cells = [c.strip() for c in line.split("\t")]
+        if not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        row = int(cells[0][3:])
+        for column, value in zip(columns[1:], cells[1:], strict=False):
+            match = re.fullmatch(r"GPU(\d+)", column)
+            if match and int(match[1]) > row:
+                links[f"{row}-{match[1]}"] = value
+    return links
+
+
+def interconnect(links: Iterable[str]) -> str:
+    """ "nvlink" when every pair is NVLinked, else "pcie" (what the slowest pair crosses)."""
+    return "nvlink" if all(link.startswith("NV") for link in links) else "pcie"
 
 
 def _cpu_model() -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from mlflow.tracking import MlflowClient
@@ -179,3 +180,56 @@ def test_doctor_failure_paths_with_fake_stacks(tmp_path):
         "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there"
         in sweep.stdout
     )
+
+
+# What nvidia-smi prints on a node of four GPUs in pairs: NVLink within a pair, PCIe across
+# the CPU sockets between them.
+FOUR_GPU_TOPOLOGY = (
+    "\t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    "GPU0\t X \tNV4\tSYS\tSYS\t0-31\t0\t\tN/A\n"
+    "GPU1\tNV4\t X \tSYS\tSYS\t0-31\t0\t\tN/A\n"
+    "GPU2\tSYS\tSYS\t X \tNV4\t32-63\t1\t\tN/A\n"
+    "GPU3\tSYS\tSYS\tNV4\t X \t32-63\t1\t\tN/A\n\nLegend:\n\n  X    = Self\n"
+)
+
+
+def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path):
+    """llama.cpp over four GPUs in a tensor split: the doctor counts them and reads their
+    links from nvidia-smi (here a stand-in on PATH printing a four-GPU node's answers); a
+    declared NVLink host that nvidia-smi shows crossing PCIe fails, naming the pairs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "topology.txt").write_text(FOUR_GPU_TOPOLOGY)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f'  "topo -m") cat {bin_dir / "topology.txt"} ;;\n'
+        '  *index*) printf "0\\n1\\n2\\n3\\n" ;;\n'
+        '  *name,compute_cap*) for i in 0 1 2 3; do echo "NVIDIA H200, 9.0"; done ;;\n'
+        '  *driver_version*) for i in 0 1 2 3; do echo "580.159.04"; done ;;\n'
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    result = run_cli(
+        "stack=llamacpp-cuda",
+        "model=tiny-pair-gpu",
+        "workload=short",
+        "engine.gpus=4",
+        "host.gpu_interconnect=nvlink",
+        cwd=tmp_path,
+        env=env,
+        module="specexp.doctor",
+    )
+    lines = {
+        line.split("│")[1].strip(): " ".join(line.split())
+        for line in result.stdout.splitlines()
+        if line.count("│") >= 3
+    }
+    assert "pass" in lines["GPUs"] and "4 visible, engine.gpus=4 needs 4" in lines["GPUs"]
+    links = lines["GPU links"]
+    assert "fail" in links and "host.gpu_interconnect=nvlink, but nvidia-smi says pcie" in links
+    assert "NV4 0-1, 2-3" in links and "SYS 0-2, 0-3, 1-2, 1-3" in links
+    assert result.returncode == 1

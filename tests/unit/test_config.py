@@ -28,12 +28,26 @@ BAD_CONFIGS = [
     (["concurrency=ramp", "concurrency.levels=[1,0]"], ["concurrency.levels", "[1, 0]"]),
     (
         ["allreduce_backend=nccl"],
-        ["allreduce_backend=nccl", "engine=llamacpp", "valid choices: auto"],
+        ["allreduce_backend=nccl", "engine=llamacpp", "tensor split over several GPUs"],
     ),
     (
         ["allreduce_backend=flashinfer_fusion"],
-        ["allreduce_backend=flashinfer_fusion", "one process"],
+        ["allreduce_backend=flashinfer_fusion", "Use allreduce_backend=auto"],
     ),
+    (
+        ["engine.gpus=2", "allreduce_backend=flashinfer_fusion"],
+        ["allreduce_backend=flashinfer_fusion", "GGML_CUDA_ALLREDUCE", "auto, nccl, custom"],
+    ),
+    (
+        ["engine.gpus=2", "engine.split_mode=layer", "allreduce_backend=nccl"],
+        ["split_mode=layer", "passes activations from GPU to GPU"],
+    ),
+    (
+        ["engine.gpus=4", "allreduce_backend=custom"],
+        ["allreduce_backend=custom", "exactly 2", "engine.gpus=4"],
+    ),
+    (["engine.split_mode=tensor"], ["engine.split_mode=tensor needs GPUs", "engine.gpus >= 1"]),
+    (["engine.gpus=2", "engine.split_mode=none"], ["engine.split_mode=none uses one GPU"]),
     (
         ["speculative=eagle3"],
         ["speculative=eagle3 needs a draft model", "eagle3_draft_path", "speculative.draft_model"],

@@ -257,3 +257,53 @@ def test_servers_specexp_starts_are_reached_without_proxies_and_others_through_t
 
     assert asyncio.run(trusts_env("http://127.0.0.1:8000")) is False
     assert asyncio.run(trusts_env("http://10.0.0.7:8000")) is True
+
+
+@pytest.mark.parametrize(
+    "overrides,split,allreduce",
+    [
+        ((), None, None),  # a CPU server: no split, no offload
+        (("engine.gpus=1",), None, None),  # one GPU: llama.cpp's default
+        (("engine.gpus=1", "engine.split_mode=tensor"), "tensor", None),  # the TP path on one
+        (("engine.gpus=2",), "tensor", None),  # several: tensor parallel by default
+        (("engine.gpus=4", "engine.split_mode=layer"), "layer", None),
+        (("engine.gpus=8", "allreduce_backend=nccl"), "tensor", "nccl"),
+        (("engine.gpus=2", "allreduce_backend=custom"), "tensor", "internal"),
+    ],
+)
+def test_llamacpp_splits_a_server_over_its_gpus_as_configured(overrides, split, allreduce):
+    job = compose_job("workload=short", *overrides)
+    launch = job.engine.launch_spec(job.server, 8080)
+    argv = launch.argv
+    assert (argv[argv.index("--split-mode") + 1] if "--split-mode" in argv else None) == split
+    assert launch.env.get("GGML_CUDA_ALLREDUCE") == allreduce
+    assert ("--n-gpu-layers" in argv) == ("engine.gpus" in " ".join(overrides))
+
+
+@pytest.mark.parametrize(
+    "overrides,log,actual,engaged",
+    [
+        (("engine.gpus=2",), "", "nccl", Engagement.engaged),
+        (
+            ("engine.gpus=2", "allreduce_backend=nccl"),
+            "NCCL not compiled in; falling back to internal AllReduce.  Recompile with",
+            "internal",
+            Engagement.not_engaged,
+        ),
+        (
+            ("engine.gpus=4",),
+            "NCCL init failed (unhandled system error); falling back to internal AllReduce\n"
+            "internal AllReduce init failed (n_devices != 2?); falling back to meta-backend "
+            "butterfly",
+            "butterfly (generic copies)",
+            Engagement.engaged,  # auto asked for llama.cpp's choice, and says what it was
+        ),
+        (("engine.gpus=1",), "", "none (no all-reduce)", Engagement.engaged),
+    ],
+)
+def test_llamacpp_says_which_all_reduce_its_tensor_split_ran(overrides, log, actual, engaged):
+    """Read from the warnings ggml-cuda (b11434, ggml_backend_cuda_comm_init) logs when it
+    falls back from NCCL to its own kernel and from that to generic copies."""
+    job = compose_job("workload=short", *overrides)
+    setting = job.engine.effective(job.server, "http://127.0.0.1:9", log, [])["allreduce_backend"]
+    assert (setting.actual, setting.status) == (actual, engaged)
