@@ -39,7 +39,7 @@ while [ $# -gt 0 ]; do
 done
 python=${PYTHON:-python3}
 # specexp's runtime needs, as pyproject.toml names them (llama.cpp is built below instead).
-packages=(hydra-core==1.3.8 "omegaconf>=2.3,<2.4" "mlflow>=3.17.2,<3.18" scipy numpy aiohttp
+packages=(hydra-core==1.3.8 "omegaconf>=2.3,<2.4" "mlflow>=3.17.2,<3.18" scipy statsmodels numpy aiohttp
   uvloop orjson rich matplotlib packaging psutil hydra-submitit-launcher==1.2.0 gguf
   safetensors tokenizers nvidia-ml-py)
 

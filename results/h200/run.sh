@@ -12,6 +12,11 @@
 #   repeat     the default sweep again, into a store that already has the first
 #   reference  the same sweep with a fresh server per level, run after run (blocked)
 #   doctor     python -m specexp.doctor for the CUDA stack
+#   tensor     +sweep=tp_crossover on the one GPU there is (engine.gpus=1): llama.cpp's tensor
+#              split, the tensor-parallel code path, over one device - the one-GPU reference
+#   layer      the same sweep with llama.cpp's default split (layer): what the tensor path
+#              costs on one GPU, in the same session
+#   links      the GPUs' links (nvidia-smi topo -m) and the doctor for the tensor split
 #   collect    the store (runs, reports, plots; without the servers' logs) and the step
 #              logs into $OUT
 set -euo pipefail
@@ -54,6 +59,19 @@ for step in "$@"; do
         >"$logs/doctor_llamacpp.txt" 2>&1 || true
       nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv \
         >"$logs/gpu.txt"
+      ;;
+    tensor)
+      python3 -m specexp -m +sweep=tp_crossover engine.gpus=1 engine.threads=4 \
+        hydra.sweep.dir=h200-store/tensor >"$logs/tensor.log" 2>&1
+      ;;
+    layer)
+      python3 -m specexp -m +sweep=tp_crossover engine.gpus=1 engine.threads=4 \
+        engine.split_mode=layer hydra.sweep.dir=h200-store/layer >"$logs/layer.log" 2>&1
+      ;;
+    links)
+      nvidia-smi topo -m >"$logs/topo.txt" 2>&1 || true
+      python3 -m specexp.doctor stack=llamacpp-cuda engine.gpus=1 engine.split_mode=tensor workload=short \
+        model=tiny-pair-gpu >"$logs/doctor_tensor.txt" 2>&1 || true
       ;;
     collect)
       tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store mlruns

@@ -5,15 +5,13 @@ arms' job runs, which carry what the search estimated (``Metric.capacity_*``).""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
-from scipy import stats as scipy_stats
-
 from specexp.analysis.arms import Arm
 from specexp.analysis.results import Metric, capacity_points
+from specexp.core.capacity import RatePoint, capacity_ratio
 from specexp.core.records import check_format
 
 CAPACITY_FORMAT = 1
@@ -56,6 +54,9 @@ class ArmCapacity:
     def from_json(cls, data: Mapping[str, Any]) -> ArmCapacity:
         return cls(**{**data, "points": tuple(tuple(p) for p in data.get("points", ()))})
 
+    def rate_points(self) -> list[RatePoint]:
+        return [RatePoint(rate, requests, good) for rate, requests, good in self.points]
+
     def describe(self) -> str:
         if self.rate is None:
             return "not estimated"
@@ -66,8 +67,8 @@ class ArmCapacity:
 
 @dataclass(frozen=True)
 class CapacityComparison:
-    """A candidate's capacity against its baseline's: the ratio and its interval (on the log
-    scale, from each search's standard error; independent servers, so the variances add)."""
+    """A candidate's capacity against its baseline's: the ratio and its interval (None where
+    unbounded), from both searches' runs on independent servers."""
 
     baseline: ArmCapacity
     candidate: ArmCapacity
@@ -102,35 +103,35 @@ def has_capacity(arm: Arm) -> bool:
 def compare_capacity(
     pairs: Sequence[tuple[Arm, Arm]], confidence: float
 ) -> list[CapacityComparison]:
-    """Each (baseline, candidate) pair of capacity-search arms compared; the pairs share one
-    simultaneous level (Bonferroni), as the sweep's other comparisons do."""
+    """Each (baseline, candidate) pair of capacity-search arms compared from both searches'
+    runs (:func:`specexp.core.capacity.capacity_ratio`); the pairs share one simultaneous
+    level (Bonferroni), as the sweep's other comparisons do."""
     level = 1 - (1 - confidence) / max(1, len(pairs))
-    z = float(scipy_stats.norm.ppf(0.5 + level / 2))
     compared = []
     for base_arm, arm in pairs:
         base, candidate = ArmCapacity.of(base_arm), ArmCapacity.of(arm)
-        if None in (base.rate, candidate.rate, base.log_se, candidate.log_se):
+        found = (
+            capacity_ratio(base.rate_points(), candidate.rate_points(), base.target, level)
+            if base.target is not None and base.target == candidate.target
+            else None
+        )
+        if found is None:
             compared.append(
                 CapacityComparison(
                     base, candidate, confidence, None, None, None, CapacityVerdict.not_estimated
                 )
             )
             continue
-        assert base.rate and candidate.rate and base.log_se is not None
-        assert candidate.log_se is not None
-        difference = math.log(candidate.rate / base.rate)
-        half = z * math.hypot(base.log_se, candidate.log_se)
-        low, high = math.exp(difference - half), math.exp(difference + half)
         verdict = (
             CapacityVerdict.raises
-            if low > 1
+            if found.ci_low is not None and found.ci_low > 1
             else CapacityVerdict.lowers
-            if high < 1
+            if found.ci_high is not None and found.ci_high < 1
             else CapacityVerdict.inconclusive
         )
         compared.append(
             CapacityComparison(
-                base, candidate, confidence, math.exp(difference), low, high, verdict
+                base, candidate, confidence, found.ratio, found.ci_low, found.ci_high, verdict
             )
         )
     return compared

@@ -270,12 +270,13 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
         ratio = (
             (
                 pct(compared.ratio - 1),
-                f"[{pct(compared.ci_low - 1)}, {pct(compared.ci_high - 1)}]",
+                "["
+                + ("unbounded" if compared.ci_low is None else pct(compared.ci_low - 1))
+                + ", "
+                + ("unbounded" if compared.ci_high is None else pct(compared.ci_high - 1))
+                + "]",
             )
-            if compared
-            and compared.ratio is not None
-            and compared.ci_low is not None
-            and compared.ci_high is not None
+            if compared and compared.ratio is not None
             else ("-", "-")
         )
         verdict = str(compared.verdict) if compared else "-"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specexp.core.notes import Note, NoteKind
 from specexp.host import telemetry
+from specexp.host.capture import gpu_links, interconnect
 from specexp.host.telemetry import GpuSample, Sample
 
 READINGS = Path(__file__).parent / "readings"
@@ -97,3 +98,30 @@ def test_throttle_reason_bits_are_named_and_harmless_ones_ignored():
     nvml = RecordedNvml({**reading, "throttle_reasons": 0x1 | 0x2 | 0x4})
     (gpu,) = telemetry.read_gpus(nvml, [0], ours=set())
     assert gpu.slowdowns == ("software power cap",)
+
+
+def test_gpu_links_are_read_from_nvidia_smi_topo():
+    """Each pair of GPUs and its link: none on the H200 node as recorded (one GPU, its
+    header underlined with terminal escapes); on four GPUs in NVLinked pairs joined over the
+    sockets, the pairs and their links, and PCIe as what the slowest pair crosses."""
+    recorded = (READINGS / "nvidia-smi-topo-h200.txt").read_text()
+    assert gpu_links(recorded) == {}
+    four = (
+        "\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+        "GPU0\t X \tNV4\tSYS\tSYS\tPIX\t0-31\t0\t\tN/A\n"
+        "GPU1\tNV4\t X \tSYS\tSYS\tNODE\t0-31\t0\t\tN/A\n"
+        "GPU2\tSYS\tSYS\t X \tNV4\tSYS\t32-63\t1\t\tN/A\n"
+        "GPU3\tSYS\tSYS\tNV4\t X \tSYS\t32-63\t1\t\tN/A\n"
+        "NIC0\tPIX\tNODE\tSYS\tSYS\t X \n\nLegend:\n"
+    )
+    links = gpu_links(four)
+    assert links == {
+        "0-1": "NV4",
+        "0-2": "SYS",
+        "0-3": "SYS",
+        "1-2": "SYS",
+        "1-3": "SYS",
+        "2-3": "NV4",
+    }
+    assert interconnect(links.values()) == "pcie"
+    assert interconnect(["NV18"] * 28) == "nvlink"
