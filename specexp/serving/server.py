@@ -172,7 +172,8 @@ class ServerProcess:
                     reason=reason,
                     log_tail=log,
                 )
-            if healthy(url):
+            # A probe can wait for a server that is still binding: ready only if in time.
+            if healthy(url) and time.monotonic() - started <= timeout_s:
                 return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
                 log = tail(self.log_path)

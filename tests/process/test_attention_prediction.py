@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from specexp.core.tinymodels import ensure_pair
 from tests.conftest import TINY, compose_job, run_cli, runs_in
 
 KIMI_AUTO = (
@@ -70,6 +71,9 @@ def test_llamacpps_flash_attention_auto_is_predicted_before_launch_as_the_server
 
 def test_vllms_own_selector_predicts_the_cpu_builds_attention_backend():
     job = compose_job("engine=vllm", "stack=vllm-cpu", *TINY, "attention_backend=auto")
+    # The selector reads the model's config.json: the pair in vLLM's format, written here.
+    assert job.config.model.generate is not None
+    ensure_pair(job.config.model.generate, job.engine.model_format)
     predicted = job.engine.predicted_choices(job.server, [job.planned_launch()])
     assert predicted is not None, "the vLLM CPU stack missing: run scripts/install.sh"
     (choices,), basis = predicted
