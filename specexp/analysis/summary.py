@@ -214,10 +214,7 @@ def summarize_job(
     ``accounting`` is what the server's own counters say of all measured runs
     (Engine.server_accounting of :func:`accounting_totals`); ``cores``, the machine's."""
     by_launch = runs_by_launch(measured)
-    run_values = [r.tok_per_s for r in measured]
-    unit_values = (
-        [sum(v) / len(v) for v in by_launch.values()] if len(by_launch) > 1 else run_values
-    )
+    unit_values = _per_unit(measured, [r.tok_per_s for r in measured])
     tok = summarize(unit_values, confidence)
     metrics: dict[str, float] = tok.as_dict(Metric.tok_per_s) if tok else {}
     metrics[Metric.launches] = float(len(by_launch))
@@ -270,8 +267,8 @@ def summarize_job(
 
 
 def _per_unit(measured: Sequence[RunResult], values: Sequence[float]) -> list[float]:
-    """Per-run ``values`` as the independent values tok/s is summarised over: per-launch
-    means with several launches, else the runs' own."""
+    """Per-run ``values`` as a job's independent values: per-launch means with several
+    launches (runs inside one launch share its launch-level variance), else the runs' own."""
     groups: dict[int, list[float]] = {}
     for run, value in zip(measured, values, strict=True):
         groups.setdefault(run.launch, []).append(value)
