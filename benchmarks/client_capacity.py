@@ -53,6 +53,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from specexp import hydra_app  # noqa: E402
 from specexp.core.measurements import RunResult  # noqa: E402
+from specexp.core.stats import percentiles  # noqa: E402
 from specexp.core.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
 from specexp.host.job import prepare  # noqa: E402
 from specexp.host.leases import free_port  # noqa: E402
@@ -82,8 +83,15 @@ def itl_figures(tokens: int, wall_s: float, cpu_s: float, itl_s: list[float]) ->
     """A client's figures from its own inter-token latencies (seconds)."""
     if not itl_s:  # requests of one token each: no gap
         return Figures(tokens, wall_s, cpu_s, None)
-    p50, p99 = (float(np.percentile(itl_s, q)) * 1000 for q in (50, 99))
-    return Figures(tokens, wall_s, cpu_s, statistics.fmean(itl_s) * 1000, p50, p99)
+    found = percentiles(itl_s, (50, 99))
+    return Figures(
+        tokens,
+        wall_s,
+        cpu_s,
+        statistics.fmean(itl_s) * 1000,
+        found["p50"] * 1000,
+        found["p99"] * 1000,
+    )
 
 
 class PacedServer:
@@ -333,11 +341,8 @@ def main() -> None:
                 finally:
                     process.send_signal(signal.SIGTERM)
                     process.wait(timeout=30)
-                true_ms = np.loadtxt(gaps) / 1000  # microseconds -> ms
-                truth[(name, streams)] = (
-                    float(np.percentile(true_ms, 50)),
-                    float(np.percentile(true_ms, 99)),
-                )
+                true_ms = percentiles(np.loadtxt(gaps) / 1000, (50, 99))  # microseconds -> ms
+                truth[(name, streams)] = (true_ms["p50"], true_ms["p99"])
                 table[(name, streams, "paced")] = figures
                 print(
                     f"  {name:16} {streams:>4} streams paced    {figures.tok_per_s:>9.0f} tok/s",

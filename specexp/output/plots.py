@@ -110,16 +110,25 @@ def crossover_figure(
             for x in xs
         ]
         ax.errorbar(xs, means, yerr=[low, high], marker="o", capsize=4, label=name or "(all)")
+    arms = [arm for levels in families.values() for arm in levels.values()]
+    _finish_crossover_axes(
+        ax, crossovers, factor, f"aggregate output tok/s (mean, {ci_label(arms)})", title
+    )
+    fig.tight_layout()
+    return fig
+
+
+def _finish_crossover_axes(
+    ax: Axes, crossovers: Sequence[Crossover], factor: str, ylabel: str, title: str
+) -> None:
+    """The crossovers marked on a log2 axis of ``factor``, labels, title, legend, grid."""
     _mark_crossovers(ax, crossovers)
     ax.set_xscale("log", base=2)
     ax.set_xlabel(factor)
-    arms = [arm for levels in families.values() for arm in levels.values()]
-    ax.set_ylabel(f"aggregate output tok/s (mean, {ci_label(arms)})")
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize="small")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return fig
 
 
 def _mark_crossovers(ax: Axes, crossovers: Sequence[Crossover]) -> None:
@@ -154,13 +163,13 @@ def goodput_crossover_figure(crossovers: Sequence[Crossover], factor: str) -> Fi
     for c in crossovers:
         ax.plot(c.levels, c.effect, marker="o", label=f"{c.candidate} - {c.baseline}")
     ax.axhline(0, color="black", linewidth=0.8)
-    _mark_crossovers(ax, crossovers)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(factor)
-    ax.set_ylabel("goodput gained under the SLO (good tok/s, difference of means)")
-    ax.set_title(title, fontsize="small")
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
+    _finish_crossover_axes(
+        ax,
+        crossovers,
+        factor,
+        "goodput gained under the SLO (good tok/s, difference of means)",
+        title,
+    )
     fig.tight_layout()
     return fig
 
