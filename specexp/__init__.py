@@ -2,7 +2,7 @@
 
 The package is drawn as layer bands, one subpackage each, listed here bottom to top. A
 module imports from its own band or those below, never above (tests/unit/test_layers.py
-reads this list and the tree, and checks the README's Layout section against both). The
+reads this list and the tree, and checks docs/design.md's Layout table against both). The
 package root holds the entry points, above every band.
 """
 

@@ -1,7 +1,7 @@
 """SGLang (``python -m sglang.launch_server``), the reference story's engine, TP 8.
 
 Flag spellings follow the SGLang version the stack holds: 0.5.9 and current releases
-differ (REFERENCE.md). Only the spellings that changed are versioned below.
+differ (docs/reference/engines.md). Only the spellings that changed are versioned below.
 """
 
 from __future__ import annotations

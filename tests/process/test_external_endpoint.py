@@ -84,7 +84,7 @@ def test_a_server_on_this_host_is_found_by_its_port_for_telemetry(keyed_server, 
 
 
 def test_a_server_elsewhere_needs_no_gpu_of_this_host():
-    """The README's example: vLLM's protocol against a remote endpoint, on a machine
+    """The example of docs/guides/external-server.md: vLLM's protocol against a remote endpoint, on a machine
     without GPUs, takes no GPU lease (it was refused: "a server needs 1 GPU(s)")."""
     job = compose_job("engine=vllm", "engine.url=http://10.0.0.5:8000", "model=tiny-pair-small")
     assert job.config.engine.gpus == 0

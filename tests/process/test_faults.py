@@ -1,4 +1,4 @@
-"""Faults and bad input: every row of the fault table in README.md, against real processes."""
+"""Faults and bad input: every row of the fault table in docs/faults.md, against real processes."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def test_a_draft_that_doubles_throughput_is_decided_at_the_minimum(tmp_path, tra
     minimum = record.design.min_launches
     assert record.stop == StopReason.decided and record.verdict == Verdict.faster
     # A look after every round from the minimum on (on a quiet machine the first decides:
-    # three of three, README; a loaded one may need a round or two more).
+    # three of three, results/cpu-2core/README.md; a loaded one may need a round or two more).
     launches = [(look.launches_baseline, look.launches_candidate) for look in record.looks]
     assert launches == [(minimum + i, minimum + i) for i in range(len(launches))]
     # Each arm's run holds exactly the launches the sequence made, as launch means.

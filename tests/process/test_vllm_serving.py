@@ -92,7 +92,7 @@ def test_a_vllm_run_lands_finished_with_vllms_own_figures(ngram_run):
 def test_the_clients_figures_agree_with_vllms_own_accounting(ngram_run):
     """vLLM's counters over the measured runs: the same tokens the client received, and a
     TTFT and end-to-end latency inside the client's, which also cover the HTTP exchange,
-    the server's detokenization and streaming (README: metric definitions)."""
+    the server's detokenization and streaming (docs/reference/numbers.md)."""
     run, _ = ngram_run
     metrics = run.data.metrics
     assert metrics["server_output_tokens_total"] == metrics["output_tokens_total"] > 0

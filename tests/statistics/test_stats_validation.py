@@ -167,7 +167,7 @@ def test_variance_components_recover_the_two_levels():
 
 
 def test_planning_matches_the_textbook_numbers():
-    # REFERENCE.md: CV 1% -> 17 runs for a 1% effect, 6 for 2%, 3 for 5%.
+    # docs/reference/engines.md: CV 1% -> 17 runs for a 1% effect, 6 for 2%, 3 for 5%.
     assert [runs_needed(0.01, e) for e in (0.01, 0.02, 0.05)] == [17, 6, 3]
     mde = minimum_detectable_effect(0.01, 17)
     assert 0.009 < mde < 0.0101
@@ -176,7 +176,7 @@ def test_planning_matches_the_textbook_numbers():
 
 
 def test_outlier_and_trend_warnings_rarely_cry_wolf_and_say_what_they_catch():
-    """False alarms on clean log-normal runs at n = 5 and 10, and the power the README states:
+    """False alarms on clean log-normal runs at n = 5 and 10, and the power docs/statistics.md states:
     one run 15% off among runs at 2% CV; a steady drift of 1% per run."""
     rng = np.random.default_rng(11)
     trials = 1000

@@ -72,9 +72,10 @@ def test_every_band_is_a_package_and_every_package_a_band():
 ENTRY_POINTS = ("__main__", "compare", "history", "doctor", "upload", "hydra_app")
 
 
-def test_the_readme_layout_lists_the_bands_and_their_modules():
-    """The Layout table: one row per band, top to bottom, naming each of its modules."""
-    text = (REPO / "README.md").read_text()
+def test_the_design_page_layout_lists_the_bands_and_their_modules():
+    """The Layout table of docs/design.md: one row per band, top to bottom, naming each of its
+    modules."""
+    text = (REPO / "docs" / "design.md").read_text()
     section = text[text.index("## Layout") :].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
     listed = {}
