@@ -23,6 +23,8 @@ from specexp.host import telemetry
 from tests.conftest import REPO
 
 PAGE = REPO / "docs" / "reference" / "results.md"
+# Markdown links and images: ``[text](target)``.
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def family(name: str) -> str:
@@ -159,3 +161,25 @@ def test_the_sweep_artifacts_the_page_names_are_written_by_the_code():
         stem, ext = file.rsplit(".", 1)
         report = stem == folder and f'f"{{folder}}.{ext}"' in source
         assert f'"{folder}"' in source and (f'"{file}"' in source or report), name
+
+
+def test_the_readme_is_short_and_nothing_links_outside_the_repository():
+    """The README is a front door (at most 300 lines of at most 120 characters); every
+    relative link of it, of the pages and of the results resolves to a file of the
+    repository (the shared reference the project once pointed to is folded into docs/)."""
+    readme = (REPO / "README.md").read_text().splitlines()
+    assert len(readme) <= 300
+    assert [n for n, line in enumerate(readme, 1) if len(line) > 120] == []
+    documents = [
+        REPO / "README.md",
+        *(REPO / "docs").rglob("*.md"),
+        *(REPO / "results").rglob("*.md"),
+    ]
+    for document in documents:
+        text = document.read_text()
+        assert "../shared" not in text, document
+        for target in LINK.findall(text):
+            if target.startswith(("http://", "https://", "#")):
+                continue
+            path = (document.parent / target.split("#")[0]).resolve()
+            assert path.is_relative_to(REPO) and path.exists(), f"{document}: {target}"
