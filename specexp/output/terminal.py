@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from rich.console import Console
@@ -41,9 +45,71 @@ from specexp.output.tables import (
     switch_off_rows,
 )
 
+# Tables are drawn to fit this many columns where the terminal's width is not known (logs,
+# pipes), and at most this many in a terminal: wider ones fold their cells, never a figure.
+WIDTH = 100
+
+
+class _Console(Console):
+    """The terminal, whose printed lines also go, plain, to the log files open (a job's
+    ``specexp.log``); live displays (progress, status) stay on the terminal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.logs: list[Console] = []
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*objects, **kwargs)
+        for log in self.logs:
+            log.print(*objects, **kwargs)
+
+    def log_only(self, text: str) -> None:
+        """A line for the log files alone (the terminal shows it live instead)."""
+        for log in self.logs:
+            log.print(text)
+
+
 # soft_wrap: long lines (commands, paths) stay whole instead of being wrapped mid-word.
-# Logs and pipes get a wide fixed width, so tables stay readable there too.
-console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+console = _Console(
+    highlight=False,
+    soft_wrap=True,
+    width=min(WIDTH, os.get_terminal_size().columns) if sys.stdout.isatty() else WIDTH,
+)
+
+
+@contextlib.contextmanager
+def logged_to(path: Path) -> Iterator[None]:
+    """What the console prints, and tracebacks (:func:`log_traceback`), also appended to
+    ``path`` while the context lasts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as file:
+        log = Console(file=file, width=WIDTH, no_color=True, highlight=False, soft_wrap=True)
+        console.logs.append(log)
+        try:
+            yield
+        finally:
+            console.logs.remove(log)
+
+
+def log_traceback() -> None:
+    """The exception being handled, with its traceback, into the log files (the terminal
+    gets one line for it where it is handled)."""
+    console.log_only(traceback.format_exc().rstrip())
+
+
+# Libraries whose INFO lines are theirs, not the run's: shown with -v (SPECEXP_VERBOSE=1).
+THIRD_PARTY = ("mlflow", "alembic", "huey", "sqlalchemy", "urllib3", "matplotlib", "httpx")
+VERBOSE = "SPECEXP_VERBOSE"
+
+
+def quiet_libraries() -> None:
+    """Third-party loggers at WARNING unless $SPECEXP_VERBOSE is set (``specexp -v``); jobs
+    in other processes inherit the choice through the environment."""
+    verbose = bool(os.environ.get(VERBOSE))
+    if not verbose:
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]) -> None:
@@ -84,7 +150,8 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
         console.print(f"# measures the running server at {cfg.engine.url}: nothing is launched")
         return
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
-    print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
+    if not console.quiet:
+        print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 
 
 @contextlib.contextmanager
@@ -109,7 +176,9 @@ class _RunProgress:
             + (f", [yellow]{stalled} stalled[/]" if stalled else "")
         )
         self.progress.update(self.task, advance=1, description=note)
-        if not console.is_terminal:  # a log file gets no live bar: one line per run instead
+        if console.is_terminal:  # the bar shows it live; the log gets one line per run
+            console.log_only(note)
+        else:
             console.print(note)
 
 
