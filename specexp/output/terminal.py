@@ -12,7 +12,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -333,19 +333,50 @@ _STYLE = {
 }
 
 
-def rich_table(title: str, rows: Rows) -> Table:
-    table = Table(title=title)
-    for header in rows.headers:
+def rich_table(title: str, rows: Rows) -> Group:
+    """The rows as tables that fit the console's width without cutting a figure: cells wrap
+    at spaces only, and columns that do not fit beside the first go on to a table of their
+    own, with the first column repeated."""
+    cells = [[rows.headers[c], *(r[c] for r in rows.rows)] for c in range(len(rows.headers))]
+    least = [max(len(w) for cell in column for w in [*cell.split(), ""]) for column in cells]
+    natural = [max(len(cell) for cell in column) for column in cells]
+    groups: list[list[int]] = [[]]
+    for column in range(1, len(rows.headers)):
+        if groups[-1] and _drawn(least, [0, *groups[-1], column]) > console.width:
+            groups.append([])
+        groups[-1].append(column)
+    tables = []
+    for i, group in enumerate(groups):
+        columns = [0, *group]
+        widths = {c: natural[c] for c in columns}
+        # Narrow the widest column that can be narrowed, one character at a time.
+        while _drawn(list(widths.values()), range(len(widths))) > console.width:
+            widest = max((c for c in columns if widths[c] > least[c]), key=widths.__getitem__)
+            widths[widest] -= 1
+        tables.append(_table(title if i == 0 else "", rows, widths))
+    return Group(*tables)
+
+
+def _drawn(widths: Sequence[int], columns: Sequence[int]) -> int:
+    """A table's drawn width: its columns' widths, a space either side, and the rules."""
+    return sum(widths[c] + 3 for c in columns) + 1
+
+
+def _table(title: str, rows: Rows, widths: dict[int, int]) -> Table:
+    table = Table(title=title or None, title_justify="left")
+    for column, width in widths.items():
+        header = rows.headers[column]
         left = header in ("configuration", "claim", "point")
-        table.add_column(header, justify="left" if left else "right")
-    column = rows.headers.index(rows.marked) if rows.marked else None
+        table.add_column(header, justify="left" if left else "right", width=width)
+    marked = rows.headers.index(rows.marked) if rows.marked else None
     for row, mark in zip(rows.rows, rows.marks, strict=True):
-        cells = list(row)
-        style = _STYLE.get(mark or "")
-        if column is not None and style:
-            cells[column] = f"[{style}]{escape(cells[column])}[/]"
-        table.add_row(*cells)
+        table.add_row(*(_styled(row[c], mark) if c == marked else row[c] for c in widths))
     return table
+
+
+def _styled(cell: str, mark: Optional[str]) -> str:
+    style = _STYLE.get(mark or "")
+    return f"[{style}]{escape(cell)}[/]" if style else cell
 
 
 def print_comparison(

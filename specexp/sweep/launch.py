@@ -162,7 +162,7 @@ def run_sweep(
     order = order_summary(steps, settings.order, in_process) if steps or not pairs else ""
     if pairs:
         order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
-    for line in [*describe(plan), f"order: {order}"]:
+    for line in [*describe(plan, [j for pair in pairs for j in pair]), f"order: {order}"]:
         terminal.console.print(line)
     if first.dry_run:  # nothing is measured: each job's command once
         steps, pairs = [Step(planned) for planned in plan.to_run], []

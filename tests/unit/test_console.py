@@ -1,0 +1,120 @@
+"""What a person reads: every renderer's text whole (no template left unrendered), tables
+that fit 100 columns without cutting a figure, one way of writing an unbounded interval,
+and no third-party INFO lines unless asked for."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import pytest
+from rich.console import Console
+
+from specexp.analysis.capacity import ArmCapacity, CapacityComparison, CapacityVerdict
+from specexp.core.capacity import Bracket, Capacity
+from specexp.output import terminal
+from specexp.output.markdown import comparison_markdown, sweep_markdown
+from specexp.output.tables import capacity_rows, comparison_rows
+from tests.unit.test_sweep_report import compiled, describe
+
+# `{name}` or `{call(`: an f-string's field whose f was lost.
+UNRENDERED = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.]*[}(]")
+
+
+@pytest.fixture
+def screen(monkeypatch) -> Console:
+    """The terminal as a 100-column screen that keeps what was printed."""
+    recording = terminal._Console(width=100, record=True, highlight=False, soft_wrap=True)
+    monkeypatch.setattr(terminal, "console", recording)
+    return recording
+
+
+def report():
+    return compiled(not_engaged="speculative", crossover_factor="concurrency.streams")
+
+
+def test_no_renderer_leaves_a_template_unrendered(screen):
+    """The sweep description once printed `{ci_label(report.arms)}` as its header (an f
+    lost); every renderer is read here: markdown, the terminal and JSON."""
+    swept = report()
+    texts = {
+        "description": describe(swept),
+        "sweep markdown": sweep_markdown(swept, "tok_per_s"),
+        "comparison markdown": comparison_markdown(
+            swept.arms, swept.comparisons, swept.caveats, "tok_per_s"
+        ),
+        "json": json.dumps(swept.to_json()),
+    }
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    texts["terminal"] = screen.export_text()
+    for name, text in texts.items():
+        assert not UNRENDERED.findall(text), name
+    assert "95% CI" in texts["description"]  # the header the template stood for
+
+
+def test_the_template_check_catches_a_lost_f():
+    assert UNRENDERED.findall("| job | {ci_label(report.arms)} |")
+    assert UNRENDERED.findall("tok/s {mean}")
+    assert not UNRENDERED.findall('{"a": 1} [99.0, 101.0]')
+
+
+def test_tables_fit_100_columns_and_keep_every_figure_whole(screen):
+    """The 13-column comparison once came out as `[99.…` and `inco…` at 100 columns."""
+    swept = report()
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    text = screen.export_text()
+    table_lines = [line for line in text.splitlines() if line[:1] in "┏┃│└┡┗"]
+    assert table_lines and max(map(len, table_lines)) <= 100
+    assert "…" not in text
+    words = {line.strip("│┃ ") for line in table_lines}
+    shown = " ".join(words)
+    for row in comparison_rows(swept.arms, swept.comparisons).rows:
+        for cell in row:
+            for word in cell.split():
+                assert word in shown, word
+
+
+def capacity(low, high) -> Capacity:
+    return Capacity(0.9, 0.95, (), Bracket(None, None), rate=2.0, ci_low=low, ci_high=high)
+
+
+def test_an_unbounded_interval_is_written_one_way_everywhere():
+    """Once `[-inf, inf]` in one report and `[-, unbounded]` in another."""
+    assert capacity(None, None).describe() == "2 req/s [unbounded, unbounded]"
+    assert capacity(1.5, None).describe() == "2 req/s [1.5, unbounded]"
+    arm = ArmCapacity("a", "r", 2.0, None, None, None)
+    assert arm.describe() == "2 [unbounded, unbounded]"
+    versus = CapacityComparison(arm, arm, 0.95, 1.2, None, 1.5, CapacityVerdict.inconclusive)
+    (row,) = capacity_rows([arm], [versus]).rows
+    assert "[unbounded, +50.0%]" in row
+
+
+def test_third_party_info_lines_are_hidden_unless_verbose(monkeypatch):
+    monkeypatch.delenv(terminal.VERBOSE, raising=False)
+    terminal.quiet_libraries()
+    assert not logging.getLogger("mlflow").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
+    monkeypatch.setenv(terminal.VERBOSE, "1")
+    terminal.quiet_libraries()
+    assert logging.getLogger("mlflow").isEnabledFor(logging.INFO)
+    monkeypatch.delenv(terminal.VERBOSE)
+    terminal.quiet_libraries()
+
+
+def test_the_log_gets_the_lines_and_tracebacks_the_terminal_does_not_keep(tmp_path, screen):
+    """specexp.log was 0 bytes: the run's lines went to the terminal only."""
+    log = tmp_path / "specexp.log"
+    with terminal.logged_to(log):
+        screen.print("[bold]tok/s 12.5[/]")
+        screen.log_only("run 1: 12.5 tok/s")
+        try:
+            raise RuntimeError("the server went away")
+        except RuntimeError:
+            terminal.log_traceback()
+    screen.print("after")
+    text = log.read_text()
+    assert "tok/s 12.5" in text and "run 1: 12.5 tok/s" in text
+    assert "Traceback" in text and "RuntimeError: the server went away" in text
+    assert "after" not in text and "[bold]" not in text
+    assert "run 1" not in screen.export_text()
