@@ -58,18 +58,19 @@ __all__ = [
 
 @dataclass
 class SweepResult:
-    """A finished sweep: each job's result (as this process saw it: jobs in other processes
-    are read back from the store by :func:`load`), the jobs that failed, and the sweep's
-    report when it was tracked."""
+    """A finished sweep: its exit status (0: every job finished; 1: some failed, which it
+    said; 2: refused before launching), each job's result as this process saw it (jobs in
+    other processes are read back from the store by :func:`load`), and the sweep's report
+    when it was tracked."""
 
-    jobs: list[JobResult]
-    failed: list[str] = field(default_factory=list)  # the failed jobs' labels
+    exit_status: int
+    jobs: list[JobResult] = field(default_factory=list)
     parent_run_id: Optional[str] = None
     report: Optional[SweepReport] = None
 
     @property
-    def ok(self) -> bool:
-        return not self.failed
+    def failed(self) -> list[JobResult]:
+        return [job for job in self.jobs if job.status == RunStatus.failed]
 
 
 @dataclass
@@ -149,11 +150,17 @@ def run_sweep(overrides: Sequence[str], *, quiet: bool = False) -> SweepResult:
     """
     check_overrides(overrides)
     with _hydra_session(quiet) as collected:
-        _launch(["-m", *overrides], quiet)
-    failed = [str(r.output_dir) for r in collected if r.status == RunStatus.failed]
+        code = _launch(["-m", *overrides], quiet)
     parent = _parent_of(collected)
-    report = load(parent).report if parent else None
-    return SweepResult(collected, failed, parent, report)
+    record = _run_record(collected[0].output_dir) if collected else None
+    report = (
+        load(
+            parent, tracking_uri=record.get("tracking_uri"), experiment=record["experiment"]
+        ).report
+        if parent and record
+        else None
+    )
+    return SweepResult(code, collected, parent, report)
 
 
 def _parent_of(results: Sequence[JobResult]) -> Optional[str]:

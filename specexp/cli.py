@@ -104,14 +104,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    swept = api.run_sweep(args.overrides)
-    if swept.failed:
-        terminal.console.print(
-            f"[red]{len(swept.failed)} of {len(swept.jobs)} job(s) failed:[/] "
-            + ", ".join(swept.failed)
-        )
-        return 1
-    return 0
+    return api.run_sweep(args.overrides).exit_status  # the sweep said which jobs failed
 
 
 def _doctor(args: argparse.Namespace) -> int:

