@@ -9,13 +9,21 @@ import logging
 import os
 import re
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from rich.console import Console, Group
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from specexp.analysis.arms import Arm, ClaimCheck
@@ -24,10 +32,15 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
 from specexp.analysis.summary import JobSummary
-from specexp.core.measurements import RunResult
+from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
 from specexp.core.redaction import redact_env
-from specexp.core.schemas import RunConfig
+from specexp.core.schemas import (
+    ASSUMED_TOK_PER_S_PER_STREAM,
+    RunConfig,
+    expected_run_seconds,
+    run_requests,
+)
 from specexp.core.slo import run_goodput
 from specexp.core.stats import Comparison
 from specexp.engines.base import LaunchSpec, Resolution
@@ -188,8 +201,28 @@ def status(message: str) -> Iterator[None]:
 
 
 class _RunProgress:
-    def __init__(self, progress: Progress, task: Any):
-        self.progress, self.task = progress, task
+    """The bar of a job's runs: request by request where a run's requests are counted
+    (tok/s of the run so far beside it), run by run otherwise."""
+
+    def __init__(self, progress: Progress, task: Any, requests: Optional[int]):
+        self.progress, self.task, self.requests = progress, task, requests
+        self._run_started: Optional[float] = None
+        self._done = self._tokens = 0
+
+    def request_done(self, record: RequestRecord) -> None:
+        """One request ended (a listener of the load client): the bar moves on."""
+        if self._run_started is None:
+            self._run_started, self._done, self._tokens = record.start_unix, 0, 0
+        self._done += 1
+        self._tokens += record.output_tokens or 0
+        elapsed = max(time.time() - self._run_started, 1e-9)
+        kind = "warm-up" if record.warmup else f"run {record.run}"
+        self.progress.update(
+            self.task,
+            advance=1 if self.requests else 0,
+            description=f"{kind}: {self._done}/{self.requests or '?'} requests, "
+            f"{self._tokens / elapsed:.1f} tok/s",
+        )
 
     def advance(self, result: RunResult) -> None:
         kind = "warm-up" if result.warmup else f"run {result.run}"
@@ -202,7 +235,10 @@ class _RunProgress:
             else f"{kind}: {result.tok_per_s:.1f} tok/s"
             + (f", [yellow]{stalled} stalled[/]" if stalled else "")
         )
-        self.progress.update(self.task, advance=1, description=note)
+        # Requests counted in other processes (client workers) are counted here.
+        left = (self.requests - self._done) if self.requests else 1
+        self.progress.update(self.task, advance=max(left, 0), description=note)
+        self._run_started, self._done = None, 0
         if console.is_terminal:  # the bar shows it live; the log gets one line per run
             console.log_only(note)
         else:
@@ -210,17 +246,51 @@ class _RunProgress:
 
 
 @contextlib.contextmanager
-def run_progress(total: int) -> Iterator[_RunProgress]:
+def run_progress(runs: int, requests: Optional[int] = None) -> Iterator[_RunProgress]:
+    """Progress over ``runs`` runs of ``requests`` requests each (None: not known ahead)."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=console,
         transient=False,
     )
     with progress:
-        yield _RunProgress(progress, progress.add_task("measuring", total=total))
+        task = progress.add_task("measuring", total=runs * (requests or 1))
+        yield _RunProgress(progress, task, requests)
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
+    """Before a job starts: how long it should take, from an earlier run of the same
+    configuration, else from the config at a stated rate."""
+    if earlier_s is not None:
+        console.print(
+            f"expected: about {duration(earlier_s)} (an earlier run of this configuration took "
+            "that long)"
+        )
+        return
+    stats, workload, level = cfg.stats, cfg.workload, cfg.concurrency
+    runs = stats.launches * (stats.warmup_runs + stats.measured_runs)
+    seconds = runs * expected_run_seconds(workload, level)
+    requests = run_requests(workload, level)
+    what = (
+        f"{requests} request(s) of up to {workload.max_tokens} tokens"
+        if requests and not level.open_loop
+        else f"{requests} arrivals at {level.rate:g} req/s"
+        if requests
+        else f"{level.duration_s:g} s"
+    )
+    console.print(
+        f"expected: about {duration(seconds)} of measuring - {runs} runs of {what}, at an "
+        f"assumed {ASSUMED_TOK_PER_S_PER_STREAM:g} tok/s per stream - plus the server's start"
+    )
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:

@@ -21,6 +21,7 @@ from specexp.host.leases import check_pool, host_cpus, host_gpus
 from specexp.output import terminal
 from specexp.run.tracked import (
     TrackedRun,
+    earlier_duration_s,
     log_stack,
     redact_file,
     start_tracking,
@@ -86,9 +87,7 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
                 f"writing the self-draft: {cfg.model.name}'s first {cfg.model.self_draft_layers} "
                 "blocks (cached after the first time)"
             ):
-                ensure_self_draft(
-                    Path(cfg.model.path), cfg.model.self_draft_layers, Path(draft)
-                )
+                ensure_self_draft(Path(cfg.model.path), cfg.model.self_draft_layers, Path(draft))
     except (ModelPackageError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
@@ -114,6 +113,7 @@ def open_session(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
     """Check what the job needs, write its files and start its tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     check_prerequisites(job, launch)
+    terminal.print_expected(job.config, earlier_duration_s(job))
     files = write_job_files(job, launch, output_dir)
     tracker = start_tracking(job, output_dir)
     result = JobResult(

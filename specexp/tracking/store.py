@@ -285,6 +285,14 @@ class TrackingStore:
         )
         return runs[0].info.run_id if runs else None
 
+    def finished_duration_s(self, config_fingerprint: str) -> Optional[float]:
+        """How long the newest finished run of a configuration took, start to end."""
+        run_id = self.finished_run(config_fingerprint)
+        if run_id is None:
+            return None
+        info = self.client.get_run(run_id).info
+        return (info.end_time - info.start_time) / 1000 if info.end_time else None
+
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
         for run in self._search(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
@@ -16,12 +17,14 @@ from rich.console import Console
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison, CapacityVerdict
 from specexp.analysis.results import RunStatus
 from specexp.core.capacity import Bracket, Capacity
+from specexp.core.measurements import RequestRecord
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, sweep_markdown
 from specexp.output.tables import capacity_rows, comparison_rows
 from specexp.sweep.launch import failed_jobs
 from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
+from tests.conftest import TINY, compose_job
 from tests.unit.test_sweep_plan import planned
 from tests.unit.test_sweep_report import compiled, describe
 
@@ -165,3 +168,26 @@ def test_a_sweep_names_its_failed_jobs_once_each():
         job("speculative=draft", JobStatus.COMPLETED, RunStatus.failed),
     ]
     assert failed_jobs(returns) == ["speculative=draft", "speculative=ngram"]
+
+
+def test_progress_moves_from_the_first_request_with_its_tok_s(screen):
+    """The bar once sat at 0/7 for 3 minutes: it counted runs, not requests."""
+    with terminal.run_progress(2, requests=4) as bar:
+        bar.request_done(
+            RequestRecord(
+                run=0, stream=0, warmup=False, start_unix=time.time() - 2, output_tokens=32
+            )
+        )
+        (task,) = bar.progress.tasks
+        assert (task.completed, task.total) == (1, 8)
+        assert re.fullmatch(r"run 0: 1/4 requests, \d+\.\d tok/s", task.description)
+
+
+def test_the_expected_duration_is_said_before_a_run_with_its_basis(screen):
+    cfg = compose_job(*TINY).config
+    terminal.print_expected(cfg, None)
+    terminal.print_expected(cfg, 250.0)
+    first, second = screen.export_text().splitlines()
+    assert first.startswith("expected: about 1 s of measuring - 2 runs of 1 request(s) of up")
+    assert "32 tokens, at an assumed 50 tok/s per stream" in first
+    assert second == "expected: about 4 min (an earlier run of this configuration took that long)"
