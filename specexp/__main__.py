@@ -6,15 +6,23 @@ import signal
 import sys
 
 import hydra
+from rich.markup import escape
 
 from specexp import hydra_app
+from specexp.api import check_overrides
 from specexp.host import interrupt
-from specexp.output.terminal import console
+from specexp.options import UsageError
+from specexp.output import terminal
 
 
 def main() -> int:
     interrupt.install()
-    hydra_app.register()
+    terminal.quiet_libraries()
+    try:
+        check_overrides(sys.argv[1:])
+    except UsageError as exc:
+        terminal.console.print(f"[red]usage error:[/] {escape(str(exc))}")
+        return 2
     try:
         hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
             hydra_app.run_one
@@ -22,7 +30,7 @@ def main() -> int:
     except KeyboardInterrupt:
         # Every handler on the way up has cleaned up: one line, and the shell's exit status.
         signum = interrupt.received() or signal.SIGINT
-        console.print(
+        terminal.console.print(
             f"[yellow]interrupted ({signum.name}):[/] every server specexp "
             "started is stopped and open runs are ended as KILLED; what was measured is kept"
         )

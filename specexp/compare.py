@@ -1,9 +1,9 @@
-"""``python -m specexp.compare``: verdicts between runs in MLflow, and reproduction reports.
+"""``specexp compare``: verdicts between runs in MLflow, and reproduction reports.
 
-    python -m specexp.compare --baseline speculative=none
-    python -m specexp.compare --parent PARENT_RUN_ID --baseline attention_backend=flashinfer --json
-    python -m specexp.compare --run-ids A B --baseline A
-    python -m specexp.compare --reference cuda13_story
+    specexp compare --baseline speculative=none
+    specexp compare --parent PARENT_RUN_ID --baseline attention_backend=flashinfer --json
+    specexp compare --run-ids A B --baseline A
+    specexp compare --reference cuda13_story
 
 Runs are selected from an experiment (optionally the children of a sweep's parent run, a
 filter string, or explicit ids); each finished run is one arm. Its values are the per-launch
@@ -18,12 +18,16 @@ import argparse
 import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from omegaconf import OmegaConf
 
+from specexp import options
 from specexp.analysis.arms import (
+    Arm,
+    ClaimCheck,
     SelectionError,
     Selector,
     baseline_pairs,
@@ -33,8 +37,10 @@ from specexp.analysis.arms import (
     make_arms,
     reproduce,
 )
-from specexp.analysis.report import caveats
-from specexp.analysis.results import RunKind, RunStatus, Tag
+from specexp.analysis.report import Caveat, caveats
+from specexp.analysis.results import Metric, RunKind, RunStatus, Tag
+from specexp.core.schemas import StatsConfig, TrackingConfig
+from specexp.core.stats import Comparison
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, reproduction_markdown
 from specexp.tracking import publish
@@ -51,14 +57,138 @@ def load_reference(name: str) -> Any:
     return OmegaConf.load(path)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m specexp.compare", description=__doc__.split("\n\n")[0]
+@dataclass
+class Reproduction:
+    """Published claims checked against the arms (``--reference``)."""
+
+    reference: Any
+    hardware_matches: bool
+    measured_hardware: str
+    points: dict[str, Optional[Arm]]
+    claims: list[ClaimCheck]
+
+
+@dataclass
+class ComparisonReport:
+    """What a comparison found: the arms, each compared with the baseline (one family,
+    simultaneous intervals), the caveats said once, the runs left out and why, and the
+    reproduction when a reference was given."""
+
+    metric: str
+    confidence: float
+    threshold: float
+    baseline: Optional[str]
+    arms: list[Arm]
+    comparisons: list[Comparison]
+    caveats: list[Caveat]
+    skipped: list[str]
+    reproduction: Optional[Reproduction] = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document ``--json`` prints and the run logs."""
+        document: dict[str, Any] = {
+            "format_version": COMPARISON_REPORT_FORMAT,
+            "metric": self.metric,
+            "confidence": self.confidence,
+            "threshold": self.threshold,
+            "baseline": self.baseline,
+            "arms": [a.to_json() for a in self.arms],
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "skipped": self.skipped,
+            "caveats": [dataclasses.asdict(c) for c in self.caveats],
+        }
+        if self.reproduction is not None:
+            r = self.reproduction
+            document["reproduction"] = {
+                "reference": r.reference.name,
+                "hardware_matches": r.hardware_matches,
+                "measured_hardware": r.measured_hardware,
+                "points": {p: (a.to_json() if a else None) for p, a in r.points.items()},
+                "claims": [c.to_json() for c in r.claims],
+            }
+        return document
+
+    def markdown(self) -> str:
+        text = comparison_markdown(self.arms, self.comparisons, self.caveats, self.metric)
+        if self.reproduction is not None:
+            r = self.reproduction
+            text += "\n" + reproduction_markdown(
+                r.reference, r.points, r.claims, r.hardware_matches, r.measured_hardware
+            )
+        return text
+
+
+# The JSON document --json prints and the run logs.
+COMPARISON_REPORT_FORMAT = 1
+_STATS = StatsConfig()
+
+
+def compare_runs(
+    *,
+    baseline: Optional[str] = None,
+    parent: Optional[str] = None,
+    run_ids: Sequence[str] = (),
+    filter_string: str = "",
+    label_tags: Sequence[str] = (),
+    metric: str = Metric.tok_per_s,
+    confidence: float = _STATS.confidence,
+    threshold: float = _STATS.threshold,
+    power: float = _STATS.power,
+    reference: Optional[str] = None,
+    tracking_uri: Optional[str] = None,
+    experiment: str = TrackingConfig.experiment,
+) -> ComparisonReport:
+    """Compare finished runs of an experiment, each one arm, with the baseline: the runs of
+    a sweep (``parent``), of a filter, or by id. ``baseline`` is a run id (prefix), a label
+    or FACTOR=VALUE (``speculative=none``). Raises
+    :class:`~specexp.analysis.arms.SelectionError` when nothing matches. Defaults are the
+    statistics config's (conf/stats/default.yaml's schema).
+
+    Example (the runs of a sweep over ``speculative=none,draft``)::
+
+        report = specexp.compare_runs(baseline="speculative=none", parent=PARENT_RUN_ID)
+        for c in report.comparisons:
+            print(c.candidate, c.change, c.ci_low, c.ci_high, c.verdict)
+    """
+    store = TrackingStore(tracking_uri, experiment, create=False)
+    runs = store.job_runs(
+        run_ids=run_ids, parent=parent, filter_string=filter_string, metric=metric
     )
-    parser.add_argument(
-        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns"
+    arms, skipped = make_arms(runs, label_tags=label_tags, confidence=confidence, metric=metric)
+    if not arms:
+        raise SelectionError("no finished runs matched the selection")
+    settings = dict(confidence=confidence, threshold=threshold, power=power)
+    selector = Selector(baseline) if baseline else None
+    known = calibrations(store.calibration_runs(metric=metric))
+    comparisons = (
+        compare_arms(
+            baseline_pairs(arms, selector), **settings, factor=selector.factor, calibration=known
+        )
+        if selector
+        else []
     )
-    parser.add_argument("--experiment", default="specexp")
+    reproduction = None
+    if reference:
+        loaded = load_reference(reference)
+        points, claims = reproduce(loaded, arms, **settings, calibration=known)
+        same_hw, measured_hw = hardware_matches(loaded, arms)
+        reproduction = Reproduction(loaded, same_hw, measured_hw, points, claims)
+    return ComparisonReport(
+        metric,
+        confidence,
+        threshold,
+        baseline,
+        arms,
+        comparisons,
+        caveats(comparisons),
+        skipped,
+        reproduction,
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``specexp compare``'s options (and ``python -m specexp.compare``'s)."""
+    options.store(parser)
     parser.add_argument("--parent", help="compare the child runs of this sweep's parent run")
     parser.add_argument(
         "--filter", default="", help="MLflow filter string, e.g. \"tags.model = 'tiny-pair'\""
@@ -71,101 +201,72 @@ def build_parser() -> argparse.ArgumentParser:
         "--label", default="", help="tags naming each arm, comma-separated (default: run name)"
     )
     parser.add_argument(
-        "--metric", default="tok_per_s", help="higher-is-better metric logged per measured run"
+        "--metric", default=Metric.tok_per_s, help="higher-is-better metric logged per measured run"
     )
-    parser.add_argument("--confidence", type=float, default=0.95)
-    parser.add_argument(
-        "--threshold", type=float, default=0.01, help="smallest relative effect worth reporting"
-    )
-    parser.add_argument("--power", type=float, default=0.8)
+    options.statistics(parser)
     parser.add_argument("--reference", help="also check published claims, e.g. cuda13_story")
-    parser.add_argument(
-        "--json", action="store_true", help="print machine-readable JSON instead of tables"
-    )
+    options.json(parser)
     parser.add_argument("--no-log", action="store_true", help="do not log the report to MLflow")
-    return parser
 
 
-# The JSON document --json prints and the run logs.
-COMPARISON_REPORT_FORMAT = 1
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-
+def run(args: argparse.Namespace) -> int:
+    """``specexp compare``: the report printed (or its JSON) and logged to MLflow."""
     try:
-        store = TrackingStore(args.tracking_uri, args.experiment, create=False)
-        labels = [t for t in args.label.split(",") if t]
-        runs = store.job_runs(
-            run_ids=args.run_ids, parent=args.parent, filter_string=args.filter, metric=args.metric
-        )
-        arms, skipped = make_arms(
-            runs, label_tags=labels, confidence=args.confidence, metric=args.metric
-        )
-        if not arms:
-            raise SelectionError("no finished runs matched the selection")
-        settings = dict(confidence=args.confidence, threshold=args.threshold, power=args.power)
-        selector = Selector(args.baseline) if args.baseline else None
-        known = calibrations(store.calibration_runs(metric=args.metric))
-        comparisons = (
-            compare_arms(
-                baseline_pairs(arms, selector),
-                **settings,
-                factor=selector.factor,
-                calibration=known,
-            )
-            if selector
-            else []
-        )
-        reference = load_reference(args.reference) if args.reference else None
-        points, claims = (
-            reproduce(reference, arms, **settings, calibration=known) if reference else ({}, [])
+        report = compare_runs(
+            baseline=args.baseline,
+            parent=args.parent,
+            run_ids=args.run_ids,
+            filter_string=args.filter,
+            label_tags=[t for t in args.label.split(",") if t],
+            metric=args.metric,
+            confidence=args.confidence,
+            threshold=args.threshold,
+            power=args.power,
+            reference=args.reference,
+            tracking_uri=args.tracking_uri,
+            experiment=args.experiment,
         )
     except (SelectionError, ValueError) as exc:
         terminal.console.print(f"[red]error:[/] {exc}")
         return 2
-
-    said_once = caveats(comparisons)
-    document = {
-        "format_version": COMPARISON_REPORT_FORMAT,
-        "metric": args.metric,
-        "confidence": args.confidence,
-        "threshold": args.threshold,
-        "baseline": args.baseline,
-        "arms": [a.to_json() for a in arms],
-        "comparisons": [c.to_json() for c in comparisons],
-        "skipped": skipped,
-        "caveats": [dataclasses.asdict(c) for c in said_once],
-    }
-    markdown = comparison_markdown(arms, comparisons, said_once, args.metric)
-    if reference is not None:
-        same_hw, measured_hw = hardware_matches(reference, arms)
-        document["reproduction"] = {
-            "reference": reference.name,
-            "hardware_matches": same_hw,
-            "measured_hardware": measured_hw,
-            "points": {p: (a.to_json() if a else None) for p, a in points.items()},
-            "claims": [c.to_json() for c in claims],
-        }
-        markdown += "\n" + reproduction_markdown(reference, points, claims, same_hw, measured_hw)
+    document = report.to_json()
     if args.json:
         print(json.dumps(document, indent=2, default=float))
     else:
-        terminal.print_comparison(arms, comparisons, said_once, skipped, args.metric)
-        if reference is not None:
-            terminal.print_reproduction(reference, points, claims, same_hw, measured_hw)
+        terminal.print_comparison(
+            report.arms, report.comparisons, report.caveats, report.skipped, report.metric
+        )
+        if report.reproduction is not None:
+            r = report.reproduction
+            terminal.print_reproduction(
+                r.reference, r.points, r.claims, r.hardware_matches, r.measured_hardware
+            )
     if not args.no_log:
+        store = TrackingStore(args.tracking_uri, args.experiment, create=False)
         run = (
             store.run(args.parent)
             if args.parent
             else store.start_run("comparison", {Tag.kind: RunKind.comparison})
         )
-        publish.log_report(run, document, markdown, arms, comparisons, args.metric)
+        publish.log_report(
+            run, document, report.markdown(), report.arms, report.comparisons, report.metric
+        )
         if not args.parent:
             run.end(RunStatus.finished)
         if not args.json:
             terminal.console.print(f"logged to MLflow run {run.run_id}")
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specexp compare", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``python -m specexp.compare``: the same as ``specexp compare``."""
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""``python -m specexp.history``: what changed in a configuration's throughput over time.
+"""``specexp history``: what changed in a configuration's throughput over time.
 
-    python -m specexp.history --experiment specexp
-    python -m specexp.history --filter "params.speculative.method = 'none'" --json
-    python -m specexp.history --fail-on-regression 0.03     # exit 3 on a regression > 3%
-    python -m specexp.history --across engine.threads       # a setting's changes as events
-    python -m specexp.history --reference cuda13_story      # the published story replayed
-    python -m specexp.history --describe                    # into the experiment's MLflow page
+    specexp history --experiment specexp
+    specexp history --filter "params.speculative.method = 'none'" --json
+    specexp history --fail-on-regression 0.03     # exit 3 on a regression > 3%
+    specexp history --across engine.threads       # a setting's changes as events
+    specexp history --reference cuda13_story      # the published story replayed
+    specexp history --describe                    # into the experiment's MLflow page
 
 The experiment's finished job runs are grouped into histories (one configuration, its
 stack aside, on one hardware class), each in time order; change points in its mean tok/s
@@ -24,7 +24,7 @@ from typing import Optional
 
 from hydra import compose, initialize_config_dir
 
-from specexp import hydra_app
+from specexp import hydra_app, options
 from specexp.analysis.history import (
     Change,
     HistoryPoint,
@@ -42,19 +42,14 @@ from specexp.tracking.store import TrackingStore
 REGRESSION_EXIT = 3
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m specexp.history", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument(
-        "--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, else ./mlruns"
-    )
-    parser.add_argument("--experiment", default="specexp")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``specexp history``'s options (and ``specexp history``'s)."""
+    options.store(parser)
     parser.add_argument("--filter", default="", help="an MLflow filter string on the runs")
     parser.add_argument(
         "--max-pvalue", type=float, default=0.0005, help="change points' significance (Otava)"
     )
-    parser.add_argument("--confidence", type=float, default=0.95)
+    options.confidence(parser)
     parser.add_argument(
         "--across",
         default="",
@@ -74,14 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay a published story's history (conf/reference/NAME.yaml: its points "
         "with the settings each case's dry run predicts) instead of reading runs",
     )
-    parser.add_argument("--json", action="store_true", help="print the histories as JSON")
+    options.json(parser)
     parser.add_argument(
         "--describe",
         action="store_true",
         help="also write the histories into the experiment's MLflow description (its page in "
         "the UI), replacing the history written there before",
     )
-    return parser
 
 
 def reference_history(name: str) -> list[HistoryPoint]:
@@ -177,9 +171,17 @@ def history_markdown(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """``specexp history``: the same as ``specexp history``."""
+    parser = argparse.ArgumentParser(prog="specexp history", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
     if args.describe and args.reference:
-        build_parser().error("--describe writes an experiment's history; --reference reads none")
+        parser.error("--describe writes an experiment's history; --reference reads none")
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specexp history``: the histories printed (or their JSON), and the exit status."""
     found = []
     if args.reference:
         points = reference_history(args.reference)

@@ -6,27 +6,39 @@ processes get the same state with Hydra's singletons."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Optional, Sequence
 
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, EnumNode, OmegaConf
 from rich.markup import escape
 
 from specexp.analysis.results import RunStatus
+from specexp.core.redaction import redact_text
 from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 from specexp.engines import engines
 from specexp.host import interrupt
 from specexp.host.job import prepare
-from specexp.output.terminal import console
+from specexp.output import terminal
 from specexp.run import launchers
 from specexp.run.job_run import run_job
+from specexp.run.session import JobResult
+from specexp.tracking.store import uri_in_force
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# Where a tracked job's output directory says which run it is (specexp.api.load reads it).
+RUN_FILE = "run.json"
+# Called with each job's result in this process (the Python API collects them: Hydra
+# discards what its task returns).
+on_result: list[Callable[[JobResult], None]] = []
 
 
 def register() -> None:
@@ -71,6 +83,19 @@ def run_one(cfg: DictConfig) -> str:
     # A launcher's job process may inherit SIGINT ignored (a sweep started with `&` from a
     # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
     signal.signal(signal.SIGINT, interrupt.raise_interrupt)
+    terminal.quiet_libraries()  # after Hydra configured the job's logging
+    hydra_config = HydraConfig.get()
+    output_dir = Path(hydra_config.runtime.output_dir)
+    with terminal.logged_to(output_dir / f"{hydra_config.job.name}.log"):
+        result = _run_logged(cfg, output_dir)
+    for listener in on_result:
+        listener(result)
+    if result.status == RunStatus.failed and hydra_config.mode == RunMode.RUN:
+        sys.exit(1)
+    return result.status
+
+
+def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
     try:
         levels = list(cfg.concurrency.levels)
         if HydraConfig.get().mode == RunMode.RUN and len(levels) > 1:
@@ -80,10 +105,71 @@ def run_one(cfg: DictConfig) -> str:
                 f"(python -m specexp -m ...), or measure one level with concurrency.streams=N "
                 f"concurrency.levels=[]"
             )
-        result = run_job(prepare(cfg), Path(HydraConfig.get().runtime.output_dir))
+        result = run_job(prepare(cfg), output_dir)
     except ConfigError as exc:
-        console.print(f"[red]config error:[/] {escape(str(exc))}")
+        terminal.console.print(f"[red]config error:[/] {escape(str(exc))}")
         sys.exit(2)
-    if result.status == RunStatus.failed and HydraConfig.get().mode == RunMode.RUN:
-        sys.exit(1)
-    return result.status
+    except BaseException:
+        terminal.log_traceback()
+        raise
+    if result.run_id:
+        (output_dir / RUN_FILE).write_text(
+            json.dumps(
+                {
+                    "run_id": result.run_id,
+                    "parent_run_id": cfg.multirun.parent_run_id,
+                    "experiment": cfg.tracking.experiment,
+                    "tracking_uri": redact_text(uri_in_force(cfg.tracking.uri)[0]),
+                }
+            )
+        )
+    return result
+
+
+@contextlib.contextmanager
+def composing() -> Iterator[None]:
+    """Hydra's compose API on specexp's config directory, whatever Hydra state the process
+    holds (put back after)."""
+    held = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            yield
+    finally:
+        GlobalHydra.instance().hydra = held
+
+
+def compose_config(overrides: Sequence[str]) -> DictConfig:
+    """The config ``python -m specexp OVERRIDES`` would run with (Hydra's own node left out)."""
+    register()
+    with composing():
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def config_groups() -> dict[str, list[str]]:
+    """Each config group of conf/ (``+`` groups such as sweep and case among them) and its
+    options, by name."""
+    return {
+        group.name: sorted(p.stem for p in group.glob("*.yaml"))
+        for group in sorted(Path(CONFIG_DIR).iterdir())
+        if group.is_dir() and group.name != "hydra"
+    }
+
+
+def config_keys(cfg: DictConfig, prefix: str = "") -> dict[str, Optional[list[str]]]:
+    """Every key an override may set, dotted: an enum's with its choices (by name), an open
+    mapping's (any key below it may be set) with None, others with an empty list."""
+    keys: dict[str, Optional[list[str]]] = {}
+    for key in cfg.keys():
+        name = f"{prefix}{key!s}"
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_none():
+            structured = OmegaConf.get_type(node) not in (dict, None)
+            keys[name] = [] if structured else None
+            keys.update(config_keys(node, f"{name}."))
+        elif isinstance(node, EnumNode):
+            keys[name] = [member.name for member in node.enum_type]
+        else:
+            # A node that is None (an optional section left out) takes any key below it.
+            keys[name] = None if node is None or node._is_none() else []
+    return keys

@@ -1,4 +1,4 @@
-"""``python -m specexp.upload OUTPUT_DIR [...] [--tracking-uri URI]``: log runs that were
+"""``specexp upload OUTPUT_DIR [...] [--tracking-uri URI]``: log runs that were
 measured while the MLflow store was unreachable (their ``mlflow_offline.json`` journals)."""
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from specexp.output.terminal import console
 from specexp.tracking.store import replay
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m specexp.upload", description=__doc__.split("\n\n")[0]
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``specexp upload``'s options (and ``python -m specexp.upload``'s)."""
     parser.add_argument(
         "directories", nargs="+", type=Path, help="job output directories (searched recursively)"
     )
@@ -26,7 +24,17 @@ def main(argv: list[str] | None = None) -> int:
         help="default: the URI the run was meant for (journals keep it without credentials: "
         "give it here when it had them)",
     )
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m specexp.upload``: the same as ``specexp upload``."""
+    parser = argparse.ArgumentParser(prog="specexp upload", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specexp upload``: each journal under the directories replayed into its store."""
     journals = [j for d in args.directories for j in sorted(d.rglob(str(Artifact.offline_journal)))]
     if not journals:
         console.print(

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.results import Metric, capacity_points
-from specexp.core.capacity import RatePoint, capacity_ratio
+from specexp.core.capacity import RatePoint, capacity_ratio, interval_text
 from specexp.core.records import check_format
 
 CAPACITY_FORMAT = 1
@@ -60,9 +60,7 @@ class ArmCapacity:
     def describe(self) -> str:
         if self.rate is None:
             return "not estimated"
-        low = "-" if self.ci_low is None else f"{self.ci_low:.3g}"
-        high = "unbounded" if self.ci_high is None else f"{self.ci_high:.3g}"
-        return f"{self.rate:.3g} [{low}, {high}]"
+        return f"{self.rate:.3g} {interval_text(self.ci_low, self.ci_high)}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import statsmodels.api as sm
@@ -81,9 +81,21 @@ class Capacity:
     def describe(self) -> str:
         if self.rate is None:
             return self.reason or "no estimate"
-        low = "-inf" if self.ci_low is None else f"{self.ci_low:.3g}"
-        high = "inf" if self.ci_high is None else f"{self.ci_high:.3g}"
-        return f"{self.rate:.3g} req/s [{low}, {high}]"
+        return f"{self.rate:.3g} req/s {interval_text(self.ci_low, self.ci_high)}"
+
+
+def _three_digits(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def interval_text(
+    low: Optional[float], high: Optional[float], fmt: Callable[[float], str] = _three_digits
+) -> str:
+    """An interval as every report prints it, an end it lacks (None) as "unbounded"."""
+    return (
+        f"[{'unbounded' if low is None else fmt(low)}, "
+        f"{'unbounded' if high is None else fmt(high)}]"
+    )
 
 
 def _logit(p: float) -> float:

@@ -404,6 +404,33 @@ def requests_per_stream(workload: Any, concurrency: Any, stream: int = 0) -> int
     return int(concurrency.requests_per_stream) * max(1, share)
 
 
+# The rate a run's duration is estimated at when no earlier run of its configuration says
+# better: output tokens per second per stream of a small model on a CPU.
+ASSUMED_TOK_PER_S_PER_STREAM = 50.0
+
+
+def run_requests(workload: Any, concurrency: Any) -> Optional[int]:
+    """Requests one run sends (None: as many as fit its duration_s)."""
+    if concurrency.duration_s:
+        return None
+    if concurrency.open_loop:
+        return int(concurrency.arrivals)
+    return sum(
+        requests_per_stream(workload, concurrency, s) for s in range(int(concurrency.streams))
+    )
+
+
+def expected_run_seconds(workload: Any, concurrency: Any) -> float:
+    """How long one run takes at :data:`ASSUMED_TOK_PER_S_PER_STREAM`: its duration, its
+    arrivals at their rate, or its longest stream's requests at max_tokens each."""
+    if concurrency.duration_s:
+        return float(concurrency.duration_s)
+    if concurrency.open_loop and concurrency.rate:
+        return int(concurrency.arrivals) / float(concurrency.rate)
+    tokens = requests_per_stream(workload, concurrency, 0) * int(workload.max_tokens)
+    return tokens / ASSUMED_TOK_PER_S_PER_STREAM
+
+
 class Arrival(StrEnum):
     """How a run's requests are started: by streams that each send the next when the last
     ends (closed loop), or at times of their own whatever the server does (open loop)."""

@@ -509,7 +509,7 @@ def caches_setting(server: ServerSettings, runs: Sequence[RunResult]) -> Setting
     it, against what the workload allows: with fresh prompts and no cache carrying work
     between runs, next to nothing (a shared token or two) - more means earlier requests'
     prompts were served again."""
-    requested = f"caches={server.caches}, prompts={server.prompts}"
+    requested = f"{server.caches} (prompts={server.prompts})"
     records = [rec for r in runs if not r.warmup for rec in r.records if rec.ok]
     counted = [rec for rec in records if rec.prompt_cached_tokens is not None and rec.prompt_tokens]
     if not counted:
@@ -531,20 +531,31 @@ def caches_setting(server: ServerSettings, runs: Sequence[RunResult]) -> Setting
         for rec in counted
         if (rec.prompt_cached_tokens or 0) > fresh_cached_bound(rec.prompt_tokens or 0)
     ]
+    if not reused:
+        return Setting(
+            requested, "no prompt served from earlier requests", Engagement.engaged, evidence
+        )
+    # Not engaged only when the cache did a material share of the prompt work: more than
+    # a fresh prompt may share by chance (a request or two of many is said, not alarmed).
+    share = sum(rec.prompt_cached_tokens or 0 for rec in reused) / total
     return Setting(
         requested,
-        f"{len(reused)} request(s) found earlier prompts cached"
-        if reused
-        else "no prompt served from earlier requests",
-        Engagement.not_engaged if reused else Engagement.engaged,
+        f"{len(reused)} of {len(counted)} request(s) found earlier prompts cached "
+        f"({share:.1%} of prompt tokens)",
+        Engagement.not_engaged if share > FRESH_CACHED_SHARE else Engagement.engaged,
         f"{evidence}; a fresh prompt may share at most 10% of its tokens (4 at least)",
     )
 
 
+# The share of a fresh prompt's tokens it may find cached by chance (a BOS token, a prefix
+# word shared with an earlier prompt).
+FRESH_CACHED_SHARE = 0.10
+
+
 def fresh_cached_bound(prompt_tokens: int) -> int:
-    """Most prompt tokens a fresh prompt may find cached by chance (a BOS token, a prefix
-    word shared with an earlier prompt): 10% of the prompt, 4 tokens at least."""
-    return max(4, prompt_tokens // 10)
+    """Most prompt tokens a fresh prompt may find cached by chance: 10% of the prompt, 4
+    tokens at least."""
+    return max(4, int(prompt_tokens * FRESH_CACHED_SHARE))
 
 
 # Drafts per generated token still expected with drafting switched off at the level run:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Optional, Sequence
 
-from specexp.analysis.arms import Arm, ClaimCheck
+from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
@@ -157,7 +157,7 @@ def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]
     by_label = {c.candidate: c for c in report.comparisons}
     baselines = {c.baseline for c in report.comparisons}
     lines = [
-        "| job | tok/s | {ci_label(report.arms)} | vs baseline | simultaneous CI | verdict | "
+        f"| job | tok/s | {ci_label(report.arms)} | vs baseline | simultaneous CI | verdict | "
         "one launch each says | engaged |",
         "|---|---|---|---|---|---|---|---|",
     ]

@@ -12,6 +12,7 @@ from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.schedule import DraftSchedule
+from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
@@ -270,11 +271,7 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
         ratio = (
             (
                 pct(compared.ratio - 1),
-                "["
-                + ("unbounded" if compared.ci_low is None else pct(compared.ci_low - 1))
-                + ", "
-                + ("unbounded" if compared.ci_high is None else pct(compared.ci_high - 1))
-                + "]",
+                interval_text(compared.ci_low, compared.ci_high, lambda v: pct(v - 1)),
             )
             if compared and compared.ratio is not None
             else ("-", "-")

@@ -5,12 +5,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import os
+import re
 import sys
+import time
+import traceback
+from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from specexp.analysis.arms import Arm, ClaimCheck
@@ -19,10 +32,15 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
 from specexp.analysis.summary import JobSummary
-from specexp.core.measurements import RunResult
+from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
 from specexp.core.redaction import redact_env
-from specexp.core.schemas import RunConfig
+from specexp.core.schemas import (
+    ASSUMED_TOK_PER_S_PER_STREAM,
+    RunConfig,
+    expected_run_seconds,
+    run_requests,
+)
 from specexp.core.slo import run_goodput
 from specexp.core.stats import Comparison
 from specexp.engines.base import LaunchSpec, Resolution
@@ -41,9 +59,97 @@ from specexp.output.tables import (
     switch_off_rows,
 )
 
+# Tables are drawn to fit this many columns where the terminal's width is not known (logs,
+# pipes), and at most this many in a terminal: wider ones fold their cells, never a figure.
+WIDTH = 100
+
+
+class _Console(Console):
+    """The terminal, whose printed lines also go, plain, to the log files open (a job's
+    ``specexp.log``); live displays (progress, status) stay on the terminal."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.logs: list[Console] = []
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*objects, **kwargs)
+        for log in self.logs:
+            log.print(*objects, **kwargs)
+
+    def log_only(self, text: str) -> None:
+        """A line for the log files alone (the terminal shows it live instead)."""
+        for log in self.logs:
+            log.print(text)
+
+
 # soft_wrap: long lines (commands, paths) stay whole instead of being wrapped mid-word.
-# Logs and pipes get a wide fixed width, so tables stay readable there too.
-console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+console = _Console(
+    highlight=False,
+    soft_wrap=True,
+    width=min(WIDTH, os.get_terminal_size().columns) if sys.stdout.isatty() else WIDTH,
+)
+
+
+@contextlib.contextmanager
+def logged_to(path: Path) -> Iterator[None]:
+    """What the console prints, and tracebacks (:func:`log_traceback`), also appended to
+    ``path`` while the context lasts."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as file:
+        log = Console(file=file, width=WIDTH, no_color=True, highlight=False, soft_wrap=True)
+        console.logs.append(log)
+        try:
+            yield
+        finally:
+            console.logs.remove(log)
+
+
+def log_traceback() -> None:
+    """The exception being handled, with its traceback, into the log files (the terminal
+    gets one line for it where it is handled)."""
+    console.log_only(traceback.format_exc().rstrip())
+
+
+# What a sweep tells its jobs besides their own overrides (their parent run, label, part,
+# the store): Hydra's launchers print each job's overrides, these among them.
+_INTERNAL_OVERRIDE = re.compile(
+    r"\s*\b(?:multirun\.\w+|tracking\.uri)=(?:'(?:[^'\\]|\\.)*'|\[[^\]]*\]|\S+)"
+)
+HYDRA_LAUNCHER_LOGGERS = (
+    "hydra._internal.core_plugins.basic_launcher",
+    "hydra_plugins.hydra_submitit_launcher.submitit_launcher",
+)
+
+
+class _HideInternalOverrides(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and not record.args:
+            record.msg = _INTERNAL_OVERRIDE.sub("", record.msg)
+        return True
+
+
+def hide_internal_overrides() -> None:
+    """Hydra's job lines (``#0 : speculative=draft``) show the job's own overrides only."""
+    for name in HYDRA_LAUNCHER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _HideInternalOverrides) for f in logger.filters):
+            logger.addFilter(_HideInternalOverrides())
+
+
+# Libraries whose INFO lines are theirs, not the run's: shown with -v (SPECEXP_VERBOSE=1).
+THIRD_PARTY = ("mlflow", "alembic", "huey", "sqlalchemy", "urllib3", "matplotlib", "httpx")
+VERBOSE = "SPECEXP_VERBOSE"
+
+
+def quiet_libraries() -> None:
+    """Third-party loggers at WARNING unless $SPECEXP_VERBOSE is set (``specexp -v``); jobs
+    in other processes inherit the choice through the environment."""
+    verbose = bool(os.environ.get(VERBOSE))
+    if not verbose:
+        os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name in THIRD_PARTY:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]) -> None:
@@ -84,7 +190,8 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
         console.print(f"# measures the running server at {cfg.engine.url}: nothing is launched")
         return
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
-    print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
+    if not console.quiet:
+        print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 
 
 @contextlib.contextmanager
@@ -94,8 +201,28 @@ def status(message: str) -> Iterator[None]:
 
 
 class _RunProgress:
-    def __init__(self, progress: Progress, task: Any):
-        self.progress, self.task = progress, task
+    """The bar of a job's runs: request by request where a run's requests are counted
+    (tok/s of the run so far beside it), run by run otherwise."""
+
+    def __init__(self, progress: Progress, task: Any, requests: Optional[int]):
+        self.progress, self.task, self.requests = progress, task, requests
+        self._run_started: Optional[float] = None
+        self._done = self._tokens = 0
+
+    def request_done(self, record: RequestRecord) -> None:
+        """One request ended (a listener of the load client): the bar moves on."""
+        if self._run_started is None:
+            self._run_started, self._done, self._tokens = record.start_unix, 0, 0
+        self._done += 1
+        self._tokens += record.output_tokens or 0
+        elapsed = max(time.time() - self._run_started, 1e-9)
+        kind = "warm-up" if record.warmup else f"run {record.run}"
+        self.progress.update(
+            self.task,
+            advance=1 if self.requests else 0,
+            description=f"{kind}: {self._done}/{self.requests or '?'} requests, "
+            f"{self._tokens / elapsed:.1f} tok/s",
+        )
 
     def advance(self, result: RunResult) -> None:
         kind = "warm-up" if result.warmup else f"run {result.run}"
@@ -108,23 +235,62 @@ class _RunProgress:
             else f"{kind}: {result.tok_per_s:.1f} tok/s"
             + (f", [yellow]{stalled} stalled[/]" if stalled else "")
         )
-        self.progress.update(self.task, advance=1, description=note)
-        if not console.is_terminal:  # a log file gets no live bar: one line per run instead
+        # Requests counted in other processes (client workers) are counted here.
+        left = (self.requests - self._done) if self.requests else 1
+        self.progress.update(self.task, advance=max(left, 0), description=note)
+        self._run_started, self._done = None, 0
+        if console.is_terminal:  # the bar shows it live; the log gets one line per run
+            console.log_only(note)
+        else:
             console.print(note)
 
 
 @contextlib.contextmanager
-def run_progress(total: int) -> Iterator[_RunProgress]:
+def run_progress(runs: int, requests: Optional[int] = None) -> Iterator[_RunProgress]:
+    """Progress over ``runs`` runs of ``requests`` requests each (None: not known ahead)."""
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         console=console,
         transient=False,
     )
     with progress:
-        yield _RunProgress(progress, progress.add_task("measuring", total=total))
+        task = progress.add_task("measuring", total=runs * (requests or 1))
+        yield _RunProgress(progress, task, requests)
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
+    """Before a job starts: how long it should take, from an earlier run of the same
+    configuration, else from the config at a stated rate."""
+    if earlier_s is not None:
+        console.print(
+            f"expected: about {duration(earlier_s)} (an earlier run of this configuration took "
+            "that long)"
+        )
+        return
+    stats, workload, level = cfg.stats, cfg.workload, cfg.concurrency
+    runs = stats.launches * (stats.warmup_runs + stats.measured_runs)
+    seconds = runs * expected_run_seconds(workload, level)
+    requests = run_requests(workload, level)
+    what = (
+        f"{requests} request(s) of up to {workload.max_tokens} tokens"
+        if requests and not level.open_loop
+        else f"{requests} arrivals at {level.rate:g} req/s"
+        if requests
+        else f"{level.duration_s:g} s"
+    )
+    console.print(
+        f"expected: about {duration(seconds)} of measuring - {runs} runs of {what}, at an "
+        f"assumed {ASSUMED_TOK_PER_S_PER_STREAM:g} tok/s per stream - plus the server's start"
+    )
 
 
 def _fmt(value: Optional[float], digits: int = 2) -> str:
@@ -264,19 +430,50 @@ _STYLE = {
 }
 
 
-def rich_table(title: str, rows: Rows) -> Table:
-    table = Table(title=title)
-    for header in rows.headers:
+def rich_table(title: str, rows: Rows) -> Group:
+    """The rows as tables that fit the console's width without cutting a figure: cells wrap
+    at spaces only, and columns that do not fit beside the first go on to a table of their
+    own, with the first column repeated."""
+    cells = [[rows.headers[c], *(r[c] for r in rows.rows)] for c in range(len(rows.headers))]
+    least = [max(len(w) for cell in column for w in [*cell.split(), ""]) for column in cells]
+    natural = [max(len(cell) for cell in column) for column in cells]
+    groups: list[list[int]] = [[]]
+    for column in range(1, len(rows.headers)):
+        if groups[-1] and _drawn(least, [0, *groups[-1], column]) > console.width:
+            groups.append([])
+        groups[-1].append(column)
+    tables = []
+    for i, group in enumerate(groups):
+        columns = [0, *group]
+        widths = {c: natural[c] for c in columns}
+        # Narrow the widest column that can be narrowed, one character at a time.
+        while _drawn(list(widths.values()), range(len(widths))) > console.width:
+            widest = max((c for c in columns if widths[c] > least[c]), key=widths.__getitem__)
+            widths[widest] -= 1
+        tables.append(_table(title if i == 0 else "", rows, widths))
+    return Group(*tables)
+
+
+def _drawn(widths: Sequence[int], columns: Sequence[int]) -> int:
+    """A table's drawn width: its columns' widths, a space either side, and the rules."""
+    return sum(widths[c] + 3 for c in columns) + 1
+
+
+def _table(title: str, rows: Rows, widths: dict[int, int]) -> Table:
+    table = Table(title=title or None, title_justify="left")
+    for column, width in widths.items():
+        header = rows.headers[column]
         left = header in ("configuration", "claim", "point")
-        table.add_column(header, justify="left" if left else "right")
-    column = rows.headers.index(rows.marked) if rows.marked else None
+        table.add_column(header, justify="left" if left else "right", width=width)
+    marked = rows.headers.index(rows.marked) if rows.marked else None
     for row, mark in zip(rows.rows, rows.marks, strict=True):
-        cells = list(row)
-        style = _STYLE.get(mark or "")
-        if column is not None and style:
-            cells[column] = f"[{style}]{escape(cells[column])}[/]"
-        table.add_row(*cells)
+        table.add_row(*(_styled(row[c], mark) if c == marked else row[c] for c in widths))
     return table
+
+
+def _styled(cell: str, mark: Optional[str]) -> str:
+    style = _STYLE.get(mark or "")
+    return f"[{style}]{escape(cell)}[/]" if style else cell
 
 
 def print_comparison(

@@ -17,6 +17,7 @@ from specexp.analysis.summary import run_metrics
 from specexp.core.capacity import next_rate, rate_points
 from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env
+from specexp.core.schemas import run_requests
 from specexp.core.slo import run_goodput
 from specexp.engines.base import LaunchSpec
 from specexp.host import telemetry
@@ -281,9 +282,12 @@ async def _measure(
     results: list[RunResult] = []
     with (
         open(records_path, "a", buffering=1) as sink,
-        terminal.run_progress(warmups + len(runs)) as progress,
+        terminal.run_progress(
+            warmups + len(runs), run_requests(cfg.workload, cfg.concurrency)
+        ) as progress,
         contextlib.closing(client),
     ):
+        client.on_request = progress.request_done
         async with client.session() as http:
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:

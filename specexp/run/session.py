@@ -21,12 +21,13 @@ from specexp.host.leases import check_pool, host_cpus, host_gpus
 from specexp.output import terminal
 from specexp.run.tracked import (
     TrackedRun,
+    earlier_duration_s,
     log_stack,
     redact_file,
     start_tracking,
     write_job_files,
 )
-from specexp.serving.server import ServerProcess
+from specexp.serving.server import ServerProcess, port_in_use
 
 
 @dataclass
@@ -59,6 +60,14 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
     """What the job needs before anything is written: its model files (generated ones made),
     the server's executable or credentials, enough GPUs and cores on this host."""
     cfg, engine = job.config, job.engine
+    # A fixed port already taken is refused before anything is written or tracked (a
+    # sweep's shared server holds its own port between its jobs).
+    port, host = cfg.engine.port, cfg.engine.host
+    alone = cfg.multirun.server_launch is None
+    if port and alone and not cfg.engine.url and port_in_use(host, port):
+        raise ConfigError(
+            f"engine.port={port} on {host} is already in use: choose another, or 0 for a free one"
+        )
     if cfg.model.generate is not None:
         with terminal.status(f"generating model {cfg.model.name} (cached after the first time)"):
             ensure_pair(cfg.model.generate, engine.model_format)
@@ -66,14 +75,19 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         if cfg.model.package is not None:
             with terminal.status(f"checking model {cfg.model.name} (assembled once, SHA-256)"):
                 ensure_packaged(cfg.model.package)
-        if cfg.model.self_draft_layers is not None and cfg.model.path and cfg.model.draft_path:
+        # Written only for a job that loads the draft (not for speculative=none).
+        draft = cfg.model.draft_path
+        if (
+            cfg.model.self_draft_layers is not None
+            and cfg.model.path
+            and draft
+            and str(draft) in engine.local_files(job.server)
+        ):
             with terminal.status(
                 f"writing the self-draft: {cfg.model.name}'s first {cfg.model.self_draft_layers} "
                 "blocks (cached after the first time)"
             ):
-                ensure_self_draft(
-                    Path(cfg.model.path), cfg.model.self_draft_layers, Path(cfg.model.draft_path)
-                )
+                ensure_self_draft(Path(cfg.model.path), cfg.model.self_draft_layers, Path(draft))
     except (ModelPackageError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
@@ -99,6 +113,7 @@ def open_session(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
     """Check what the job needs, write its files and start its tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     check_prerequisites(job, launch)
+    terminal.print_expected(job.config, earlier_duration_s(job))
     files = write_job_files(job, launch, output_dir)
     tracker = start_tracking(job, output_dir)
     result = JobResult(

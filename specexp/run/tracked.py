@@ -154,6 +154,19 @@ def _offline(
     )
 
 
+def earlier_duration_s(job: Job) -> Optional[float]:
+    """How long the newest finished run of the job's configuration took (None: there is
+    none, tracking is off, or the store cannot say)."""
+    cfg = job.config
+    if not cfg.tracking.enabled:
+        return None
+    try:
+        store = TrackingStore(cfg.tracking.uri, cfg.tracking.experiment, create=False)
+        return store.finished_duration_s(job.config_fingerprint())
+    except Exception:  # no store yet, or one unreachable: the estimate falls back on the config
+        return None
+
+
 def start_tracking(job: Job, output_dir: Path) -> Optional[TrackedRun]:
     """The job's tracking run with its tags and params, or None with tracking off."""
     cfg = job.config

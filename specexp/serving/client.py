@@ -252,9 +252,12 @@ class LoadClient:
         self._token_sources: Optional[tuple[list[int], list[int]]] = None
         # Worker processes, when the streams are shared out (concurrency.client_processes).
         self._pool: Optional[multiprocessing.pool.Pool] = None
+        # Told of each request as it ends (live progress), in this process only.
+        self.on_request: Optional[Callable[[RequestRecord], None]] = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pool": None}  # a worker gets the client, not the pool
+        # A worker gets the client, not the pool nor the listener (this process's console).
+        return {**self.__dict__, "_pool": None, "on_request": None}
 
     def session(self) -> aiohttp.ClientSession:
         return session(headers=self.headers, trust_env=not is_local(self.base_url))
@@ -293,6 +296,8 @@ class LoadClient:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
             record.stalled = isinstance(exc, TimeoutError)  # a stall, or no answer in time
+        if self.on_request is not None:
+            self.on_request(record)
 
     async def _read_events(self, response: aiohttp.ClientResponse, timer: StreamTimer) -> None:
         """Feed the stream to the timer: whatever bytes one read returns, split into lines

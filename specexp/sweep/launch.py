@@ -11,9 +11,10 @@ the experiment.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from hydra.core.config_loader import ConfigLoader
+from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 from rich.markup import escape
 
@@ -123,6 +124,7 @@ def run_sweep(
 ) -> Any:
     """Plan, check the launcher, launch the jobs (all at once, or ``max_batch_size`` at a
     time; launchers may run a batch in parallel), report."""
+    terminal.hide_internal_overrides()
     plan = compose_jobs(config_loader, sweep_config, job_overrides)
     first = plan.jobs[0].job.config if plan.jobs else None
     uri = uri_in_force(first.tracking.uri)[0] if first else ""
@@ -162,7 +164,7 @@ def run_sweep(
     order = order_summary(steps, settings.order, in_process) if steps or not pairs else ""
     if pairs:
         order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
-    for line in [*describe(plan), f"order: {order}"]:
+    for line in [*describe(plan, [j for pair in pairs for j in pair]), f"order: {order}"]:
         terminal.console.print(line)
     if first.dry_run:  # nothing is measured: each job's command once
         steps, pairs = [Step(planned) for planned in plan.to_run], []
@@ -204,4 +206,21 @@ def run_sweep(
                     store.end_children(parent.run_id, ended)
                 sweep_report(store, parent, plan, settings.baseline, order, sequences)
                 parent.end(status)
+    failed = failed_jobs(returns)
+    if failed:
+        terminal.console.print(
+            f"[red]{len(failed)} of {len(plan.to_run)} job(s) failed:[/] "
+            + escape(", ".join(failed))
+        )
+        sys.exit(1)
     return [returns]
+
+
+def failed_jobs(returns: Sequence[JobReturn]) -> list[str]:
+    """The labels of the jobs that failed, each once (a job's parts return one each)."""
+    failed = [
+        r.cfg.multirun.job_label if r.cfg is not None else " ".join(r.overrides or ())
+        for r in returns
+        if r.status == JobStatus.FAILED or r.return_value == RunStatus.failed
+    ]
+    return list(dict.fromkeys(failed))

@@ -215,6 +215,11 @@ def order_summary(steps: Sequence[Step], order: JobOrder, in_process: bool) -> s
             "whole jobs: this launcher runs jobs in their own processes, where parts of "
             "different jobs cannot take turns on one server"
         )
+    if not turns:
+        return (
+            "interleaved, but no job shares a server or has several launches, so none takes "
+            "turns: each job runs whole on a server of its own"
+        )
     return (
         f"interleaved: {len(turns)} job(s) take turns in balanced rounds (ABBA), run by run on "
         "a shared server or launch by launch; the others have a server of their own"
@@ -227,11 +232,20 @@ def mark_finished(plan: Plan, store: TrackingStore) -> None:
         planned.finished_run_id = store.finished_run(planned.fingerprint)
 
 
-def describe(plan: Plan) -> list[str]:
-    lines = [
-        f"sweep: {len(plan.jobs)} jobs, {len(plan.to_run)} to run, "
-        f"{plan.server_launches} server launch(es) needed"
-    ]
+def describe(plan: Plan, until_decided: Sequence[PlannedJob] = ()) -> list[str]:
+    """The plan in lines: its size, the server launches it takes, each job. The jobs
+    measured ``until_decided`` (a sequential comparison) take between their least and most
+    launches, not their budget."""
+    sequential = {id(j) for j in until_decided}
+    fixed = Plan([j for j in plan.to_run if id(j) not in sequential]).server_launches
+    budgets = [j.job.config.stats.sequential for j in plan.to_run if id(j) in sequential]
+    launches = (
+        f"{fixed + sum(b.min_launches for b in budgets)} to "
+        f"{fixed + sum(b.max_launches for b in budgets)} server launches (measured until decided)"
+        if budgets
+        else f"{fixed} server launch(es)"
+    )
+    lines = [f"sweep: {len(plan.jobs)} jobs, {len(plan.to_run)} to run, {launches}"]
     for planned in plan.jobs:
         state = (
             f"done in run {planned.finished_run_id[:8]}, skipped"

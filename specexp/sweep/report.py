@@ -19,11 +19,12 @@ from specexp.tracking.store import MAX_TAG, RESULT_COLUMNS, RunLog, TrackingStor
 
 
 def ui_address(uri: str) -> str:
-    """Where the UI of the store at ``uri`` is: the tracking server's address, or that of
-    ``mlflow ui`` started on the store with its defaults."""
+    """Where the UI of the store at ``uri`` is: the tracking server's address, or for a
+    local store the command that starts one on a free port and prints its address (no port
+    is assumed: 5000 may be anyone's)."""
     if uri.startswith(("http://", "https://")):
         return redact_text(uri).rstrip("/") + "/"
-    return f"(mlflow ui --backend-store-uri {redact_text(uri)}) http://127.0.0.1:5000/"
+    return f"(start it with `specexp ui --tracking-uri {redact_text(uri)}`, which prints ADDRESS) ADDRESS/"
 
 
 def _view_id(parent_run_id: str) -> str:

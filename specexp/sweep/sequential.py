@@ -117,9 +117,8 @@ def sequential_summary(pairs: Sequence[tuple[PlannedJob, PlannedJob]]) -> str:
     settings = pairs[0][0].job.config.stats.sequential
     return (
         f"sequential: {len(pairs)} comparison(s) measured until decided, launch by launch "
-        f"(ABBA), {settings.min_launches} to {settings.max_launches} launches per arm (the "
-        f"launches counted above are that budget), at most {settings.max_server_minutes:g} "
-        "server-minutes each"
+        f"(ABBA), {settings.min_launches} to {settings.max_launches} launches per arm, at most "
+        f"{settings.max_server_minutes:g} server-minutes each"
     )
 
 

@@ -17,7 +17,7 @@ from specexp.analysis.results import Metric, Tag
 from specexp.core.stats import Comparison
 from specexp.output import plots
 from specexp.output.markdown import sweep_markdown
-from specexp.tracking.store import NOTE, RunLog, TrackingStore
+from specexp.tracking.store import NOTE, SWEEP_REPORT, RunLog, TrackingStore
 
 
 def log_report(
@@ -178,5 +178,5 @@ def log_sweep_report(
         report.arms,
         report.comparisons,
         Metric.tok_per_s,
-        folder="sweep_report",
+        folder=SWEEP_REPORT,
     )

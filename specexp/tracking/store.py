@@ -23,10 +23,13 @@ except ModuleNotFoundError:  # a node without MLflow: runs go to the offline jou
 
 from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
 from specexp.analysis.prompts import JobPrompts
+from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.redaction import redact_text
 
+# The folder of a sweep parent's artifacts that holds its report (markdown, JSON, plot).
+SWEEP_REPORT = "sweep_report"
 GPU_CLOCK = re.compile(r"gpu\d+_sm_clock_mhz")
 
 # MLflow rejects longer param values, and run tags (a run's description among them) longer
@@ -73,21 +76,29 @@ CONFIGURATION_TAGS = [
 def default_store(root: Optional[Path] = None) -> tuple[str, str]:
     """(tracking URI, artifact root) of the local store under ``root``/mlruns."""
     base = (root or Path.cwd()) / "mlruns"
-    return f"sqlite:///{base / 'mlflow.db'}", (base / "artifacts").as_uri()
+    uri = f"sqlite:///{base / 'mlflow.db'}"
+    return uri, artifacts_beside(uri) or ""
+
+
+def artifacts_beside(uri: str) -> Optional[str]:
+    """A SQLite store's artifact root: ``artifacts/`` beside its database, wherever the URI
+    puts it (else MLflow would put a new experiment's artifacts under ./mlruns, away from
+    its runs). None for other stores, which say where their artifacts go themselves."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = Path(uri.removeprefix("sqlite:///")).absolute()
+    return (database.parent / "artifacts").as_uri()
 
 
 def uri_in_force(configured: Optional[str]) -> tuple[str, Optional[str]]:
     """The URI in force (tracking.uri, else $MLFLOW_TRACKING_URI, else the local store) and,
-    for the default local store, its artifact root."""
-    if configured:
-        return configured, None
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"], None
-    return default_store()
+    for a SQLite store, its artifact root beside the database."""
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or default_store()[0]
+    return uri, artifacts_beside(uri)
 
 
 def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
-    """:func:`uri_in_force`, with the default store's directory created."""
+    """:func:`uri_in_force`, with a SQLite store's directory created."""
     uri, artifacts = uri_in_force(configured)
     if artifacts is not None:
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -251,6 +262,14 @@ class TrackingStore:
                     found[run_id] = JobPrompts.from_json(json.loads(Path(path).read_text()))
         return found
 
+    def sweep_report(self, parent_run_id: str) -> SweepReport:
+        """A sweep's report, as its parent run logged it (sweep_report/sweep_report.json)."""
+        with tempfile.TemporaryDirectory() as directory:
+            path = self.client.download_artifacts(
+                parent_run_id, f"{SWEEP_REPORT}/{SWEEP_REPORT}.json", directory
+            )
+            return SweepReport.from_json(json.loads(Path(path).read_text()))
+
     def _search(self, filter_string: str, max_results: int = 5000, **kwargs: Any) -> list:
         return self.client.search_runs(
             [self.experiment_id], filter_string, max_results=max_results, **kwargs
@@ -265,6 +284,14 @@ class TrackingStore:
             order_by=["attributes.start_time DESC"],
         )
         return runs[0].info.run_id if runs else None
+
+    def finished_duration_s(self, config_fingerprint: str) -> Optional[float]:
+        """How long the newest finished run of a configuration took, start to end."""
+        run_id = self.finished_run(config_fingerprint)
+        if run_id is None:
+            return None
+        info = self.client.get_run(run_id).info
+        return (info.end_time - info.start_time) / 1000 if info.end_time else None
 
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""

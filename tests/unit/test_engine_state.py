@@ -160,8 +160,20 @@ def test_fresh_prompts_that_found_earlier_prompts_cached_are_caught():
     reused = caches_setting(job.server, run_with_cached([1, 99, 0, 98]))
     assert clean.status == "engaged" and clean.actual == "no prompt served from earlier requests"
     assert reused.status == "not engaged"
-    assert reused.actual == "2 request(s) found earlier prompts cached"
+    assert (
+        reused.actual == "2 of 4 request(s) found earlier prompts cached (49.2% of prompt tokens)"
+    )
     assert "198 of 400 prompt tokens" in reused.evidence
+    assert reused.requested == "none (prompts=fresh)"  # said as caches=none, not caches=caches=
+
+
+def test_one_request_of_many_found_cached_is_said_in_proportion_not_as_not_engaged():
+    """The console once said NOT ENGAGED, in bold red, for 1 request of 128 (2.8% of the
+    prompt tokens cached)."""
+    job = compose_job(*QUICK, "workload.prompts=fresh")
+    one = caches_setting(job.server, run_with_cached([0] * 127 + [90]))
+    assert one.status == "engaged"
+    assert one.actual == "1 of 128 request(s) found earlier prompts cached (0.7% of prompt tokens)"
     fixed = compose_job(*QUICK)
     assert (
         caches_setting(fixed.server, run_with_cached([99, 99])).actual == "fixed prompt: 99% cached"

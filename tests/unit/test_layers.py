@@ -69,7 +69,18 @@ def test_every_band_is_a_package_and_every_package_a_band():
     assert root == {f"specexp.{m}" for m in ENTRY_POINTS}
 
 
-ENTRY_POINTS = ("__main__", "compare", "history", "doctor", "upload", "hydra_app")
+ENTRY_POINTS = (
+    "__main__",
+    "api",
+    "cli",
+    "compare",
+    "history",
+    "doctor",
+    "models",
+    "options",
+    "upload",
+    "hydra_app",
+)
 
 
 def test_the_design_page_layout_lists_the_bands_and_their_modules():

@@ -12,6 +12,7 @@ from specexp.sweep.plan import (
     describe,
     expand_overrides,
     order_jobs,
+    order_summary,
     overrides_for,
     plan_steps,
     with_levels,
@@ -134,3 +135,28 @@ def test_a_concurrency_option_sweeps_its_levels_unless_the_streams_are_set_expli
     ]
     assert with_levels(["+concurrency.streams=3"], [1, 4]) == ["+concurrency.streams=3"]
     assert with_levels(["speculative=draft"], []) == ["speculative=draft"]
+
+
+def test_jobs_measured_until_decided_count_their_least_to_most_launches_not_the_budget():
+    """The plan once said `24 server launch(es) needed` where 6 ran: the budget of a
+    sequential comparison counted as if every launch were taken."""
+    jobs = [planned(f"speculative={s}", "stats.launches=12") for s in ("none", "draft")]
+    plan = Plan(jobs)
+    order_jobs(plan, JobOrder.interleaved)
+    budget = jobs[0].job.config.stats.sequential
+    low, high = 2 * budget.min_launches, 2 * budget.max_launches
+    assert describe(plan, jobs)[0] == (
+        f"sweep: 2 jobs, 2 to run, {low} to {high} server launches (measured until decided)"
+    )
+    assert describe(plan)[0] == "sweep: 2 jobs, 2 to run, 24 server launch(es)"
+
+
+def test_an_interleaved_sweep_where_no_job_takes_turns_says_so():
+    """The order line once read `interleaved: 0 job(s) take turns`."""
+    jobs = [planned("speculative=none", "engine.threads=1"), planned("speculative=draft")]
+    plan = Plan(jobs)
+    order_jobs(plan, JobOrder.interleaved)
+    steps = plan_steps(plan.jobs, JobOrder.interleaved, seed=0, in_process=True)
+    assert all(s.part is None for s in steps)
+    line = order_summary(steps, JobOrder.interleaved, in_process=True)
+    assert "0 job(s)" not in line and "none takes turns" in line

@@ -1,0 +1,279 @@
+"""specexp's Python API: what the ``specexp`` command does, as functions that return typed
+results. The command line is built on these; a notebook gets the same results without
+parsing anything printed.
+
+Run a job (the overrides are those of ``specexp run``)::
+
+    >>> import specexp
+    >>> result = specexp.run_job(
+    ...     ["model=tiny-pair-small", "workload=short", "workload.max_tokens=32",
+    ...      "stats.warmup_runs=0", "stats.measured_runs=2", "tracking=off"],
+    ...     quiet=True,
+    ... )
+    >>> result.status
+    <RunStatus.finished: 'FINISHED'>
+    >>> result.summary.tok_per_s.n
+    2
+
+``quiet=True`` prints nothing: the run's lines still go to its ``specexp.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import hydra
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from specexp import hydra_app
+from specexp.analysis.report import SweepReport
+from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag
+from specexp.compare import ComparisonReport, compare_runs
+from specexp.options import UsageError, unknown
+from specexp.output import terminal
+from specexp.run.session import JobResult
+from specexp.tracking.store import TrackingStore
+
+__all__ = [
+    "ComparisonReport",
+    "JobResult",
+    "LoadedRun",
+    "SweepResult",
+    "UsageError",
+    "check_overrides",
+    "compare_runs",
+    "load",
+    "run_job",
+    "run_sweep",
+]
+
+
+@dataclass
+class SweepResult:
+    """A finished sweep: its exit status (0: every job finished; 1: some failed, which it
+    said; 2: refused before launching), each job's result as this process saw it (jobs in
+    other processes are read back from the store by :func:`load`), and the sweep's report
+    when it was tracked."""
+
+    exit_status: int
+    jobs: list[JobResult] = field(default_factory=list)
+    parent_run_id: Optional[str] = None
+    report: Optional[SweepReport] = None
+
+    @property
+    def failed(self) -> list[JobResult]:
+        return [job for job in self.jobs if job.status == RunStatus.failed]
+
+
+@dataclass
+class LoadedRun:
+    """A finished run read back: a job's run as the store holds it, or a sweep's report."""
+
+    run_id: str
+    kind: RunKind
+    job: Optional[JobRun] = None
+    report: Optional[SweepReport] = None
+
+
+@contextlib.contextmanager
+def _hydra_session(quiet: bool) -> Iterator[list[JobResult]]:
+    """Hydra as ``python -m specexp`` runs it, inside this process: each job's result
+    collected, Hydra's global state put back after (a notebook or test may hold its own),
+    the console silent when ``quiet``."""
+    held = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    collected: list[JobResult] = []
+    hydra_app.on_result.append(collected.append)
+    argv, was_quiet = sys.argv, terminal.console.quiet
+    terminal.console.quiet = quiet or was_quiet
+    try:
+        yield collected
+    finally:
+        sys.argv = argv
+        terminal.console.quiet = was_quiet
+        hydra_app.on_result.remove(collected.append)
+        GlobalHydra.instance().hydra = held
+
+
+def _launch(args: list[str], quiet: bool) -> int:
+    """``python -m specexp ARGS`` in this process; its exit status."""
+    hydra_app.register()
+    # Hydra configures logging for its job; quiet, it leaves the process's logging alone.
+    logging_args = ["hydra/job_logging=none", "hydra/hydra_logging=none"] if quiet else []
+    sys.argv = ["specexp", *args, *logging_args]
+    try:
+        hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
+            hydra_app.run_one
+        )()
+    except SystemExit as stopped:
+        return stopped.code if isinstance(stopped.code, int) else 1
+    return 0
+
+
+def run_job(overrides: Sequence[str] = (), *, quiet: bool = False) -> JobResult:
+    """Run one job, as ``specexp run OVERRIDES`` does, and return its typed result: its
+    status, MLflow run id, summary (tok/s with its interval, latencies, notes), every
+    measured run and its output directory. A failed job is returned with its error, not
+    raised; a usage error raises :class:`UsageError`.
+
+    Example (the small generated model, two short runs; nothing printed)::
+
+        result = specexp.run_job(["model=tiny-pair-small", "workload=short"], quiet=True)
+        print(result.summary.tok_per_s.mean, result.summary.tok_per_s.ci_low)
+    """
+    check_overrides(overrides)
+    with _hydra_session(quiet) as collected:
+        code = _launch(list(overrides), quiet)
+    if collected:
+        return collected[-1]
+    raise UsageError(f"the job did not run (exit status {code}): {' '.join(overrides)}")
+
+
+def run_sweep(overrides: Sequence[str], *, quiet: bool = False) -> SweepResult:
+    """Run a sweep, as ``specexp sweep OVERRIDES`` does (comma lists and ``+sweep=NAME``
+    expand into jobs), and return each job's result, the failed ones and the sweep's report
+    (read back from the store when the sweep was tracked).
+
+    Example::
+
+        swept = specexp.run_sweep(["model=tiny-pair-small", "speculative=none,draft"])
+        for job in swept.jobs:
+            print(job.run_id, job.summary.tok_per_s.mean if job.summary else job.error)
+    """
+    check_overrides(overrides)
+    with _hydra_session(quiet) as collected:
+        code = _launch(["-m", *overrides], quiet)
+    parent = _parent_of(collected)
+    record = _run_record(collected[0].output_dir) if collected else None
+    report = (
+        load(
+            parent, tracking_uri=record.get("tracking_uri"), experiment=record["experiment"]
+        ).report
+        if parent and record
+        else None
+    )
+    return SweepResult(code, collected, parent, report)
+
+
+def _parent_of(results: Sequence[JobResult]) -> Optional[str]:
+    """The sweep's parent run, as its tracked jobs wrote it down."""
+    for result in results:
+        record = _run_record(result.output_dir)
+        if record and record.get("parent_run_id"):
+            return str(record["parent_run_id"])
+    return None
+
+
+def _run_record(directory: Optional[Path]) -> Optional[dict[str, str]]:
+    """What a tracked job's output directory says of its run (hydra_app.RUN_FILE)."""
+    path = directory / hydra_app.RUN_FILE if directory else None
+    if path is None or not path.is_file():
+        return None
+    record: dict[str, str] = json.loads(path.read_text())
+    return record
+
+
+def load(run: str, *, tracking_uri: Optional[str] = None, experiment: str = "specexp") -> LoadedRun:
+    """A finished job or sweep as typed results: from its MLflow run id, or from its output
+    directory (a job's, whose ``config.yaml`` names its store, or a sweep's ``multirun/``
+    directory). A sweep's parent run gives its report; a job's run gives its
+    :class:`~specexp.analysis.results.JobRun` (values, metrics, tags).
+
+    Example::
+
+        loaded = specexp.load("multirun/2026-12-03/08-00-00")
+        print(loaded.report.comparisons[0].verdict)
+    """
+    path = Path(run)
+    if path.is_dir():
+        return _load_directory(path, tracking_uri, experiment)
+    store = TrackingStore(tracking_uri, experiment, create=False)
+    found = store.client.get_run(run)
+    kind = RunKind(found.data.tags.get(Tag.kind, RunKind.job))
+    if kind == RunKind.sweep:
+        return LoadedRun(run, kind, report=store.sweep_report(run))
+    (job,) = store.job_runs(run_ids=[run])
+    return LoadedRun(run, kind, job=job)
+
+
+def _load_directory(path: Path, tracking_uri: Optional[str], experiment: str) -> LoadedRun:
+    """A job's output directory gives its run; a sweep's (``multirun/DATE/TIME``), its
+    parent run, as the jobs wrote them down."""
+    records = [r for d in (path, *sorted(path.iterdir())) if (r := _run_record(d))]
+    if not records:
+        raise UsageError(f"{path} holds no tracked job's {hydra_app.RUN_FILE}")
+    sweep = (path / "multirun.yaml").is_file()
+    record = records[0]
+    run_id = record["parent_run_id"] if sweep and record.get("parent_run_id") else record["run_id"]
+    return load(
+        run_id,
+        tracking_uri=tracking_uri or record.get("tracking_uri"),
+        experiment=record.get("experiment", experiment),
+    )
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """Raise :class:`UsageError` for an override Hydra would refuse or silently take for
+    another: an unknown group, option or key, or an enum value out of its choices, naming
+    the nearest valid spelling. What it cannot judge is left to Hydra."""
+    hydra_app.register()
+    # -m is a sweep's; Hydra's other flags (--cfg job, --info ...) are Hydra's to judge.
+    given = [o for o in overrides if o not in ("-m", "--multirun")]
+    if any(o.startswith("-") for o in given):
+        return
+    parsed = OverridesParser.create().parse_overrides(given)
+    groups = hydra_app.config_groups()
+    selections = []
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key.startswith("hydra"):
+            continue
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
+            else [override.get_value_element_as_str()]
+        )
+        if key in groups:
+            for value in values:
+                if value not in groups[key]:
+                    raise UsageError(
+                        unknown(f"{key} option {value!r}", value, groups[key])
+                        + f" (options: {', '.join(sorted(groups[key]))})"
+                    )
+            selections.append(f"{override.get_key_element()}={values[0]}")
+    try:
+        composed = hydra_app.compose_config(selections)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    known = hydra_app.config_keys(composed)
+    for override in parsed:
+        raw_key = override.get_key_element()
+        key = raw_key.lstrip("+~")
+        if key.startswith("hydra") or key in groups or raw_key.startswith("+"):
+            continue
+        parts = key.split(".")
+        below_open = any(known.get(".".join(parts[:n]), []) is None for n in range(1, len(parts)))
+        if below_open:
+            continue
+        if key not in known:
+            raise UsageError(unknown(f"key {key!r}", key, [*known, *groups]))
+        choices = known[key]
+        values = (
+            list(override.sweep_string_iterator())
+            if override.is_sweep_override()
+            else [override.get_value_element_as_str()]
+        )
+        for value in values:
+            if choices and value not in choices:
+                raise UsageError(
+                    unknown(f"{key} value {value!r}", value, choices)
+                    + f" (choices: {', '.join(choices)})"
+                )

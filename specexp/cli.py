@@ -1,0 +1,177 @@
+"""specexp: measure LLM serving (speculative decoding first) - run, sweep, compare, track.
+
+    specexp run model=tiny-pair-small speculative=draft     # one run (Hydra overrides)
+    specexp sweep speculative=none,draft                    # a sweep: one job per value
+    specexp compare --baseline speculative=none             # verdicts between runs
+    specexp history                                         # changes over time
+    specexp doctor engine=sglang stack=cu130                # will these jobs run as asked?
+    specexp upload outputs/2026-12-03/08-00-00              # runs measured offline
+    specexp models list                                     # the models and their files
+    specexp ui                                              # the MLflow UI on the store
+
+Exit status: 0 done; 1 a run, a sweep's job or a check failed; 2 a usage error (the
+nearest valid spelling is named); 3 ``history --fail-on-regression`` found one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from typing import Callable, Optional
+
+from specexp import api, compare, doctor, history, models, options, upload
+from specexp.analysis.results import RunStatus
+from specexp.host import interrupt
+from specexp.host.leases import free_port
+from specexp.options import UsageError
+from specexp.output import terminal
+from specexp.tracking.store import uri_in_force
+
+USAGE_EXIT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose usage errors name the nearest valid spelling (its own do for
+    subcommands and choices; an unknown option gets it here)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("unrecognized arguments:"):
+            given = message.split(":", 1)[1].split()[0]
+            flags = [f for action in self._actions for f in action.option_strings]
+            message = options.unknown(f"option {given!r}", given, flags)
+        super().error(message)
+
+
+def _overrides(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "overrides",
+        nargs=argparse.REMAINDER,
+        metavar="OVERRIDE",
+        help=f"Hydra overrides of conf/config.yaml, e.g. model=tiny-pair-small {what}",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="specexp",
+        description=__doc__.split("\n\n")[0],
+        epilog="Each subcommand has its own --help. The Python API (import specexp) does "
+        "the same: specexp.run_job, run_sweep, compare_runs, load.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show third-party libraries' INFO lines (MLflow's, Alembic's)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=summary)
+
+    _overrides(
+        command("run", "one run: launch a server, warm up, measure, test, track"),
+        "speculative=draft",
+    )
+    _overrides(
+        command("sweep", "a sweep (Hydra multirun): a job per combination, compared"),
+        "speculative=none,draft (or +sweep=NAME)",
+    )
+    compare.add_arguments(command("compare", "verdicts between finished runs in MLflow"))
+    history.add_arguments(command("history", "what changed in a configuration's tok/s over time"))
+    _overrides(
+        command("doctor", "will these jobs run as asked? checked before any model is loaded"),
+        "engine=sglang",
+    )
+    upload.add_arguments(command("upload", "log runs measured while MLflow was unreachable"))
+    models.add_arguments(
+        command("models", "the packaged (trained) and generated models: list, prepare, verify")
+    )
+    ui = command("ui", "the MLflow UI on the store the runs used, on a free port")
+    options.store(ui)
+    ui.add_argument("--port", type=int, default=0, help="the UI's port (default: a free one)")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    result = api.run_job(args.overrides)
+    return 1 if result.status == RunStatus.failed else 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    return api.run_sweep(args.overrides).exit_status  # the sweep said which jobs failed
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    api.check_overrides(args.overrides)
+    return doctor.main(args.overrides)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    """``mlflow ui`` on the store in force, on a free port; its address printed once it
+    answers. Runs until interrupted."""
+    uri, artifacts = uri_in_force(args.tracking_uri)
+    if uri.startswith(("http://", "https://")):
+        terminal.console.print(f"the store is a tracking server: its UI is at {uri}")
+        return 0
+    port = args.port or free_port()
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
+    command += ["--default-artifact-root", artifacts] if artifacts else []
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    # No job runner: MLflow 3 starts huey consumers for it, which the UI does not need.
+    env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    process = subprocess.Popen(command, env=env)
+    address = f"http://127.0.0.1:{port}/"
+    try:
+        while process.poll() is None:
+            try:
+                urllib.request.urlopen(address + "health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            return process.returncode or 1
+        terminal.console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
+        return process.wait()
+    except KeyboardInterrupt:
+        process.terminate()
+        process.wait(timeout=30)
+        return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _run,
+    "sweep": _sweep,
+    "compare": compare.run,
+    "history": history.run,
+    "doctor": _doctor,
+    "upload": upload.run,
+    "models": models.run,
+    "ui": _ui,
+}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.verbose:
+        os.environ[terminal.VERBOSE] = "1"
+    terminal.quiet_libraries()
+    interrupt.install()
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as exc:
+        terminal.console.print(f"[red]usage error:[/] {exc}")
+        return USAGE_EXIT
+    except KeyboardInterrupt:
+        signum = interrupt.received()
+        return 128 + (signum or 2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""What a person reads: every renderer's text whole (no template left unrendered), tables
+that fit 100 columns without cutting a figure, one way of writing an unbounded interval,
+and no third-party INFO lines unless asked for."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+from rich.console import Console
+
+from specexp.analysis.capacity import ArmCapacity, CapacityComparison, CapacityVerdict
+from specexp.analysis.results import RunStatus
+from specexp.core.capacity import Bracket, Capacity
+from specexp.core.measurements import RequestRecord
+from specexp.output import terminal
+from specexp.output.markdown import comparison_markdown, sweep_markdown
+from specexp.output.tables import capacity_rows, comparison_rows
+from specexp.sweep.launch import failed_jobs
+from specexp.sweep.plan import overrides_for
+from specexp.sweep.report import ui_address
+from tests.conftest import TINY, compose_job
+from tests.unit.test_sweep_plan import planned
+from tests.unit.test_sweep_report import compiled, describe
+
+# `{name}` or `{call(`: an f-string's field whose f was lost.
+UNRENDERED = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.]*[}(]")
+
+
+@pytest.fixture
+def screen(monkeypatch) -> Console:
+    """The terminal as a 100-column screen that keeps what was printed."""
+    recording = terminal._Console(width=100, record=True, highlight=False, soft_wrap=True)
+    monkeypatch.setattr(terminal, "console", recording)
+    return recording
+
+
+def report():
+    return compiled(not_engaged="speculative", crossover_factor="concurrency.streams")
+
+
+def test_no_renderer_leaves_a_template_unrendered(screen):
+    """The sweep description once printed `{ci_label(report.arms)}` as its header (an f
+    lost); every renderer is read here: markdown, the terminal and JSON."""
+    swept = report()
+    texts = {
+        "description": describe(swept),
+        "sweep markdown": sweep_markdown(swept, "tok_per_s"),
+        "comparison markdown": comparison_markdown(
+            swept.arms, swept.comparisons, swept.caveats, "tok_per_s"
+        ),
+        "json": json.dumps(swept.to_json()),
+    }
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    texts["terminal"] = screen.export_text()
+    for name, text in texts.items():
+        assert not UNRENDERED.findall(text), name
+    assert "95% CI" in texts["description"]  # the header the template stood for
+
+
+def test_the_template_check_catches_a_lost_f():
+    assert UNRENDERED.findall("| job | {ci_label(report.arms)} |")
+    assert UNRENDERED.findall("tok/s {mean}")
+    assert not UNRENDERED.findall('{"a": 1} [99.0, 101.0]')
+
+
+def test_tables_fit_100_columns_and_keep_every_figure_whole(screen):
+    """The 13-column comparison once came out as `[99.…` and `inco…` at 100 columns."""
+    swept = report()
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    text = screen.export_text()
+    table_lines = [line for line in text.splitlines() if line[:1] in "┏┃│└┡┗"]
+    assert table_lines and max(map(len, table_lines)) <= 100
+    assert "…" not in text
+    words = {line.strip("│┃ ") for line in table_lines}
+    shown = " ".join(words)
+    for row in comparison_rows(swept.arms, swept.comparisons).rows:
+        for cell in row:
+            for word in cell.split():
+                assert word in shown, word
+
+
+def capacity(low, high) -> Capacity:
+    return Capacity(0.9, 0.95, (), Bracket(None, None), rate=2.0, ci_low=low, ci_high=high)
+
+
+def test_an_unbounded_interval_is_written_one_way_everywhere():
+    """Once `[-inf, inf]` in one report and `[-, unbounded]` in another."""
+    assert capacity(None, None).describe() == "2 req/s [unbounded, unbounded]"
+    assert capacity(1.5, None).describe() == "2 req/s [1.5, unbounded]"
+    arm = ArmCapacity("a", "r", 2.0, None, None, None)
+    assert arm.describe() == "2 [unbounded, unbounded]"
+    versus = CapacityComparison(arm, arm, 0.95, 1.2, None, 1.5, CapacityVerdict.inconclusive)
+    (row,) = capacity_rows([arm], [versus]).rows
+    assert "[unbounded, +50.0%]" in row
+
+
+def test_third_party_info_lines_are_hidden_unless_verbose(monkeypatch):
+    monkeypatch.delenv(terminal.VERBOSE, raising=False)
+    terminal.quiet_libraries()
+    assert not logging.getLogger("mlflow").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
+    monkeypatch.setenv(terminal.VERBOSE, "1")
+    terminal.quiet_libraries()
+    assert logging.getLogger("mlflow").isEnabledFor(logging.INFO)
+    monkeypatch.delenv(terminal.VERBOSE)
+    terminal.quiet_libraries()
+
+
+def test_the_log_gets_the_lines_and_tracebacks_the_terminal_does_not_keep(tmp_path, screen):
+    """specexp.log was 0 bytes: the run's lines went to the terminal only."""
+    log = tmp_path / "specexp.log"
+    with terminal.logged_to(log):
+        screen.print("[bold]tok/s 12.5[/]")
+        screen.log_only("run 1: 12.5 tok/s")
+        try:
+            raise RuntimeError("the server went away")
+        except RuntimeError:
+            terminal.log_traceback()
+    screen.print("after")
+    text = log.read_text()
+    assert "tok/s 12.5" in text and "run 1: 12.5 tok/s" in text
+    assert "Traceback" in text and "RuntimeError: the server went away" in text
+    assert "after" not in text and "[bold]" not in text
+    assert "run 1" not in screen.export_text()
+
+
+def test_the_ui_link_of_a_local_store_assumes_no_port():
+    """The sweep's UI link once hard-coded http://127.0.0.1:5000/."""
+    local = ui_address("sqlite:////tmp/mlruns/mlflow.db")
+    assert (
+        ":5000" not in local
+        and "specexp ui --tracking-uri sqlite:////tmp/mlruns/mlflow.db" in local
+    )
+    assert (
+        ui_address("http://user:secret@mlflow.example:8080")
+        == "http://user:***@mlflow.example:8080/"
+    )
+
+
+def test_hydras_job_lines_show_the_jobs_own_overrides_only(caplog):
+    """Hydra's job lines once showed `multirun.parent_run_id=...` and the sweep's store."""
+    job = planned("speculative=draft", "concurrency.streams=2")
+    told = overrides_for(job, "abc123", part=1) + ["tracking.uri='sqlite:///x y.db'"]
+    terminal.hide_internal_overrides()
+    logger = logging.getLogger(terminal.HYDRA_LAUNCHER_LOGGERS[0])
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        logger.info(f"\t#0 : {' '.join(told)}")
+    assert caplog.records[-1].getMessage() == "\t#0 : speculative=draft concurrency.streams=2"
+
+
+def test_a_sweep_names_its_failed_jobs_once_each():
+    """A sweep with failed jobs once exited 0 without saying which."""
+
+    def job(label: str, status: JobStatus, value: object) -> JobReturn:
+        cfg = OmegaConf.create({"multirun": {"job_label": label}})
+        return JobReturn(cfg=cfg, status=status, _return_value=value)
+
+    returns = [
+        job("speculative=none", JobStatus.COMPLETED, RunStatus.finished),
+        job("speculative=draft", JobStatus.COMPLETED, RunStatus.failed),
+        job("speculative=ngram", JobStatus.FAILED, RuntimeError("composing failed")),
+        job("speculative=draft", JobStatus.COMPLETED, RunStatus.failed),
+    ]
+    assert failed_jobs(returns) == ["speculative=draft", "speculative=ngram"]
+
+
+def test_progress_moves_from_the_first_request_with_its_tok_s(screen):
+    """The bar once sat at 0/7 for 3 minutes: it counted runs, not requests."""
+    with terminal.run_progress(2, requests=4) as bar:
+        bar.request_done(
+            RequestRecord(
+                run=0, stream=0, warmup=False, start_unix=time.time() - 2, output_tokens=32
+            )
+        )
+        (task,) = bar.progress.tasks
+        assert (task.completed, task.total) == (1, 8)
+        assert re.fullmatch(r"run 0: 1/4 requests, \d+\.\d tok/s", task.description)
+
+
+def test_the_expected_duration_is_said_before_a_run_with_its_basis(screen):
+    cfg = compose_job(*TINY).config
+    terminal.print_expected(cfg, None)
+    terminal.print_expected(cfg, 250.0)
+    first, second = screen.export_text().splitlines()
+    assert first.startswith("expected: about 1 s of measuring - 2 runs of 1 request(s) of up")
+    assert "32 tokens, at an assumed 50 tok/s per stream" in first
+    assert second == "expected: about 4 min (an earlier run of this configuration took that long)"
