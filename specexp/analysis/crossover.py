@@ -39,6 +39,13 @@ from specexp.engines import engines
 
 DRAWS = 4000
 
+# Why a crossover of single launches is no claim about the configurations, and what to run.
+LAUNCHES_ONLY = (
+    "one launch per arm and level, so the interval leaves launch-to-launch variance out and "
+    "holds for these launches only; for a crossover and a switch-off setting that hold, re-run "
+    "the sweep with stats.launches=3 (launches interleaved at every level)"
+)
+
 
 CROSSOVER_FORMAT = 2
 
@@ -237,6 +244,9 @@ def _statement(result: Crossover, confidence: float) -> str:
         finding = (
             f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level "
             f"measured ({lowest_text})"
+            if result.never_pays and not result.launches_only
+            else f"{candidate}'s launch was behind {baseline}'s at concurrency {levels[0]}, the "
+            f"lowest level measured ({lowest_text}, of these launches' runs)"
             if result.never_pays
             else f"{candidate} is not shown to pay at concurrency {levels[0]}, the lowest level "
             f"measured, nor to cost ({lowest_text}: the interval holds "
@@ -260,10 +270,7 @@ def _statement(result: Crossover, confidence: float) -> str:
             f"{result.no_crossing_share:.0%} of draws saw no crossover in {span})"
         )
     if result.launches_only:
-        finding = (
-            f"on one launch per arm and level (the interval leaves launch-to-launch variance "
-            f"out, so it holds for these launches): {finding}"
-        )
+        finding = f"{LAUNCHES_ONLY}; as these launches measured it: {finding}"
     if result.metric != Metric.tok_per_s:
         finding = f"on {result.metric}: {finding}"
     if result.reliable:
@@ -275,8 +282,12 @@ def _statement(result: Crossover, confidence: float) -> str:
 
 
 def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
-    """The switch-off threshold as each engine's own dynamic-speculation setting; none on
-    noisy levels, or where the lowest level's interval shows neither a gain nor a loss."""
+    """The switch-off threshold as each engine's own dynamic-speculation setting, where the
+    interval carries launch-to-launch variance and places the crossover in range; none on
+    one launch per arm and level, on noisy levels, where the lowest level's interval shows
+    neither a gain nor a loss, or where the interval reaches beyond the highest level."""
+    if crossover.launches_only:
+        return {"threshold": None, "note": f"no switch-off recommended: {LAUNCHES_ONLY}"}
     if not crossover.reliable:
         return {
             "threshold": None,
@@ -296,6 +307,15 @@ def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: i
             "threshold": None,
             "note": f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
             f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})",
+        }
+    if crossover.ci_high is None and not crossover.never_pays:
+        # A flat small gain crosses 0 somewhere by noise alone; a switch-off needs the
+        # interval to place the crossing inside the levels measured.
+        return {
+            "threshold": None,
+            "note": "no switch-off recommended: the crossover's interval reaches beyond "
+            f"concurrency {crossover.levels[-1]}, the highest level measured, so speculation "
+            "is not shown to stop paying in range (measure higher levels, or more launches)",
         }
     # The interval's lower end: speculation is switched off wherever it may not pay.
     conservative = crossover.ci_low if crossover.ci_low is not None else crossover.estimate
