@@ -23,7 +23,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from specexp.analysis.arms import Arm, Selector, same_server
+from specexp.analysis.arms import Arm, Calibration, Selector, account_for_launches, same_server
 from specexp.analysis.results import Metric, Unit
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig
@@ -453,9 +453,13 @@ class SwitchOffCheck:
 
     @property
     def outcomes(self) -> list[str]:
-        """Per level: tracks (equivalent or faster), behind (slower) or undecided."""
+        """Per level: tracks (equivalent or faster), behind (slower) or undecided; with one
+        launch per arm and no launch variance known, inconclusive, as comparisons are."""
         named = {Verdict.equivalent: "tracks", Verdict.faster: "tracks", Verdict.slower: "behind"}
-        return [named.get(c.finding, "undecided") for c in self.comparisons]
+        return [
+            ONE_LAUNCH_EACH if c.launches_only else named.get(c.finding, "undecided")
+            for c in self.comparisons
+        ]
 
     def to_json(self) -> dict:
         return {
@@ -475,34 +479,41 @@ class SwitchOffCheck:
 
 
 SWITCH_OFF_FORMAT = 1
+ONE_LAUNCH_EACH = "inconclusive: one launch each"
 
 
 def check_switch_off(
-    adaptive: tuple[str, Mapping[int, Sequence[float]]],
-    static: tuple[str, Mapping[int, Sequence[float]]],
-    baseline: tuple[str, Mapping[int, Sequence[float]]],
+    adaptive: tuple[str, Mapping[int, Arm]],
+    static: tuple[str, Mapping[int, Arm]],
+    baseline: tuple[str, Mapping[int, Arm]],
     threshold: int,
     confidence: float,
     equivalence: float,
+    calibration: Optional[Mapping[tuple[str, ...], Calibration]] = None,
 ) -> SwitchOffCheck:
-    """Each family as (name, {level: values}). At each level the adaptive arm is compared
-    with the fixed arm of higher geometric mean; the intervals hold together over the
-    levels (Bonferroni), so "behind" at any level is a claim at the confidence asked."""
+    """Each family as (name, {level: arm}). At each level the adaptive arm is compared
+    with the fixed arm of higher geometric mean, launches accounted for as in comparisons
+    (:func:`account_for_launches`: single launches on servers of their own are tested
+    against a calibration's launch variance, else say nothing across launches); the
+    intervals hold together over the levels (Bonferroni), so "behind" at any level is a
+    claim at the confidence asked."""
     levels = sorted(set(adaptive[1]) & set(static[1]) & set(baseline[1]))
-    followed, comparisons = [], []
+    followed, comparisons, runs = [], [], []
     for level in levels:
-        faster = max((static, baseline), key=lambda f: float(np.mean(np.log(f[1][level]))))
+        faster = max((static, baseline), key=lambda f: float(np.mean(np.log(f[1][level].values))))
         followed.append(faster[0])
+        runs.append((faster[1][level].run, adaptive[1][level].run))
         comparisons.append(
             compare(
-                faster[1][level],
-                adaptive[1][level],
+                faster[1][level].values,
+                adaptive[1][level].values,
                 confidence=confidence,
                 threshold=equivalence,
                 baseline_name=f"{faster[0]} at {level}",
                 candidate_name=f"{adaptive[0]} at {level}",
             )
         )
+    account_for_launches(runs, comparisons, dict(calibration or {}))
     decide(comparisons)
     check = SwitchOffCheck(
         adaptive[0], static[0], baseline[0], threshold, levels, followed, comparisons
@@ -511,8 +522,14 @@ def check_switch_off(
     for level, outcome in zip(levels, check.outcomes, strict=True):
         by_outcome.setdefault(outcome, []).append(level)
     parts = [f"{outcome} at {', '.join(map(str, found))}" for outcome, found in by_outcome.items()]
+    unjudged = (
+        "; one launch per arm and no launch variance known: re-run with stats.launches=3 "
+        "(or calibrate the server family) to judge it"
+        if ONE_LAUNCH_EACH in by_outcome
+        else ""
+    )
     check.statement = (
         f"{adaptive[0]} (drafting below {threshold} requests per batch) against the faster of "
-        f"{static[0]} and {baseline[0]} at each level: " + "; ".join(parts)
+        f"{static[0]} and {baseline[0]} at each level: " + "; ".join(parts) + unjudged
     )
     return check
