@@ -386,3 +386,9 @@ def print_prompt_comparison(compared: PromptComparison) -> None:
         )
     for note in compared.notes:
         console.print(f"[yellow]note:[/] {escape(note.message)}")
+
+
+def print_budget(statement: str, short: bool) -> None:
+    """Before the first launch: what the sweep's budget can find; in yellow when it falls
+    ``short`` of the threshold."""
+    console.print(f"[yellow]{escape(statement)}[/]" if short else escape(statement))

@@ -40,6 +40,7 @@ from specexp.sweep.plan import (
 )
 from specexp.sweep.report import sweep_report, sweep_view
 from specexp.sweep.sequential import (
+    budget_power,
     run_sequences,
     sequential_pairs,
     sequential_summary,
@@ -164,6 +165,9 @@ def run_sweep(
         order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
     for line in [*describe(plan), f"order: {order}"]:
         terminal.console.print(line)
+    budget = budget_power(plan, settings.baseline, pairs)
+    if budget is not None:
+        terminal.print_budget(budget.statement, budget.short)
     if first.dry_run:  # nothing is measured: each job's command once
         steps, pairs = [Step(planned) for planned in plan.to_run], []
     parent = _start_parent(store, plan, first) if store else None

@@ -1,0 +1,58 @@
+"""What a sweep's budget can find, said before its first launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from specexp.core.schemas import JobOrder
+from specexp.output import terminal
+from specexp.sweep.plan import Plan, order_jobs
+from specexp.sweep.sequential import Design, budget_power, sequential_pairs
+from tests.unit.test_sweep_plan import planned
+
+BASELINE = "speculative=none"
+
+
+def sweep(*overrides: str, in_process: bool = True):
+    plan = Plan([planned(f"speculative={s}", *overrides) for s in ("none", "draft")])
+    order_jobs(plan, JobOrder.interleaved)
+    pairs = sequential_pairs(plan, BASELINE, JobOrder.interleaved, in_process)
+    return budget_power(plan, BASELINE, pairs)
+
+
+def test_the_default_sequential_budget_says_what_it_finds_and_that_it_misses_the_threshold(
+    capsys,
+):
+    budget = sweep()
+    assert budget is not None and budget.design == Design.sequential
+    # 12 launches x 5 runs at 2% / 2% spreads: about 3.4% (tests/statistics/test_budget.py).
+    assert budget.detectable == pytest.approx(0.034, abs=0.001) and budget.short
+    terminal.print_budget(budget.statement, budget.short)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("budget: finds a 3.4% difference with power 0.8 (measured until")
+    assert "assuming 2% launch-to-launch and 2% run-to-run spread" in line
+    assert line.endswith("it cannot find the 1.0% threshold") and "\n" not in line
+
+
+def test_a_larger_budget_finds_its_design_effect():
+    budget = sweep("stats.sequential.max_launches=60")
+    assert budget is not None and budget.detectable == pytest.approx(0.02)
+
+
+def test_single_launches_on_servers_of_their_own_decide_nothing_and_say_what_to_run(capsys):
+    budget = sweep(in_process=False)
+    assert budget is not None and budget.design == Design.single_launches
+    assert budget.detectable is None and budget.short
+    terminal.print_budget(budget.statement, budget.short)
+    assert "stats.launches=3 measures it" in capsys.readouterr().out
+
+
+def test_fixed_launches_are_judged_by_welchs_power_on_launch_means():
+    budget = sweep("stats.launches=3", "stats.sequential.enabled=false")
+    assert budget is not None and budget.design == Design.launches and budget.launches == 3
+    assert budget.detectable is not None and 0.05 < budget.detectable < 0.2
+
+
+def test_a_sweep_without_baseline_pairs_says_nothing():
+    plan = Plan([planned("speculative=none")])
+    assert budget_power(plan, BASELINE, []) is None
