@@ -17,11 +17,12 @@ from hydra.core.config_loader import ConfigLoader
 from omegaconf import DictConfig
 from rich.markup import escape
 
+from specexp.analysis.arms import calibrations
 from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
-from specexp.host import interrupt
+from specexp.host import capture, interrupt
 from specexp.output import terminal
 from specexp.run import launchers
 from specexp.run.job_run import OpenJobs
@@ -165,7 +166,13 @@ def run_sweep(
         order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
     for line in [*describe(plan), f"order: {order}"]:
         terminal.console.print(line)
-    budget = budget_power(plan, settings.baseline, pairs)
+    budget = budget_power(
+        plan,
+        settings.baseline,
+        pairs,
+        calibrations(store.calibration_runs()) if store else {},
+        capture.hardware()[Tag.hardware],
+    )
     if budget is not None:
         terminal.print_budget(budget.statement, budget.short)
     if first.dry_run:  # nothing is measured: each job's command once

@@ -19,7 +19,8 @@ import random
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable, Optional, Sequence
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from hydra.core.config_loader import ConfigLoader
@@ -27,7 +28,7 @@ from omegaconf import DictConfig
 from scipy import optimize
 from scipy import stats as scipy_stats
 
-from specexp.analysis.arms import Selector
+from specexp.analysis.arms import Calibration, Selector
 from specexp.core.schemas import JobOrder
 from specexp.core.sequential import (
     Costs,
@@ -159,7 +160,7 @@ class BudgetPower:
                 f"({self.design}, at most {self.launches} launch(es) x {self.runs} runs per "
                 f"arm{allowed}; {self.spreads.source})"
             )
-        if self.short:
+        if self.short and self.detectable is not None:
             line += f"; it cannot find the {self.threshold:.1%} threshold"
         return line
 
@@ -220,20 +221,40 @@ def sequential_pairs(
     ]
 
 
+def known_spreads(
+    job: PlannedJob, known: Mapping[tuple[str, ...], Calibration], hardware: str
+) -> Spreads:
+    """The spreads of the job's server family on this ``hardware`` where calibration runs
+    measured them, else the assumed ones."""
+    config = job.job.config
+    found = known.get((job.job.engine.name, config.model.name, config.stack.name, hardware))
+    if found is None:
+        return ASSUMED
+    between = max(found.launch_var - found.within_var / found.runs_per_launch, 0.0)
+    return Spreads(
+        math.sqrt(between),
+        math.sqrt(found.within_var),
+        f"spreads of calibration runs {', '.join(r[:8] for r in found.runs)}",
+    )
+
+
 def budget_power(
     plan: Plan,
     baseline: Optional[str],
     sequential: Sequence[tuple[PlannedJob, PlannedJob]],
-    spreads: Spreads = ASSUMED,
+    known: Mapping[tuple[str, ...], Calibration] = MappingProxyType({}),
+    hardware: str = "",
 ) -> Optional[BudgetPower]:
-    """What the weakest of the sweep's comparisons can find with its budget, at
-    ``spreads``: the sequential pairs (as :func:`with_launch_budget` returned them) with
-    their sequential budget, the others with their fixed launches and runs. None for a
-    sweep without baseline pairs."""
+    """What the weakest of the sweep's comparisons can find with its budget, at the
+    spreads calibration runs measured for its server family on this ``hardware`` (``known``,
+    by family key), else assumed ones: the sequential pairs (as :func:`with_launch_budget`
+    returned them) with their sequential budget, the others with their fixed launches and
+    runs. None for a sweep without baseline pairs."""
     pairs = baseline_jobs(plan, baseline)
     in_sequence = {(id(b), id(c)) for b, c in sequential}
     found = []
     for base, job in pairs:
+        spreads = known_spreads(base, known, hardware)
         stats = job.job.config.stats
         settings = stats.sequential
         if (id(base), id(job)) in in_sequence:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from specexp.analysis.arms import Calibration
 from specexp.core.schemas import JobOrder
 from specexp.output import terminal
 from specexp.sweep.plan import Plan, order_jobs
@@ -56,3 +57,19 @@ def test_fixed_launches_are_judged_by_welchs_power_on_launch_means():
 def test_a_sweep_without_baseline_pairs_says_nothing():
     plan = Plan([planned("speculative=none")])
     assert budget_power(plan, BASELINE, []) is None
+
+
+def test_a_calibration_of_the_server_family_replaces_the_assumed_spreads():
+    plan = Plan([planned(f"speculative={s}") for s in ("none", "draft")])
+    order_jobs(plan, JobOrder.interleaved)
+    pairs = sequential_pairs(plan, BASELINE, JobOrder.interleaved, True)
+    config = plan.jobs[0].job.config
+    key = (plan.jobs[0].job.engine.name, config.model.name, config.stack.name, "1x cpu")
+    # Launch means that hardly vary: 0.5% between launches, 1% within, 5 runs per launch.
+    calm = Calibration(0.005**2 + 0.01**2 / 5, 0.01**2, 5.0, 10.0, ("abcdef123456",))
+    budget = budget_power(plan, BASELINE, pairs, {key: calm}, "1x cpu")
+    assert budget is not None and "calibration runs abcdef12" in budget.statement
+    assert budget.spreads.between_cv == pytest.approx(0.005)
+    assert budget.detectable == pytest.approx(0.02)  # the design effect: the budget suffices
+    elsewhere = budget_power(plan, BASELINE, pairs, {key: calm}, "1x other")
+    assert elsewhere is not None and "assuming 2% launch-to-launch" in elsewhere.statement
