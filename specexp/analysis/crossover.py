@@ -19,12 +19,23 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from itertools import pairwise
+from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from specexp.analysis.arms import Arm, Calibration, Selector, account_for_launches, same_server
-from specexp.analysis.results import Metric, Unit
+from specexp.analysis.arms import (
+    CALIBRATION_CHECK_ALPHA,
+    Arm,
+    Calibration,
+    Selector,
+    account_for_launches,
+    family_key,
+    same_server,
+    why_not_applicable,
+)
+from specexp.analysis.results import JobRun, Metric, Unit
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import (
@@ -86,6 +97,8 @@ class Crossover:
     # Levels where both arms had 0 in every run (goodput: nothing met the SLO). A crossing
     # into one is censored: it lies anywhere after the level before.
     collapsed: list[int] = field(default_factory=list)
+    # Single launches whose launch-to-launch variance the interval carries: whose.
+    launch_variance_from: str = ""
 
     @property
     def reliable(self) -> bool:
@@ -152,6 +165,17 @@ def _can_draw(values: np.ndarray, scale: Scale) -> bool:
     return values.size >= 2 and (scale == Scale.difference or np.ptp(values) > 0)
 
 
+@dataclass(frozen=True)
+class LaunchOffset:
+    """How much one arm's single-launch means move from launch to launch (variance of log
+    throughput beyond the runs', from calibration runs, with its degrees of freedom);
+    ``shared``: the arm's levels ran on one server, so one offset moves all of them."""
+
+    var: float
+    df: float
+    shared: bool
+
+
 def find_crossover(
     candidate: str,
     baseline: str,
@@ -164,10 +188,14 @@ def find_crossover(
     launches_only: bool = False,
     metric: str = Metric.tok_per_s,
     scale: Scale = Scale.ratio,
+    offsets: Optional[tuple[LaunchOffset, LaunchOffset]] = None,
+    launch_variance_from: str = "",
 ) -> Crossover:
     """Values per level for both arms (of ``metric`` for each measured run: aggregate tok/s
     on the ratio scale, goodput on the difference scale); ``unreliable``: the levels whose
-    values cannot carry a claim, with the reasons (their warnings)."""
+    values cannot carry a claim, with the reasons (their warnings); ``offsets``: the
+    candidate's and the baseline's launch offsets, drawn into the interval (single launches
+    whose launch variance calibration runs measured, named by ``launch_variance_from``)."""
     order = np.argsort(levels)
     levels = [int(levels[i]) for i in order]
     cand = [_transform(np.asarray(cand_values[i], float), scale) for i in order]
@@ -195,6 +223,7 @@ def find_crossover(
         metric=metric,
         scale=scale,
         collapsed=collapsed,
+        launch_variance_from=launch_variance_from,
     )
     tail = (1 - confidence) / 2
     if all(_can_draw(v, scale) for v in cand + base):
@@ -202,6 +231,9 @@ def find_crossover(
         draws = np.column_stack(
             [_mean_draws(c, rng) - _mean_draws(b, rng) for c, b in zip(cand, base, strict=True)]
         )
+        for offset, sign in zip(offsets or (), (1.0, -1.0), strict=False):
+            width = 1 if offset.shared else len(levels)
+            draws += sign * math.sqrt(offset.var) * rng.standard_t(offset.df, (DRAWS, width))
         found = _crossings(levels, draws)
         # Censored crossings: the interval's low end takes each at the level before.
         earliest = found.copy()
@@ -271,6 +303,10 @@ def _statement(result: Crossover, confidence: float) -> str:
         )
     if result.launches_only:
         finding = f"{LAUNCHES_ONLY}; as these launches measured it: {finding}"
+    elif result.launch_variance_from:
+        finding = f"{finding}; the interval carries the launch-to-launch variance of " + (
+            result.launch_variance_from
+        )
     if result.metric != Metric.tok_per_s:
         finding = f"on {result.metric}: {finding}"
     if result.reliable:
@@ -361,11 +397,14 @@ def analyse(
     cv_warn: Optional[float] = None,
     metric: str = Metric.tok_per_s,
     scale: Scale = Scale.ratio,
+    calibration: Mapping[tuple[str, ...], Calibration] = MappingProxyType({}),
 ) -> list[Crossover]:
     """A crossover for each speculative family against the baseline family that shares its
     other settings, over the levels both were measured at, of the arms' values (``metric``
     on ``scale``); with ``cv_warn``, the levels where either arm's warnings fire
-    (:func:`level_warnings`) are named unreliable."""
+    (:func:`level_warnings`) are named unreliable. Single launches on servers of their own
+    carry the launch variance of ``calibration`` where it applies to every level of both
+    families (:func:`launch_offsets`), else their crossover holds for these launches only."""
     grouped = families(arms, factor)
 
     def others(levels: dict[int, Arm]) -> tuple:
@@ -387,6 +426,20 @@ def analyse(
         common = sorted(set(levels) & set(grouped[base_name]))
         if len(common) < 2:
             continue
+        single = all(
+            levels[c].unit == grouped[base_name][c].unit == Unit.run
+            and not same_server(levels[c].run, grouped[base_name][c].run)
+            for c in common
+        )
+        calibrated = (
+            launch_offsets(
+                [levels[c].run for c in common],
+                [grouped[base_name][c].run for c in common],
+                calibration,
+            )
+            if single and scale == Scale.ratio
+            else None
+        )
         results.append(
             find_crossover(
                 name,
@@ -395,11 +448,7 @@ def analyse(
                 [levels[c].values for c in common],
                 [grouped[base_name][c].values for c in common],
                 confidence,
-                launches_only=all(
-                    levels[c].unit == grouped[base_name][c].unit == Unit.run
-                    and not same_server(levels[c].run, grouped[base_name][c].run)
-                    for c in common
-                ),
+                launches_only=single and calibrated is None,
                 unreliable=None
                 if cv_warn is None
                 else {
@@ -411,9 +460,34 @@ def analyse(
                 },
                 metric=metric,
                 scale=scale,
+                offsets=calibrated[0] if calibrated else None,
+                launch_variance_from=calibrated[1] if calibrated else "",
             )
         )
     return results
+
+
+def launch_offsets(
+    candidate: Sequence[JobRun],
+    baseline: Sequence[JobRun],
+    calibration: Mapping[tuple[str, ...], Calibration],
+) -> Optional[tuple[tuple[LaunchOffset, LaunchOffset], str]]:
+    """Each family's launch offset (its runs, one per level, single launches) from the
+    calibration of its server family, with the calibration runs named; None unless a
+    calibration applies to every level's run of both (:func:`why_not_applicable`)."""
+    found = []
+    for runs in (candidate, baseline):
+        keys = {family_key(run) for run in runs}
+        known = calibration.get(next(iter(keys))) if len(keys) == 1 else None
+        if known is None or any(
+            why_not_applicable(known, run, CALIBRATION_CHECK_ALPHA) for run in runs
+        ):
+            return None
+        shared = all(same_server(a, b) for a, b in pairwise(runs))
+        between = max(known.launch_var - known.within_var / known.runs_per_launch, 0.0)
+        found.append((LaunchOffset(between, known.df, shared), known.runs))
+    names = sorted({r[:8] for _, runs in found for r in runs})
+    return (found[0][0], found[1][0]), f"calibration runs {', '.join(names)}"
 
 
 def level_warnings(arm: Arm, name: str, cv_warn: float, spread: bool = True) -> list[str]:

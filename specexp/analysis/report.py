@@ -238,7 +238,9 @@ def _crossovers(
         return facts.speculative[arm.run.tags[Tag.config_fingerprint]]
 
     adaptive = [f for f in families if speculative(f).switch_off_at is not None]
-    analysed = crossover.analyse(arms, selector, factor, stats.confidence, stats.cv_warn)
+    analysed = crossover.analyse(
+        arms, selector, factor, stats.confidence, stats.cv_warn, calibration=calibration
+    )
     found = [c for c in analysed if c.candidate not in adaptive]
     for result in found:
         result.recommendation = crossover.recommend(result, speculative(result.candidate))
