@@ -54,7 +54,8 @@ DRAWS = 4000
 LAUNCHES_ONLY = (
     "one launch per arm and level, so the interval leaves launch-to-launch variance out and "
     "holds for these launches only; for a crossover and a switch-off setting that hold, re-run "
-    "the sweep with stats.launches=3 (launches interleaved at every level)"
+    "the sweep with stats.launches=3 (launches interleaved at every level), or after "
+    "calibrating the server family (a run with stats.launches=3 or more)"
 )
 
 
