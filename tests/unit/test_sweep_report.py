@@ -218,3 +218,50 @@ def test_the_crossover_plot_shows_its_findings_whole_inside_the_figure():
     box = title.get_window_extent(canvas.get_renderer())
     assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
     assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1
+
+
+def switch_off_report(launches: bool) -> SweepReport:
+    """A sweep of no speculation, the draft, and the draft switched off from 8 streams,
+    at 1 and 8 streams; each job on a server of its own."""
+    means = {"none": (100.0, 400.0), "draft": (200.0, 280.0), "adaptive": (200.0, 400.0)}
+    settings = {
+        "none": SpeculativeConfig(method="none"),
+        "draft": SpeculativeConfig(method="draft"),
+        "adaptive": SpeculativeConfig(method="draft", switch_off_at=8),
+    }
+    runs = []
+    for name, by_level in means.items():
+        for streams, mean in zip((1, 8), by_level, strict=True):
+            factors = {"speculative": name, "concurrency.streams": str(streams)}
+            tags = {Tag.factors: factors_tag(factors), Tag.config_fingerprint: name}
+            values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
+            runs.append(
+                JobRun.from_store(
+                    f"{name}{streams}",
+                    f"{name} {streams}",
+                    "FINISHED",
+                    tags,
+                    {},
+                    values,
+                    values if launches else [],
+                )
+            )
+    facts = SweepFacts(
+        parent_run_id="p",
+        engine="vllm",
+        order="interleaved",
+        baseline="speculative=none",
+        crossover_factor="concurrency.streams",
+        stats=StatsConfig(threshold=0.02),
+        speculative=settings,
+    )
+    return compile_sweep_report(facts, runs, [], {})
+
+
+def test_the_switch_off_check_judges_no_level_from_single_launches():
+    (check,) = switch_off_report(launches=False).checks
+    assert check.outcomes == [crossover.ONE_LAUNCH_EACH] * 2
+    assert "re-run with stats.launches=3" in check.statement
+    (over_launches,) = switch_off_report(launches=True).checks
+    assert over_launches.outcomes == ["tracks", "tracks"]
+    assert over_launches.followed == ["speculative=draft", "speculative=none"]
