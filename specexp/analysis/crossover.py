@@ -12,6 +12,12 @@ underestimates); a draw that never crosses counts as beyond the highest level, o
 does not pay at the lowest as at or below it, so the interval is taken over all draws.
 Over noise 2-5%, 3-5 runs per level and crossovers mid-range and near the edge it covers
 the true crossover at least 95% of the time (tests/statistics/test_crossover.py).
+
+Launch-to-launch variance enters as each value carries it: with several launches per level
+each value is a launch's mean; with one launch per arm the calibration of the server
+family, where it applies, adds each arm's launch offset to the draws; otherwise the interval
+is of these launches only, which the statement says, and no engine setting is recommended
+(with a 2% launch offset per arm such intervals covered the truth 31-57% of the time).
 """
 
 from __future__ import annotations
@@ -19,12 +25,23 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from itertools import pairwise
+from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from specexp.analysis.arms import Arm, Selector, same_server
-from specexp.analysis.results import Metric, Unit
+from specexp.analysis.arms import (
+    CALIBRATION_CHECK_ALPHA,
+    Arm,
+    Calibration,
+    Selector,
+    account_for_launches,
+    family_key,
+    same_server,
+    why_not_applicable,
+)
+from specexp.analysis.results import JobRun, Metric, Unit
 from specexp.core.records import check_format
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import (
@@ -38,6 +55,14 @@ from specexp.core.stats import (
 from specexp.engines import engines
 
 DRAWS = 4000
+
+# Why a crossover of single launches is no claim about the configurations, and what to run.
+LAUNCHES_ONLY = (
+    "one launch per arm and level, so the interval leaves launch-to-launch variance out and "
+    "holds for these launches only; for a crossover and a switch-off setting that hold, re-run "
+    "the sweep with stats.launches=3 (launches interleaved at every level), or after "
+    "calibrating the server family (a run with stats.launches=3 or more)"
+)
 
 
 CROSSOVER_FORMAT = 2
@@ -79,6 +104,8 @@ class Crossover:
     # Levels where both arms had 0 in every run (goodput: nothing met the SLO). A crossing
     # into one is censored: it lies anywhere after the level before.
     collapsed: list[int] = field(default_factory=list)
+    # Single launches whose launch-to-launch variance the interval carries: whose.
+    launch_variance_from: str = ""
 
     @property
     def reliable(self) -> bool:
@@ -145,6 +172,17 @@ def _can_draw(values: np.ndarray, scale: Scale) -> bool:
     return values.size >= 2 and (scale == Scale.difference or np.ptp(values) > 0)
 
 
+@dataclass(frozen=True)
+class LaunchOffset:
+    """How much one arm's single-launch means move from launch to launch (variance of log
+    throughput beyond the runs', from calibration runs, with its degrees of freedom);
+    ``shared``: the arm's levels ran on one server, so one offset moves all of them."""
+
+    var: float
+    df: float
+    shared: bool
+
+
 def find_crossover(
     candidate: str,
     baseline: str,
@@ -157,10 +195,14 @@ def find_crossover(
     launches_only: bool = False,
     metric: str = Metric.tok_per_s,
     scale: Scale = Scale.ratio,
+    offsets: Optional[tuple[LaunchOffset, LaunchOffset]] = None,
+    launch_variance_from: str = "",
 ) -> Crossover:
     """Values per level for both arms (of ``metric`` for each measured run: aggregate tok/s
     on the ratio scale, goodput on the difference scale); ``unreliable``: the levels whose
-    values cannot carry a claim, with the reasons (their warnings)."""
+    values cannot carry a claim, with the reasons (their warnings); ``offsets``: the
+    candidate's and the baseline's launch offsets, drawn into the interval (single launches
+    whose launch variance calibration runs measured, named by ``launch_variance_from``)."""
     order = np.argsort(levels)
     levels = [int(levels[i]) for i in order]
     cand = [_transform(np.asarray(cand_values[i], float), scale) for i in order]
@@ -188,6 +230,7 @@ def find_crossover(
         metric=metric,
         scale=scale,
         collapsed=collapsed,
+        launch_variance_from=launch_variance_from,
     )
     tail = (1 - confidence) / 2
     if all(_can_draw(v, scale) for v in cand + base):
@@ -195,6 +238,11 @@ def find_crossover(
         draws = np.column_stack(
             [_mean_draws(c, rng) - _mean_draws(b, rng) for c, b in zip(cand, base, strict=True)]
         )
+        # Launch offsets: the candidate's adds, the baseline's subtracts; one per draw for
+        # an arm whose levels shared a server, else one per level.
+        for offset, sign in zip(offsets, (1.0, -1.0), strict=True) if offsets else ():
+            width = 1 if offset.shared else len(levels)
+            draws += sign * math.sqrt(offset.var) * rng.standard_t(offset.df, (DRAWS, width))
         found = _crossings(levels, draws)
         # Censored crossings: the interval's low end takes each at the level before.
         earliest = found.copy()
@@ -237,6 +285,9 @@ def _statement(result: Crossover, confidence: float) -> str:
         finding = (
             f"{candidate} does not pay even at concurrency {levels[0]}, the lowest level "
             f"measured ({lowest_text})"
+            if result.never_pays and not result.launches_only
+            else f"{candidate}'s launch was behind {baseline}'s at concurrency {levels[0]}, the "
+            f"lowest level measured ({lowest_text}, of these launches' runs)"
             if result.never_pays
             else f"{candidate} is not shown to pay at concurrency {levels[0]}, the lowest level "
             f"measured, nor to cost ({lowest_text}: the interval holds "
@@ -260,9 +311,10 @@ def _statement(result: Crossover, confidence: float) -> str:
             f"{result.no_crossing_share:.0%} of draws saw no crossover in {span})"
         )
     if result.launches_only:
-        finding = (
-            f"on one launch per arm and level (the interval leaves launch-to-launch variance "
-            f"out, so it holds for these launches): {finding}"
+        finding = f"{LAUNCHES_ONLY}; as these launches measured it: {finding}"
+    elif result.launch_variance_from:
+        finding = f"{finding}; the interval carries the launch-to-launch variance of " + (
+            result.launch_variance_from
         )
     if result.metric != Metric.tok_per_s:
         finding = f"on {result.metric}: {finding}"
@@ -275,8 +327,12 @@ def _statement(result: Crossover, confidence: float) -> str:
 
 
 def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
-    """The switch-off threshold as each engine's own dynamic-speculation setting; none on
-    noisy levels, or where the lowest level's interval shows neither a gain nor a loss."""
+    """The switch-off threshold as each engine's own dynamic-speculation setting, where the
+    interval carries launch-to-launch variance and places the crossover in range; none on
+    one launch per arm and level, on noisy levels, where the lowest level's interval shows
+    neither a gain nor a loss, or where the interval reaches beyond the highest level."""
+    if crossover.launches_only:
+        return {"threshold": None, "note": f"no switch-off recommended: {LAUNCHES_ONLY}"}
     if not crossover.reliable:
         return {
             "threshold": None,
@@ -296,6 +352,15 @@ def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: i
             "threshold": None,
             "note": f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
             f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})",
+        }
+    if crossover.ci_high is None and not crossover.never_pays:
+        # A flat small gain crosses 0 somewhere by noise alone; a switch-off needs the
+        # interval to place the crossing inside the levels measured.
+        return {
+            "threshold": None,
+            "note": "no switch-off recommended: the crossover's interval reaches beyond "
+            f"concurrency {crossover.levels[-1]}, the highest level measured, so speculation "
+            "is not shown to stop paying in range (measure higher levels, or more launches)",
         }
     # The interval's lower end: speculation is switched off wherever it may not pay.
     conservative = crossover.ci_low if crossover.ci_low is not None else crossover.estimate
@@ -341,11 +406,14 @@ def analyse(
     cv_warn: Optional[float] = None,
     metric: str = Metric.tok_per_s,
     scale: Scale = Scale.ratio,
+    calibration: Mapping[tuple[str, ...], Calibration] = MappingProxyType({}),
 ) -> list[Crossover]:
     """A crossover for each speculative family against the baseline family that shares its
     other settings, over the levels both were measured at, of the arms' values (``metric``
     on ``scale``); with ``cv_warn``, the levels where either arm's warnings fire
-    (:func:`level_warnings`) are named unreliable."""
+    (:func:`level_warnings`) are named unreliable. Single launches on servers of their own
+    carry the launch variance of ``calibration`` where it applies to every level of both
+    families (:func:`launch_offsets`), else their crossover holds for these launches only."""
     grouped = families(arms, factor)
 
     def others(levels: dict[int, Arm]) -> tuple:
@@ -367,6 +435,20 @@ def analyse(
         common = sorted(set(levels) & set(grouped[base_name]))
         if len(common) < 2:
             continue
+        single = all(
+            levels[c].unit == grouped[base_name][c].unit == Unit.run
+            and not same_server(levels[c].run, grouped[base_name][c].run)
+            for c in common
+        )
+        calibrated = (
+            launch_offsets(
+                [levels[c].run for c in common],
+                [grouped[base_name][c].run for c in common],
+                calibration,
+            )
+            if single and scale == Scale.ratio
+            else None
+        )
         results.append(
             find_crossover(
                 name,
@@ -375,11 +457,7 @@ def analyse(
                 [levels[c].values for c in common],
                 [grouped[base_name][c].values for c in common],
                 confidence,
-                launches_only=all(
-                    levels[c].unit == grouped[base_name][c].unit == Unit.run
-                    and not same_server(levels[c].run, grouped[base_name][c].run)
-                    for c in common
-                ),
+                launches_only=single and calibrated is None,
                 unreliable=None
                 if cv_warn is None
                 else {
@@ -391,9 +469,34 @@ def analyse(
                 },
                 metric=metric,
                 scale=scale,
+                offsets=calibrated[0] if calibrated else None,
+                launch_variance_from=calibrated[1] if calibrated else "",
             )
         )
     return results
+
+
+def launch_offsets(
+    candidate: Sequence[JobRun],
+    baseline: Sequence[JobRun],
+    calibration: Mapping[tuple[str, ...], Calibration],
+) -> Optional[tuple[tuple[LaunchOffset, LaunchOffset], str]]:
+    """Each family's launch offset (its runs, one per level, single launches) from the
+    calibration of its server family, with the calibration runs named; None unless a
+    calibration applies to every level's run of both (:func:`why_not_applicable`)."""
+    found = []
+    for runs in (candidate, baseline):
+        keys = {family_key(run) for run in runs}
+        known = calibration.get(next(iter(keys))) if len(keys) == 1 else None
+        if known is None or any(
+            why_not_applicable(known, run, CALIBRATION_CHECK_ALPHA) for run in runs
+        ):
+            return None
+        shared = all(same_server(a, b) for a, b in pairwise(runs))
+        between = max(known.launch_var - known.within_var / known.runs_per_launch, 0.0)
+        found.append((LaunchOffset(between, known.df, shared), known.runs))
+    names = sorted({r[:8] for _, runs in found for r in runs})
+    return (found[0][0], found[1][0]), f"calibration runs {', '.join(names)}"
 
 
 def level_warnings(arm: Arm, name: str, cv_warn: float, spread: bool = True) -> list[str]:
@@ -433,9 +536,13 @@ class SwitchOffCheck:
 
     @property
     def outcomes(self) -> list[str]:
-        """Per level: tracks (equivalent or faster), behind (slower) or undecided."""
+        """Per level: tracks (equivalent or faster), behind (slower) or undecided; with one
+        launch per arm and no launch variance known, inconclusive, as comparisons are."""
         named = {Verdict.equivalent: "tracks", Verdict.faster: "tracks", Verdict.slower: "behind"}
-        return [named.get(c.finding, "undecided") for c in self.comparisons]
+        return [
+            ONE_LAUNCH_EACH if c.launches_only else named.get(c.finding, "undecided")
+            for c in self.comparisons
+        ]
 
     def to_json(self) -> dict:
         return {
@@ -455,34 +562,41 @@ class SwitchOffCheck:
 
 
 SWITCH_OFF_FORMAT = 1
+ONE_LAUNCH_EACH = "inconclusive: one launch each"
 
 
 def check_switch_off(
-    adaptive: tuple[str, Mapping[int, Sequence[float]]],
-    static: tuple[str, Mapping[int, Sequence[float]]],
-    baseline: tuple[str, Mapping[int, Sequence[float]]],
+    adaptive: tuple[str, Mapping[int, Arm]],
+    static: tuple[str, Mapping[int, Arm]],
+    baseline: tuple[str, Mapping[int, Arm]],
     threshold: int,
     confidence: float,
     equivalence: float,
+    calibration: Optional[Mapping[tuple[str, ...], Calibration]] = None,
 ) -> SwitchOffCheck:
-    """Each family as (name, {level: values}). At each level the adaptive arm is compared
-    with the fixed arm of higher geometric mean; the intervals hold together over the
-    levels (Bonferroni), so "behind" at any level is a claim at the confidence asked."""
+    """Each family as (name, {level: arm}). At each level the adaptive arm is compared
+    with the fixed arm of higher geometric mean, launches accounted for as in comparisons
+    (:func:`account_for_launches`: single launches on servers of their own are tested
+    against a calibration's launch variance, else say nothing across launches); the
+    intervals hold together over the levels (Bonferroni), so "behind" at any level is a
+    claim at the confidence asked."""
     levels = sorted(set(adaptive[1]) & set(static[1]) & set(baseline[1]))
-    followed, comparisons = [], []
+    followed, comparisons, runs = [], [], []
     for level in levels:
-        faster = max((static, baseline), key=lambda f: float(np.mean(np.log(f[1][level]))))
+        faster = max((static, baseline), key=lambda f: float(np.mean(np.log(f[1][level].values))))
         followed.append(faster[0])
+        runs.append((faster[1][level].run, adaptive[1][level].run))
         comparisons.append(
             compare(
-                faster[1][level],
-                adaptive[1][level],
+                faster[1][level].values,
+                adaptive[1][level].values,
                 confidence=confidence,
                 threshold=equivalence,
                 baseline_name=f"{faster[0]} at {level}",
                 candidate_name=f"{adaptive[0]} at {level}",
             )
         )
+    account_for_launches(runs, comparisons, dict(calibration or {}))
     decide(comparisons)
     check = SwitchOffCheck(
         adaptive[0], static[0], baseline[0], threshold, levels, followed, comparisons
@@ -491,8 +605,14 @@ def check_switch_off(
     for level, outcome in zip(levels, check.outcomes, strict=True):
         by_outcome.setdefault(outcome, []).append(level)
     parts = [f"{outcome} at {', '.join(map(str, found))}" for outcome, found in by_outcome.items()]
+    unjudged = (
+        "; one launch per arm and no launch variance known: re-run with stats.launches=3 "
+        "(or calibrate the server family) to judge it"
+        if ONE_LAUNCH_EACH in by_outcome
+        else ""
+    )
     check.statement = (
         f"{adaptive[0]} (drafting below {threshold} requests per batch) against the faster of "
-        f"{static[0]} and {baseline[0]} at each level: " + "; ".join(parts)
+        f"{static[0]} and {baseline[0]} at each level: " + "; ".join(parts) + unjudged
     )
     return check

@@ -222,7 +222,10 @@ class SweepFacts:
 
 
 def _crossovers(
-    arms: Sequence[Arm], selector: Selector, facts: SweepFacts
+    arms: Sequence[Arm],
+    selector: Selector,
+    facts: SweepFacts,
+    calibration: Mapping[tuple[str, ...], Calibration],
 ) -> tuple[list[Crossover], list[SwitchOffCheck]]:
     """Where each fixed speculative family stops paying, with a recommended switch-off; and
     each dynamic family checked against the fixed arms it should follow."""
@@ -235,7 +238,9 @@ def _crossovers(
         return facts.speculative[arm.run.tags[Tag.config_fingerprint]]
 
     adaptive = [f for f in families if speculative(f).switch_off_at is not None]
-    analysed = crossover.analyse(arms, selector, factor, stats.confidence, stats.cv_warn)
+    analysed = crossover.analyse(
+        arms, selector, factor, stats.confidence, stats.cv_warn, calibration=calibration
+    )
     found = [c for c in analysed if c.candidate not in adaptive]
     for result in found:
         result.recommendation = crossover.recommend(result, speculative(result.candidate))
@@ -246,18 +251,15 @@ def _crossovers(
         for result in found:
             if speculative(result.candidate) != static:
                 continue
-            values = {
-                family: {level: arm.values for level, arm in families[family].items()}
-                for family in (name, result.candidate, result.baseline)
-            }
             checks.append(
                 crossover.check_switch_off(
-                    (name, values[name]),
-                    (result.candidate, values[result.candidate]),
-                    (result.baseline, values[result.baseline]),
+                    (name, families[name]),
+                    (result.candidate, families[result.candidate]),
+                    (result.baseline, families[result.baseline]),
                     spec.switch_off_at or 0,
                     stats.confidence,
                     stats.threshold,
+                    calibration,
                 )
             )
     return found, checks
@@ -387,7 +389,7 @@ def compile_sweep_report(
             Note(NoteKind.left_out, f"{len(skipped)} run(s) left out: {'; '.join(skipped)}")
         )
     if selector and facts.crossover_factor and arms:
-        report.crossovers, report.checks = _crossovers(arms, selector, facts)
+        report.crossovers, report.checks = _crossovers(arms, selector, facts, calibration)
         report.goodput_crossovers = _goodput_crossovers(goodput_runs, selector, facts)
     report.caveats = caveats(report.comparisons)
     return report

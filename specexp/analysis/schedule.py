@@ -8,7 +8,9 @@ level speculates only where a draft length is shown faster than no speculation (
 simultaneous interval against the baseline above 1), and then with the length of the best
 mean among those; draft lengths the intervals cannot tell from the chosen one are named, so
 that a person can prefer the shorter (cheaper) one knowingly. Pure: read from the sweep's
-comparisons.
+comparisons. Where a level was measured on one launch per arm with no launch variance
+known, nothing is shown faster there and no setting is handed out (the report says to
+measure with stats.launches=3).
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import Comparison, Verdict
 
 SCHEDULE_FORMAT = 1
+NO_SCHEDULE = (
+    "no draft-length setting: levels measured on one launch per arm, where no length can be "
+    "shown faster across launches; re-run the sweep with stats.launches=3 for one"
+)
 
 
 @dataclass(frozen=True)
@@ -37,12 +43,20 @@ class LevelChoice:
     ci_high: Optional[float]
     indistinguishable: tuple[int, ...]
     reason: str
+    # One launch per arm and no launch variance known: no length could be shown faster
+    # across launches, so "off" here is no finding.
+    launches_only: bool = False
 
 
 @dataclass(frozen=True)
 class DraftSchedule:
     factor: str
     choices: tuple[LevelChoice, ...]
+
+    @property
+    def holds(self) -> bool:
+        """Every level's choice is a finding: a setting may be handed out."""
+        return not any(c.launches_only for c in self.choices)
 
     def ranges(self, max_batch: int = 1024) -> list[list[int]]:
         """vLLM's form: [first, last, draft length] over batch sizes 1..max_batch, a level's
@@ -122,6 +136,17 @@ def draft_schedule(
 def _choose(level: int, candidates: list[tuple[int, Comparison]]) -> LevelChoice:
     # Faster as the verdict says it, which holds across launches (and has no caveat).
     shown = [(k, c) for k, c in candidates if c.verdict == c.finding == Verdict.faster]
+    if not shown and any(c.launches_only for _, c in candidates):
+        return LevelChoice(
+            level,
+            0,
+            None,
+            None,
+            None,
+            (),
+            "one launch per arm: no draft length can be shown faster across launches",
+            launches_only=True,
+        )
     if not shown:
         return LevelChoice(
             level,

@@ -12,6 +12,7 @@ from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Tag
+from specexp.analysis.schedule import NO_SCHEDULE
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
@@ -221,7 +222,9 @@ def sweep_description(
             table(schedule_rows(report.schedule)).rstrip("\n"),
             "",
             f"vLLM: `{json.dumps(report.schedule.vllm())}`; SGLang "
-            f"`--speculative-adaptive-config`: `{json.dumps(report.schedule.sglang())}`",
+            f"`--speculative-adaptive-config`: `{json.dumps(report.schedule.sglang())}`"
+            if report.schedule.holds
+            else NO_SCHEDULE,
         ]
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]

@@ -31,6 +31,7 @@ from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
+from specexp.analysis.schedule import NO_SCHEDULE
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
@@ -554,10 +555,13 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
                 schedule_rows(report.schedule),
             )
         )
-        console.print(f"vLLM: {json.dumps(report.schedule.vllm())}")
-        console.print(
-            f"SGLang --speculative-adaptive-config: {json.dumps(report.schedule.sglang())}"
-        )
+        if report.schedule.holds:
+            console.print(f"vLLM: {json.dumps(report.schedule.vllm())}")
+            console.print(
+                f"SGLang --speculative-adaptive-config: {json.dumps(report.schedule.sglang())}"
+            )
+        else:
+            console.print(f"[yellow]{escape(NO_SCHEDULE)}[/]")
     for compared in report.prompt_comparisons:
         print_prompt_comparison(compared)
     for check in report.checks:
@@ -583,3 +587,9 @@ def print_prompt_comparison(compared: PromptComparison) -> None:
         )
     for note in compared.notes:
         console.print(f"[yellow]note:[/] {escape(note.message)}")
+
+
+def print_budget(statement: str, short: bool) -> None:
+    """Before the first launch: what the sweep's budget can find; in yellow when it falls
+    ``short`` of the threshold."""
+    console.print(f"[yellow]{escape(statement)}[/]" if short else escape(statement))

@@ -18,11 +18,12 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig
 from rich.markup import escape
 
+from specexp.analysis.arms import calibrations
 from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
-from specexp.host import interrupt
+from specexp.host import capture, interrupt
 from specexp.output import terminal
 from specexp.run import launchers
 from specexp.run.job_run import OpenJobs
@@ -41,6 +42,7 @@ from specexp.sweep.plan import (
 )
 from specexp.sweep.report import sweep_report, sweep_view
 from specexp.sweep.sequential import (
+    budget_power,
     run_sequences,
     sequential_pairs,
     sequential_summary,
@@ -166,6 +168,15 @@ def run_sweep(
         order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
     for line in [*describe(plan, [j for pair in pairs for j in pair]), f"order: {order}"]:
         terminal.console.print(line)
+    budget = budget_power(
+        plan,
+        settings.baseline,
+        pairs,
+        calibrations(store.calibration_runs()) if store else {},
+        capture.hardware()[Tag.hardware],
+    )
+    if budget is not None:
+        terminal.print_budget(budget.statement, budget.short)
     if first.dry_run:  # nothing is measured: each job's command once
         steps, pairs = [Step(planned) for planned in plan.to_run], []
     parent = _start_parent(store, plan, first) if store else None

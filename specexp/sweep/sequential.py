@@ -6,20 +6,29 @@ after the first look from the spreads it measured.
 
 Only the sweep's own process can run this (its jobs stay open between their launches);
 with other launchers the sweep measures each job's configured launches whole.
+
+Before the first launch, the sweep says what its budget can find: the smallest difference
+the weakest of its comparisons finds with stats.power (sequential, fixed launches, runs on
+one server, or nothing across single launches), at spreads measured before or assumed.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from hydra.core.config_loader import ConfigLoader
 from omegaconf import DictConfig
+from scipy import optimize
+from scipy import stats as scipy_stats
 
-from specexp.analysis.arms import Selector
+from specexp.analysis.arms import Calibration, Selector
 from specexp.core.schemas import JobOrder
 from specexp.core.sequential import (
     Costs,
@@ -29,8 +38,11 @@ from specexp.core.sequential import (
     Spending,
     StopReason,
     after_round,
+    critical_values,
+    crossing_probability,
     plan_runs,
 )
+from specexp.core.stats import minimum_detectable_effect
 from specexp.output import terminal
 from specexp.run.job_run import OpenJobs
 from specexp.run.session import JobSession
@@ -59,17 +71,123 @@ class _Running:
         )
 
 
-def sequential_pairs(
-    plan: Plan, baseline: Optional[str], order: JobOrder, in_process: bool
-) -> list[tuple[PlannedJob, PlannedJob]]:
-    """(baseline, candidate) jobs to measure sequentially: with a FACTOR=VALUE baseline, each
-    job paired with the baseline job that shares its other factors, where their servers
-    differ, or are not shared (launch-to-launch variance enters their difference), and
-    sequential comparisons are enabled; none unless the sweep interleaves in its own process."""
+# What a budget finds, said before it is spent ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spreads:
+    """Coefficients of variation of throughput: of a launch's offset, and of a run inside
+    a launch; ``source`` says where they come from."""
+
+    between_cv: float
+    within_cv: float
+    source: str
+
+    def launch_var(self, runs: int) -> float:
+        """Variance of one launch's mean log throughput over ``runs`` measured runs."""
+        return self.between_cv**2 + self.within_cv**2 / runs
+
+
+# The spreads the README's sequential figures are measured at: what a budget is judged by
+# until calibration runs measure the server family's own.
+ASSUMED = Spreads(0.02, 0.02, "assuming 2% launch-to-launch and 2% run-to-run spread")
+
+
+def sequential_detectable(design: SequentialDesign, launch_var: float) -> float:
+    """Smallest relative effect a sequence finds with ``design.power`` when one launch's
+    mean varies by ``launch_var``: its looks after every round from ``min_launches`` to
+    ``max_launches``, with their Lan-DeMets boundaries (the exact crossing probability),
+    read on Student's t at the last look; never below the design effect, since the
+    sequence stops once it has the launches that effect needs."""
+    launches = range(design.min_launches, design.max_launches + 1)
+    fractions = [n / design.max_launches for n in launches]
+    criticals = critical_values(fractions, design.alpha, design.spending)
+    drift = optimize.brentq(
+        lambda d: crossing_probability(fractions, criticals, d) - design.power, 0.0, 40.0
+    )
+    last = criticals[-1]
+    df = design.max_launches - 1
+    widen = float(scipy_stats.t.isf(scipy_stats.norm.sf(last), df)) / last
+    found = math.expm1(drift * widen * math.sqrt(2 * launch_var / design.max_launches))
+    return max(found, design.design_effect)
+
+
+class Design(StrEnum):
+    """How a sweep's comparisons are measured, which sets what their budget can find."""
+
+    sequential = "measured until decided"
+    launches = "fixed launches"
+    one_server = "runs on one shared server"
+    single_launches = "one launch per arm"
+
+
+@dataclass(frozen=True)
+class BudgetPower:
+    """The smallest difference the weakest of a sweep's comparisons finds with ``power``
+    (None: none it can decide across launches), against the threshold."""
+
+    design: Design
+    detectable: Optional[float]
+    threshold: float
+    power: float
+    launches: int  # per arm, at most
+    runs: int  # per launch, as configured
+    spreads: Spreads
+    server_minutes: Optional[float] = None  # a sequence's server-time budget
+
+    @property
+    def short(self) -> bool:
+        """The budget cannot find a difference of the threshold's size."""
+        return self.detectable is None or self.detectable > self.threshold
+
+    @property
+    def statement(self) -> str:
+        """One line: what the budget finds, under what spreads, and whether that misses
+        the threshold."""
+        if self.detectable is None:
+            line = (
+                f"budget: {self.design}, so no comparison is decided across launches unless a "
+                "calibration of the server family applies (stats.launches=3 measures it)"
+            )
+        else:
+            allowed = (
+                f", if {self.server_minutes:g} server-min allow"
+                if self.server_minutes is not None
+                else ""
+            )
+            line = (
+                f"budget: finds a {self.detectable:.1%} difference with power {self.power:g} "
+                f"({self.design}, at most {self.launches} launch(es) x {self.runs} runs per "
+                f"arm{allowed}; {self.spreads.source})"
+            )
+        if self.short and self.detectable is not None:
+            line += f"; it cannot find the {self.threshold:.1%} threshold"
+        return line
+
+
+def fixed_detectable(
+    design: Design, spreads: Spreads, launches: int, runs: int, alpha: float, power: float
+) -> Optional[float]:
+    """Smallest effect Welch's test finds with ``power`` at a fixed design: launch means
+    (several launches), or runs on one server (no launch offset between the arms); None for
+    one launch per arm on servers of their own, whose offsets the runs cannot tell from a
+    difference."""
+    if design == Design.launches:
+        return minimum_detectable_effect(
+            math.sqrt(spreads.launch_var(runs)), launches, alpha, power
+        )
+    if design == Design.one_server:
+        return minimum_detectable_effect(spreads.within_cv, runs, alpha, power)
+    return None
+
+
+def baseline_jobs(plan: Plan, baseline: Optional[str]) -> list[tuple[PlannedJob, PlannedJob]]:
+    """(baseline, candidate) jobs the sweep report will compare: with a FACTOR=VALUE
+    baseline, each job paired with the baseline job that shares its other factors; capacity
+    searches left out (their runs are at rates of the search's choosing: the estimate is
+    their verdict)."""
     selector = Selector(baseline) if baseline else None
-    if selector is None or selector.factor is None or order != JobOrder.interleaved:
-        return []
-    if not in_process:
+    if selector is None or selector.factor is None:
         return []
     wanted = f"{selector.factor}={selector.value}"
 
@@ -82,12 +200,109 @@ def sequential_pairs(
         for job in plan.to_run
         if wanted not in job.factors
         and others(job) in bases
-        and (job.server != bases[others(job)].server or not job.job.config.multirun.reuse_servers)
-        and job.job.config.stats.sequential.enabled
-        and bases[others(job)].job.config.stats.sequential.enabled
-        # A capacity search's runs are at rates of its choosing: its estimate is its verdict.
         and job.job.config.concurrency.search is None
     ]
+
+
+def sequential_pairs(
+    plan: Plan, baseline: Optional[str], order: JobOrder, in_process: bool
+) -> list[tuple[PlannedJob, PlannedJob]]:
+    """The baseline pairs to measure sequentially: those whose servers differ, or are not
+    shared (launch-to-launch variance enters their difference), where sequential
+    comparisons are enabled; none unless the sweep interleaves in its own process."""
+    if order != JobOrder.interleaved or not in_process:
+        return []
+    return [
+        (base, job)
+        for base, job in baseline_jobs(plan, baseline)
+        if (job.server != base.server or not job.job.config.multirun.reuse_servers)
+        and job.job.config.stats.sequential.enabled
+        and base.job.config.stats.sequential.enabled
+    ]
+
+
+def known_spreads(
+    job: PlannedJob, known: Mapping[tuple[str, ...], Calibration], hardware: str
+) -> Spreads:
+    """The spreads of the job's server family on this ``hardware`` where calibration runs
+    measured them, else the assumed ones."""
+    config = job.job.config
+    found = known.get((job.job.engine.name, config.model.name, config.stack.name, hardware))
+    if found is None:
+        return ASSUMED
+    between = max(found.launch_var - found.within_var / found.runs_per_launch, 0.0)
+    return Spreads(
+        math.sqrt(between),
+        math.sqrt(found.within_var),
+        f"spreads of calibration runs {', '.join(r[:8] for r in found.runs)}",
+    )
+
+
+def budget_power(
+    plan: Plan,
+    baseline: Optional[str],
+    sequential: Sequence[tuple[PlannedJob, PlannedJob]],
+    known: Mapping[tuple[str, ...], Calibration] = MappingProxyType({}),
+    hardware: str = "",
+) -> Optional[BudgetPower]:
+    """What the weakest of the sweep's comparisons can find with its budget, at the
+    spreads calibration runs measured for its server family on this ``hardware`` (``known``,
+    by family key), else assumed ones: the sequential pairs (as :func:`with_launch_budget`
+    returned them) with their sequential budget, the others with their fixed launches and
+    runs. None for a sweep without baseline pairs."""
+    pairs = baseline_jobs(plan, baseline)
+    in_sequence = {(id(b), id(c)) for b, c in sequential}
+    found = []
+    for base, job in pairs:
+        spreads = known_spreads(base, known, hardware)
+        stats = job.job.config.stats
+        settings = stats.sequential
+        if (id(base), id(job)) in in_sequence:
+            design = design_for(job, len(sequential))
+            detectable: Optional[float] = sequential_detectable(
+                design, spreads.launch_var(stats.measured_runs)
+            )
+            found.append(
+                BudgetPower(
+                    Design.sequential,
+                    detectable,
+                    stats.threshold,
+                    stats.power,
+                    settings.max_launches,
+                    stats.measured_runs,
+                    spreads,
+                    settings.max_server_minutes,
+                )
+            )
+            continue
+        launches = min(stats.launches, base.job.config.stats.launches)
+        if launches > 1:
+            kind = Design.launches
+        elif job.server == base.server and job.job.config.multirun.reuse_servers:
+            kind = Design.one_server
+        else:
+            kind = Design.single_launches
+        # The report compares every pair as one family (Bonferroni).
+        alpha = round(1 - stats.confidence, 12) / len(pairs)
+        detectable = fixed_detectable(
+            kind, spreads, launches, stats.measured_runs, alpha, stats.power
+        )
+        found.append(
+            BudgetPower(
+                kind,
+                detectable,
+                stats.threshold,
+                stats.power,
+                launches,
+                stats.measured_runs,
+                spreads,
+            )
+        )
+    return max(
+        found,
+        key=lambda b: math.inf if b.detectable is None else b.detectable,
+        default=None,
+    )
 
 
 def with_launch_budget(

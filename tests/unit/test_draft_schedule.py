@@ -81,3 +81,23 @@ def test_no_schedule_from_a_sweep_of_one_length():
     speculative = {"fp4": SpeculativeConfig(method=SpeculativeMethod.draft, num_draft_tokens=4)}
     fingerprints = {a.run_id: "fp4" for _, a in pairs}
     assert draft_schedule(pairs, comparisons, speculative, fingerprints, FACTOR) is None
+
+
+def test_single_launches_give_no_setting_and_say_why():
+    speculative = {
+        f"fp{k}": SpeculativeConfig(method=SpeculativeMethod.draft, num_draft_tokens=k)
+        for k in (2, 4)
+    }
+    pairs, comparisons = [], []
+    for level in (1, 8):
+        for k in (2, 4):
+            pairs.append((arm(level, 0), arm(level, k)))
+            single = compare(NONE, scaled(1.5), threshold=0.01)
+            single.hold_for_launches_only()  # one launch per arm, no launch variance known
+            comparisons.append(single)
+    fingerprints = {a.run_id: a.run.tags[Tag.config_fingerprint] for _, a in pairs}
+    schedule = draft_schedule(pairs, comparisons, speculative, fingerprints, FACTOR)
+    assert schedule is not None and not schedule.holds
+    assert all(c.launches_only and "one launch per arm" in c.reason for c in schedule.choices)
+    assert DraftSchedule.from_json(schedule.to_json()) == schedule
+    assert sweep() is not None and sweep().holds

@@ -23,7 +23,9 @@ from specexp.tracking.store import RESULT_COLUMNS, view_state
 MEANS = {("none", 1): 100.0, ("draft", 1): 200.0, ("none", 8): 400.0, ("draft", 8): 280.0}
 
 
-def sweep_runs(not_engaged: str = "") -> list[JobRun]:
+def sweep_runs(not_engaged: str = "", launches: bool = False) -> list[JobRun]:
+    """The sweep's job runs: single launches (each arm's values its runs), or with
+    ``launches`` each value the mean of a launch of its own."""
     runs = []
     for (method, streams), mean in MEANS.items():
         factors = {"speculative": method, "concurrency.streams": str(streams)}
@@ -33,7 +35,11 @@ def sweep_runs(not_engaged: str = "") -> list[JobRun]:
         values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
         name = " ".join(f"{k}={v}" for k, v in factors.items())
         tags[Tag.config_fingerprint] = method
-        runs.append(JobRun.from_store(f"{method}{streams}", name, "FINISHED", tags, {}, values, []))
+        runs.append(
+            JobRun.from_store(
+                f"{method}{streams}", name, "FINISHED", tags, {}, values, values if launches else []
+            )
+        )
     return runs
 
 
@@ -48,7 +54,9 @@ def sweep_arms(not_engaged: str = ""):
     return arms, comparisons
 
 
-def compiled(not_engaged: str = "", crossover_factor=None, failed: int = 1) -> SweepReport:
+def compiled(
+    not_engaged: str = "", crossover_factor=None, failed: int = 1, launches: bool = False
+) -> SweepReport:
     """The report on the sweep of ``sweep_runs``, compiled as the sweep does, plus ``failed``
     job runs that did not finish."""
     facts = SweepFacts(
@@ -61,7 +69,7 @@ def compiled(not_engaged: str = "", crossover_factor=None, failed: int = 1) -> S
         speculative={m: SpeculativeConfig(method=m) for m in ("none", "draft")},
     )
     broken = [JobRun.from_store(f"x{i}", "broken", "FAILED", {}, {}, [], []) for i in range(failed)]
-    return compile_sweep_report(facts, sweep_runs(not_engaged) + broken, [], {})
+    return compile_sweep_report(facts, sweep_runs(not_engaged, launches) + broken, [], {})
 
 
 def describe(report: SweepReport, limit=8000):
@@ -80,7 +88,10 @@ def test_the_description_leads_with_the_findings_and_links_every_job():
     text = describe(report)
     first = text.splitlines()[0]
     assert first.startswith("**Crossover:**") and "stops paying" in first
-    assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
+    # One launch per arm and level: no setting, and what to run to get one.
+    assert "**vllm setting**" not in text
+    assert "**Setting:** no switch-off recommended: one launch per arm and level" in text
+    assert "stats.launches=3" in text
     # Single launches: what their runs say is shown apart, never as the verdict.
     assert "**Verdicts** against speculative=none: 2 inconclusive" in text
     assert "1 job(s) failed" in text
@@ -98,6 +109,12 @@ def test_the_description_leads_with_the_findings_and_links_every_job():
     assert "NOT ENGAGED: speculative=draft concurrency.streams=8: speculative" in text
     # Findings, then verdicts, then caveats.
     assert text.index("**Crossover:**") < text.index("**Verdicts**") < text.index("**Caveats**")
+
+
+def test_a_crossover_over_launches_recommends_each_engines_setting():
+    text = describe(compiled(crossover_factor="concurrency.streams", launches=True))
+    assert text.splitlines()[0].startswith("**Crossover:** speculative=draft stops paying")
+    assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
 
 
 def test_what_holds_for_every_comparison_is_said_once():
@@ -201,3 +218,50 @@ def test_the_crossover_plot_shows_its_findings_whole_inside_the_figure():
     box = title.get_window_extent(canvas.get_renderer())
     assert figure.bbox.x0 <= box.x0 and box.x1 <= figure.bbox.x1
     assert figure.bbox.y0 <= box.y0 and box.y1 <= figure.bbox.y1
+
+
+def switch_off_report(launches: bool) -> SweepReport:
+    """A sweep of no speculation, the draft, and the draft switched off from 8 streams,
+    at 1 and 8 streams; each job on a server of its own."""
+    means = {"none": (100.0, 400.0), "draft": (200.0, 280.0), "adaptive": (200.0, 400.0)}
+    settings = {
+        "none": SpeculativeConfig(method="none"),
+        "draft": SpeculativeConfig(method="draft"),
+        "adaptive": SpeculativeConfig(method="draft", switch_off_at=8),
+    }
+    runs = []
+    for name, by_level in means.items():
+        for streams, mean in zip((1, 8), by_level, strict=True):
+            factors = {"speculative": name, "concurrency.streams": str(streams)}
+            tags = {Tag.factors: factors_tag(factors), Tag.config_fingerprint: name}
+            values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
+            runs.append(
+                JobRun.from_store(
+                    f"{name}{streams}",
+                    f"{name} {streams}",
+                    "FINISHED",
+                    tags,
+                    {},
+                    values,
+                    values if launches else [],
+                )
+            )
+    facts = SweepFacts(
+        parent_run_id="p",
+        engine="vllm",
+        order="interleaved",
+        baseline="speculative=none",
+        crossover_factor="concurrency.streams",
+        stats=StatsConfig(threshold=0.02),
+        speculative=settings,
+    )
+    return compile_sweep_report(facts, runs, [], {})
+
+
+def test_the_switch_off_check_judges_no_level_from_single_launches():
+    (check,) = switch_off_report(launches=False).checks
+    assert check.outcomes == [crossover.ONE_LAUNCH_EACH] * 2
+    assert "re-run with stats.launches=3" in check.statement
+    (over_launches,) = switch_off_report(launches=True).checks
+    assert over_launches.outcomes == ["tracks", "tracks"]
+    assert over_launches.followed == ["speculative=draft", "speculative=none"]

@@ -1,0 +1,88 @@
+"""What a budget finds, said before it is spent, against whole simulated comparisons: the
+sweep's sequential protocol (specexp.core.sequential.simulate: its looks, runs-per-launch
+plan and stopping rule) and Welch's test on launch means, seeded."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from specexp.core.schemas import StatsConfig
+from specexp.core.sequential import Costs, SequentialDesign, simulate
+from specexp.core.stats import Verdict
+from specexp.sweep.sequential import (
+    ASSUMED,
+    Design,
+    fixed_detectable,
+    sequential_detectable,
+)
+
+DEFAULTS = StatsConfig()
+# A launch costs 23 runs (with 2 warm-ups): the cheapest information per server-second is
+# then the configured 5 runs per launch, which the budget is judged at.
+COSTS = Costs(launch_s=230.0, run_s=10.0, warmup_runs=2)
+
+
+def default_design(max_launches: int) -> SequentialDesign:
+    return SequentialDesign(
+        alpha=round(1 - DEFAULTS.confidence, 12),
+        threshold=DEFAULTS.threshold,
+        design_effect=2 * DEFAULTS.threshold,
+        power=DEFAULTS.power,
+        min_launches=DEFAULTS.sequential.min_launches,
+        max_launches=max_launches,
+    )
+
+
+def power(design: SequentialDesign, effect: float, n: int, seed: int) -> float:
+    rng = np.random.default_rng(seed)
+    outcomes = [
+        simulate(
+            design,
+            between_cv=ASSUMED.between_cv,
+            within_cv=ASSUMED.within_cv,
+            effect=effect,
+            costs=COSTS,
+            first_runs=DEFAULTS.measured_runs,
+            server_budget_s=math.inf,
+            rng=rng,
+        )
+        for _ in range(n)
+    ]
+    return float(np.mean([o.verdict == Verdict.faster for o in outcomes]))
+
+
+def test_the_default_budget_finds_what_it_says_and_not_the_readmes_two_percent():
+    """Seeded, 400 sequences each, at the assumed 2% / 2% spreads, 5 runs per launch. The
+    default budget (12 launches per arm) is printed as finding 3.4% with power 0.8; the
+    simulated sequences find it with power 0.86 (SE 0.017). A 2% difference - the README's
+    headline - they find with power 0.42 (SE 0.025): the defaults do not reach 0.8 there.
+    With 60 launches per arm the printed effect is the design effect, 2%, found with power
+    0.87 (SE 0.017)."""
+    design = default_design(DEFAULTS.sequential.max_launches)
+    printed = sequential_detectable(design, ASSUMED.launch_var(DEFAULTS.measured_runs))
+    assert 0.02 < printed < 0.04
+    # 0.8 less two standard errors of 400 sequences: the statement is "power 0.8".
+    assert power(design, printed, 400, seed=7) >= 0.8 - 2 * 0.02
+    assert power(design, 0.02, 400, seed=8) < 0.5
+    larger = default_design(60)
+    assert sequential_detectable(larger, ASSUMED.launch_var(5)) == 0.02
+    assert power(larger, 0.02, 400, seed=9) >= 0.8 - 2 * 0.02
+
+
+def test_a_fixed_launch_budget_finds_what_it_says():
+    """Seeded, 20,000 vectorised comparisons of 3 launches x 5 runs per arm at 2% / 2%
+    spreads, Welch's t on the launch means' logs: at the printed detectable effect
+    (fixed_detectable, 8.0%) the power is 0.801 (SE 0.003)."""
+    launches, runs, n = 3, 5, 20_000
+    effect = fixed_detectable(Design.launches, ASSUMED, launches, runs, 0.05, 0.8)
+    assert effect is not None
+    rng = np.random.default_rng(11)
+    sd = math.sqrt(ASSUMED.launch_var(runs))
+    base = rng.normal(0.0, sd, (n, launches))
+    cand = rng.normal(math.log1p(effect), sd, (n, launches))
+    test = scipy_stats.ttest_ind(cand, base, axis=1, equal_var=False)
+    found = float(np.mean((test.pvalue < 0.05) & (test.statistic > 0)))
+    assert abs(found - 0.8) < 5 * 0.003

@@ -1,0 +1,75 @@
+"""What a sweep's budget can find, said before its first launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from specexp.analysis.arms import Calibration
+from specexp.core.schemas import JobOrder
+from specexp.output import terminal
+from specexp.sweep.plan import Plan, order_jobs
+from specexp.sweep.sequential import Design, budget_power, sequential_pairs
+from tests.unit.test_sweep_plan import planned
+
+BASELINE = "speculative=none"
+
+
+def sweep(*overrides: str, in_process: bool = True):
+    plan = Plan([planned(f"speculative={s}", *overrides) for s in ("none", "draft")])
+    order_jobs(plan, JobOrder.interleaved)
+    pairs = sequential_pairs(plan, BASELINE, JobOrder.interleaved, in_process)
+    return budget_power(plan, BASELINE, pairs)
+
+
+def test_the_default_sequential_budget_says_what_it_finds_and_that_it_misses_the_threshold(
+    capsys,
+):
+    budget = sweep()
+    assert budget is not None and budget.design == Design.sequential
+    # 12 launches x 5 runs at 2% / 2% spreads: about 3.4% (tests/statistics/test_budget.py).
+    assert budget.detectable == pytest.approx(0.034, abs=0.001) and budget.short
+    terminal.print_budget(budget.statement, budget.short)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("budget: finds a 3.4% difference with power 0.8 (measured until")
+    assert "assuming 2% launch-to-launch and 2% run-to-run spread" in line
+    assert line.endswith("it cannot find the 1.0% threshold") and "\n" not in line
+
+
+def test_a_larger_budget_finds_its_design_effect():
+    budget = sweep("stats.sequential.max_launches=60")
+    assert budget is not None and budget.detectable == pytest.approx(0.02)
+
+
+def test_single_launches_on_servers_of_their_own_decide_nothing_and_say_what_to_run(capsys):
+    budget = sweep(in_process=False)
+    assert budget is not None and budget.design == Design.single_launches
+    assert budget.detectable is None and budget.short
+    terminal.print_budget(budget.statement, budget.short)
+    assert "stats.launches=3 measures it" in capsys.readouterr().out
+
+
+def test_fixed_launches_are_judged_by_welchs_power_on_launch_means():
+    budget = sweep("stats.launches=3", "stats.sequential.enabled=false")
+    assert budget is not None and budget.design == Design.launches and budget.launches == 3
+    assert budget.detectable is not None and 0.05 < budget.detectable < 0.2
+
+
+def test_a_sweep_without_baseline_pairs_says_nothing():
+    plan = Plan([planned("speculative=none")])
+    assert budget_power(plan, BASELINE, []) is None
+
+
+def test_a_calibration_of_the_server_family_replaces_the_assumed_spreads():
+    plan = Plan([planned(f"speculative={s}") for s in ("none", "draft")])
+    order_jobs(plan, JobOrder.interleaved)
+    pairs = sequential_pairs(plan, BASELINE, JobOrder.interleaved, True)
+    config = plan.jobs[0].job.config
+    key = (plan.jobs[0].job.engine.name, config.model.name, config.stack.name, "1x cpu")
+    # Launch means that hardly vary: 0.5% between launches, 1% within, 5 runs per launch.
+    calm = Calibration(0.005**2 + 0.01**2 / 5, 0.01**2, 5.0, 10.0, ("abcdef123456",))
+    budget = budget_power(plan, BASELINE, pairs, {key: calm}, "1x cpu")
+    assert budget is not None and "calibration runs abcdef12" in budget.statement
+    assert budget.spreads.between_cv == pytest.approx(0.005)
+    assert budget.detectable == pytest.approx(0.02)  # the design effect: the budget suffices
+    elsewhere = budget_power(plan, BASELINE, pairs, {key: calm}, "1x other")
+    assert elsewhere is not None and "assuming 2% launch-to-launch" in elsewhere.statement
