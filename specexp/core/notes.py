@@ -45,6 +45,8 @@ class NoteKind(StrEnum):
     gpu_shared = "GPU shared"
     token_count = "token count"
     overloaded = "overloaded"  # open-loop requests that stalled in the server's queue
+    # Acceptance counts that fail AL = 1 + sum of per-position rates (analysis.acceptance).
+    acceptance_identity = "acceptance identity"
 
 
 @dataclass(frozen=True)

@@ -615,7 +615,8 @@ def get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Samples of a Prometheus exposition by metric name, summed over label sets (vLLM labels
-    its counters by engine and model: one server's total is their sum)."""
+    its counters by engine and model: one server's total is their sum). A sample labelled by
+    draft position also counts under :func:`position_series` of its name and position."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -626,8 +627,34 @@ def parse_prometheus(text: str) -> dict[str, float]:
                 value = float(match.group(3))
             except ValueError:
                 continue
-            values[match.group(1)] = values.get(match.group(1), 0.0) + value
+            name = match.group(1)
+            values[name] = values.get(name, 0.0) + value
+            position = re.search(r'(?:^|[{,])\s*position="(\d+)"', match.group(2) or "")
+            if position:
+                series = position_series(name, int(position.group(1)))
+                values[series] = values.get(series, 0.0) + value
     return values
+
+
+# Draft positions whose accepted-token counters are read. A deeper draft's further positions
+# go unread, and the acceptance identity (analysis.acceptance) then fails, saying so.
+DRAFT_POSITIONS_READ = 32
+# Our names of the per-position counters: accepted_at_position_<i>, i from 0.
+ACCEPTED_AT_POSITION = "accepted_at_position_"
+
+
+def position_series(metric: str, position: int) -> str:
+    """The key :func:`parse_prometheus` files one draft position's sample of ``metric`` under."""
+    return f'{metric}{{position="{position}"}}'
+
+
+def position_counters(metric: str) -> dict[str, str]:
+    """{our name: series} for a counter labelled by draft position (vLLM's and llama.cpp's
+    accepted tokens per position: drafts whose first i+1 tokens were all accepted)."""
+    return {
+        f"{ACCEPTED_AT_POSITION}{i}": position_series(metric, i)
+        for i in range(DRAFT_POSITIONS_READ)
+    }
 
 
 def which(binary: str, directory: Optional[str]) -> str:

@@ -638,6 +638,10 @@ class SGLangEngine(Engine[SGLangConfig]):
                 chunk.final["spec_accept_length"] = meta.get(
                     "spec_accept_length", meta["completion_tokens"] / verify
                 )
+            # Steps that accepted exactly n drafts, n = 0, 1, ... (where the version sends it).
+            histogram = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
+            if histogram:
+                chunk.final["spec_accept_histogram"] = [int(n) for n in histogram]
             for old, new in (
                 ("spec_accept_token_num", "spec_num_correct_drafts"),
                 ("spec_draft_token_num", "spec_num_proposed_drafts"),

@@ -28,6 +28,7 @@ from specexp.engines.base import (
     StreamChunk,
     get_json,
     is_loopback,
+    position_counters,
     run_with_stack_env,
     speculation_from_counters,
     stack_env,
@@ -111,6 +112,7 @@ class VLLMEngine(Engine[VLLMConfig]):
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
         "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+        **position_counters("vllm:spec_decode_num_accepted_tokens_per_pos_total"),
     }
     accounting_counters = {
         "output_tokens": "vllm:generation_tokens_total",

@@ -13,9 +13,19 @@ from typing import Optional
 
 from rich.markup import escape
 
-from specexp.analysis.results import Artifact, RunStatus, Tag, capacity_points_tag
-from specexp.analysis.summary import accounting_totals, summarize_job
+from specexp.analysis import acceptance
+from specexp.analysis.results import (
+    Artifact,
+    Metric,
+    RunStatus,
+    Tag,
+    capacity_points_tag,
+    position_metric,
+)
+from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
+from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_text
+from specexp.core.schemas import SpeculativeMethod
 from specexp.host.job import Job
 from specexp.output import terminal
 from specexp.run.measure import measure_part
@@ -151,6 +161,7 @@ def _finish(session: JobSession) -> None:
         path = session.log_path.parent / Artifact.prompts
         path.write_text(json.dumps(summary.prompts.to_json(), indent=1))
         session.files[Artifact.prompts] = path
+    result.summary = summary = _with_acceptance(session, summary, measured)
     if tracker:
         tracker.log_metrics(dict(summary.metrics))
         if summary.capacity:
@@ -161,6 +172,45 @@ def _finish(session: JobSession) -> None:
     terminal.print_summary(cfg, summary, result.runs)
     if tracker:
         terminal.console.print(f"MLflow: run {tracker.run_id} in {redact_text(tracker.uri)}")
+
+
+def _with_acceptance(
+    session: JobSession, summary: JobSummary, measured: list[RunResult]
+) -> JobSummary:
+    """A speculative job's acceptance per draft position: written as
+    ``speculation_profile.json``; its marginal rates and per-request length as metrics, and
+    runs whose counts fail the acceptance identity as notes."""
+    cfg = session.job.config
+    spec = cfg.speculative
+    found = (
+        acceptance.profile(measured, spec.num_draft_tokens, cfg.stats.confidence)
+        if spec.method != SpeculativeMethod.none
+        else None
+    )
+    if found is None:
+        return summary
+    conditions = {
+        "engine": session.job.engine.name,
+        "concurrency": cfg.concurrency.streams,
+        "workload": cfg.workload.name,
+        "temperature": cfg.workload.temperature,
+        "measured_runs": len(measured),
+    }
+    path = session.log_path.parent / Artifact.speculation_profile
+    profile_json = found.to_json(spec.method, cfg.model.path, spec.draft_model, conditions)
+    path.write_text(json.dumps(profile_json, indent=1))
+    session.files[Artifact.speculation_profile] = path
+    metrics = {position_metric(i): r.value for i, r in enumerate(found.marginal)}
+    metrics[Metric.acceptance_identity_failures] = float(
+        len(found.failed_runs) + (not found.identity.passed)
+    )
+    if found.per_request is not None:
+        metrics[Metric.acceptance_length_per_request] = found.per_request
+    return dataclasses.replace(
+        summary,
+        metrics={**summary.metrics, **metrics},
+        notes=summary.notes + tuple(found.notes()),
+    )
 
 
 def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: str = "") -> None:
