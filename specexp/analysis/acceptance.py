@@ -24,10 +24,13 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
-from scipy.stats import norm
+import numpy as np
+from scipy.optimize import brentq
+from scipy.stats import norm, t
 from statsmodels.stats.proportion import proportion_confint
 
 from specexp.core.measurements import RequestRecord, RunResult
@@ -410,3 +413,155 @@ def check_pinned(
         if not realised.low - 1e-9 <= rate <= realised.high + 1e-9:
             off.append(i)
     return PinnedCheck(pinned, mean, mean - half, mean + half, tuple(off))
+
+
+def tokens_per_step(alpha: float, gamma: int) -> float:
+    """Leviathan et al.'s tokens per target step, tau = (1 - alpha^(gamma+1)) / (1 - alpha):
+    each of ``gamma`` drafted tokens accepted with probability ``alpha``, in order."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def alpha_for_length(length: float, gamma: int) -> float:
+    """The per-token acceptance alpha whose tau is ``length`` (the measured mean acceptance
+    length). Not the share of drafted tokens accepted: that is E[accepted] / gamma, which the
+    order of acceptance (a rejection ends the draft) keeps below alpha."""
+    if length <= 1.0:
+        return 0.0
+    if length >= gamma + 1.0:
+        return 1.0
+    return float(brentq(lambda a: tokens_per_step(a, gamma) - length, 0.0, 1.0))
+
+
+class Limit(StrEnum):
+    """What costs a speculative arm most of its ideal speed-up, gamma + 1."""
+
+    acceptance = "acceptance"
+    draft_cost = "draft cost"
+    overhead = "overhead beyond both"
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """A speculative arm's measured speed-up over its baseline as a share of the bound
+    tau / (gamma c + 1): tau its measured acceptance length, c its draft's step time over
+    the target's (each served alone, at the same level). The ideal gamma + 1 splits into
+    three losses that multiply back to the measured speed-up - acceptance, (gamma + 1) / tau;
+    draft cost, gamma c + 1; and the rest, bound / measured - and ``limit`` names the largest."""
+
+    baseline: str
+    candidate: str
+    candidate_run_id: str
+    gamma: int
+    tau: float
+    alpha: float
+    # None: not measured (no arm serves the draft alone); the bound is then taken at c = 0.
+    cost: Optional[float]
+    cost_source: str
+    speedup: float
+    share: float
+    low: float
+    high: float
+    confidence: float
+
+    @property
+    def bound(self) -> float:
+        return self.tau / (self.gamma * (self.cost or 0.0) + 1.0)
+
+    @property
+    def losses(self) -> dict[Limit, float]:
+        return {
+            Limit.acceptance: (self.gamma + 1.0) / self.tau,
+            Limit.draft_cost: self.gamma * (self.cost or 0.0) + 1.0,
+            Limit.overhead: 1.0 / self.share,
+        }
+
+    @property
+    def limit(self) -> Limit:
+        losses = self.losses
+        return max(losses, key=lambda k: losses[k])
+
+    def sentence(self) -> str:
+        cost = (
+            f"c = {self.cost:.3f} ({self.cost_source})"
+            if self.cost is not None
+            else f"c not measured ({self.cost_source}): bound at c = 0"
+        )
+        losses = self.losses
+        return (
+            f"{self.candidate} vs {self.baseline}: x{self.speedup:.3f} of a bound x{self.bound:.3f} "
+            f"= {self.share:.0%} [{self.low:.0%}, {self.high:.0%}] (gamma {self.gamma}, tau "
+            f"{self.tau:.2f}, alpha {self.alpha:.2f}, {cost}); limited by {self.limit}: of the "
+            f"ideal x{self.gamma + 1}, acceptance costs x{losses[Limit.acceptance]:.2f}, draft "
+            f"cost x{losses[Limit.draft_cost]:.2f}, the rest x{losses[Limit.overhead]:.2f}"
+        )
+
+    def metrics(self) -> dict[str, float]:
+        """On the candidate's run: the bound and the share of it reached, with the interval."""
+        return {
+            "speedup_bound": self.bound,
+            "bound_share_pct": 100 * self.share,
+            "bound_share_ci_low_pct": 100 * self.low,
+            "bound_share_ci_high_pct": 100 * self.high,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "limit": str(self.limit)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Efficiency:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+def log_mean_se(values: Sequence[float]) -> float:
+    """Standard error of the mean of log ``values``: the relative error of an arm's mean."""
+    logs = np.log(np.asarray(values, dtype=float))
+    return float(logs.std(ddof=1) / math.sqrt(len(logs))) if len(logs) > 1 else math.inf
+
+
+def efficiency(
+    *,
+    baseline: str,
+    candidate: str,
+    candidate_run_id: str,
+    gamma: int,
+    tau: float,
+    speedup: float,
+    speedup_log_se: float,
+    df: float,
+    confidence: float,
+    cost: Optional[tuple[float, float, float]] = None,
+    cost_source: str = "",
+) -> Efficiency:
+    """The arm's share of the bound, with a delta-method interval on the log scale. Its
+    errors: the speed-up's (``speedup_log_se``, its comparison's, on ``df`` degrees of
+    freedom) and c's - ``cost`` is c, then the standard errors of the log means of the
+    baseline and of the draft served alone. The baseline's error enters both the speed-up
+    and c, and partly cancels: log share = log cand - (1 - w) log base - w log draft + const,
+    w = gamma c / (gamma c + 1). tau is counted over every draft of the arm and taken as
+    known."""
+    c, base_se, draft_se = cost if cost is not None else (None, 0.0, 0.0)
+    bound = tau / (gamma * (c or 0.0) + 1.0)
+    share = speedup / bound
+    w = gamma * (c or 0.0) / (gamma * (c or 0.0) + 1.0)
+    variance = speedup_log_se**2 + w**2 * (base_se**2 + draft_se**2) - 2 * w * base_se**2
+    se = math.sqrt(max(variance, 0.0))
+    quantile = (
+        float(t.ppf(0.5 + confidence / 2, df)) if df > 0 else float(norm.ppf(0.5 + confidence / 2))
+    )
+    return Efficiency(
+        baseline,
+        candidate,
+        candidate_run_id,
+        gamma,
+        tau,
+        alpha_for_length(tau, gamma),
+        c,
+        cost_source,
+        speedup,
+        share,
+        share * math.exp(-quantile * se),
+        share * math.exp(quantile * se),
+        confidence,
+    )

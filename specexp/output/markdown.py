@@ -223,6 +223,9 @@ def sweep_description(
             f"vLLM: `{json.dumps(report.schedule.vllm())}`; SGLang "
             f"`--speculative-adaptive-config`: `{json.dumps(report.schedule.sglang())}`",
         ]
+    if report.efficiencies:
+        lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
+        lines += [f"- {bound.sentence()}" for bound in report.efficiencies]
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
     if report.prompt_comparisons:
