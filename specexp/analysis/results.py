@@ -129,6 +129,8 @@ class Metric(StrEnum):
     # per request, and the measured runs whose counts fail AL = 1 + sum of marginal rates.
     acceptance_length_per_request = "acceptance_length_per_request_mean"
     acceptance_identity_failures = "acceptance_identity_failures"
+    # A synthetic-acceptance job: 1 when its realised acceptance is the pinned one.
+    synthetic_acceptance_agrees = "synthetic_acceptance_agrees"
     output_tokens_total = "output_tokens_total"
     # Open loop, per measured run: the arrival rate asked for, the schedule's own rate, the
     # rate the client sent at (requests/s), and the latest a request was sent after it was due.

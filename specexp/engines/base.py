@@ -199,6 +199,13 @@ class Engine(Generic[EngineConfigT]):
     chat_endpoint: ClassVar[bool] = False
     # A JSON endpoint :meth:`server_load` reads beside /metrics (llama.cpp's /slots), if any.
     state_path: ClassVar[Optional[str]] = None
+    # The engine can pin its acceptance (speculative.synthetic_acceptance_length).
+    synthetic_acceptance: ClassVar[bool] = False
+
+    def pinned_marginals(self, length: float, positions: int) -> Optional[list[float]]:
+        """The per-position marginal acceptance the engine pins for a mean ``length`` with
+        ``positions`` drafted tokens, where its schedule is known; None otherwise."""
+        return None
 
     def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]:
         """The server's load from its /metrics samples (and ``state``, the answer of
@@ -246,6 +253,11 @@ class Engine(Generic[EngineConfigT]):
         ):
             raise ConfigError(
                 f"allreduce_backend.torch_symm_mem=true is not supported by engine={self.name}"
+            )
+        if spec.synthetic_acceptance_length is not None and not self.synthetic_acceptance:
+            raise ConfigError(
+                "speculative.synthetic_acceptance_length is not supported by "
+                f"engine={self.name}: it has no setting that pins acceptance; leave it null"
             )
         if server.speculative.switch_off_at is not None and not self.dynamic_speculation:
             raise ConfigError(

@@ -64,10 +64,29 @@ for flags in json.loads(sys.argv[2]):
     speculative = args.speculative_config or {}
     resolved = {"max_num_seqs": args.max_num_seqs}
     try:
+        if speculative.get("rejection_sample_method") == "synthetic":
+            # vLLM's own check and resolution of a pinned length into per-position rates
+            # (the whole SpeculativeConfig would load the draft model).
+            speculative = {
+                **speculative,
+                "synthetic_acceptance_rates": SpeculativeConfig._resolve_synthetic_acceptance_rates(
+                    speculative.get("num_speculative_tokens", 1),
+                    speculative.get("synthetic_acceptance_rates"),
+                    speculative.get("synthetic_acceptance_length"),
+                ),
+            }
         if speculative.get("method") == "ngram":
-            config = SpeculativeConfig(**speculative)
+            given = {k: v for k, v in speculative.items() if k != "synthetic_acceptance_rates"}
+            config = SpeculativeConfig(**given)
             window = ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
-            speculative = {k: getattr(config, k) for k in [*speculative, *window]}
+            speculative = {
+                **speculative,
+                **{k: getattr(config, k) for k in [*given, *window]},
+            }
+            if config.rejection_sample_method == "synthetic":
+                # Resolution turns the length into the rates, which is no change of it.
+                speculative["synthetic_acceptance_length"] = given["synthetic_acceptance_length"]
+                speculative["synthetic_acceptance_rates"] = config.synthetic_acceptance_rates
     except Exception as error:
         if mode == "resolve":
             raise
@@ -129,6 +148,7 @@ class VLLMEngine(Engine[VLLMConfig]):
         "step_s_count": "vllm:inter_token_latency_seconds_count",
     }
     load_gauges = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
+    synthetic_acceptance = True
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
@@ -166,6 +186,9 @@ class VLLMEngine(Engine[VLLMConfig]):
                 speculative["prompt_lookup_max"] = spec.ngram_size
             else:
                 speculative["model"] = str(spec.draft_model)
+            if spec.synthetic_acceptance_length is not None:
+                speculative["rejection_sample_method"] = "synthetic"
+                speculative["synthetic_acceptance_length"] = spec.synthetic_acceptance_length
             if spec.switch_off_at is not None:
                 setting = self.switch_off(spec.switch_off_at, spec, engine.max_num_seqs)
                 speculative.update(setting["speculative_config"])
@@ -181,6 +204,14 @@ class VLLMEngine(Engine[VLLMConfig]):
             # comes with vLLM's other development endpoints, so only on a loopback address.
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
         return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+
+    def pinned_marginals(self, length: float, positions: int) -> list[float]:
+        """vLLM's minimum-variance schedule for a synthetic mean length L (config/
+        speculative.py _acceptance_length_to_rates): the first floor(L - 1) drafts always
+        accepted, the next with the fraction left, the rest never."""
+        accepted = length - 1
+        whole = int(accepted)
+        return ([1.0] * whole + [accepted - whole] + [0.0] * positions)[:positions]
 
     def cache_flush(self, server: ServerSettings[VLLMConfig], state: Any) -> list[tuple[str, str]]:
         """The prefix cache reset, on a server specexp starts on a loopback address (the

@@ -9,7 +9,7 @@ import json
 import os
 from contextvars import ContextVar, Token
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rich.markup import escape
 
@@ -24,6 +24,7 @@ from specexp.analysis.results import (
 )
 from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
 from specexp.core.measurements import RunResult
+from specexp.core.notes import Note, NoteKind
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import SpeculativeMethod
 from specexp.host.job import Job
@@ -189,18 +190,33 @@ def _with_acceptance(
     )
     if found is None:
         return summary
-    conditions = {
+    conditions: dict[str, Any] = {
         "engine": session.job.engine.name,
         "concurrency": cfg.concurrency.streams,
         "workload": cfg.workload.name,
         "temperature": cfg.workload.temperature,
         "measured_runs": len(measured),
     }
+    notes = found.notes()
+    metrics = {position_metric(i): r.value for i, r in enumerate(found.marginal)}
+    if spec.synthetic_acceptance_length is not None:
+        pinned = acceptance.check_pinned(
+            found.counts,
+            spec.num_draft_tokens,
+            spec.synthetic_acceptance_length,
+            cfg.stats.confidence,
+            session.job.engine.pinned_marginals(
+                spec.synthetic_acceptance_length, spec.num_draft_tokens
+            ),
+        )
+        conditions["synthetic_acceptance"] = pinned.describe()
+        metrics[Metric.synthetic_acceptance_agrees] = float(pinned.agrees)
+        if not pinned.agrees:
+            notes.append(Note(NoteKind.synthetic_acceptance, pinned.describe()))
     path = session.log_path.parent / Artifact.speculation_profile
     profile_json = found.to_json(spec.method, cfg.model.path, spec.draft_model, conditions)
     path.write_text(json.dumps(profile_json, indent=1))
     session.files[Artifact.speculation_profile] = path
-    metrics = {position_metric(i): r.value for i, r in enumerate(found.marginal)}
     metrics[Metric.acceptance_identity_failures] = float(
         len(found.failed_runs) + (not found.identity.passed)
     )
@@ -209,7 +225,7 @@ def _with_acceptance(
     return dataclasses.replace(
         summary,
         metrics={**summary.metrics, **metrics},
-        notes=summary.notes + tuple(found.notes()),
+        notes=summary.notes + tuple(notes),
     )
 
 

@@ -20,8 +20,10 @@ from specexp.analysis.acceptance import (
 )
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
+from specexp.core.schemas import ConfigError
 from specexp.engines import get_engine
 from specexp.engines.base import parse_prometheus
+from tests.conftest import compose_job
 
 READINGS = Path(__file__).parent / "readings"
 STREAMS = Path(__file__).parent / "streams"
@@ -250,3 +252,37 @@ def test_a_pinned_length_against_the_realised_one_off_by_ones_included():
     assert check_pinned(PositionCounts(50, 100, (50, 50, 0, 0)), 4, 3.0, 0.95, whole).agrees
     short = check_pinned(PositionCounts(50, 99, (50, 49, 0, 0)), 4, 3.0, 0.95, whole)
     assert short.low < 3.0 < short.high and short.positions_off == (1,)
+
+
+def test_a_synthetic_arm_is_composed_where_the_engine_has_the_knob():
+    """SGLang takes the pinned length in its environment; vLLM in its speculative config
+    (checked by vLLM's own parser in tests/process/test_vllm_commands.py); llama.cpp has no
+    such setting, and says so; a length outside 1 .. K + 1 is no length at all."""
+    sglang = compose_job(
+        "engine=sglang",
+        "model=kimi-k2.5",
+        "stack=cu130",
+        "speculative=eagle3",
+        "model.eagle3_draft_path=org/head",
+        "speculative.synthetic_acceptance_length=3.2",
+    )
+    env = sglang.engine.launch_spec(sglang.server, 30000).env
+    assert env["SGLANG_SIMULATE_ACC_LEN"] == "3.2"
+    assert env["SGLANG_SIMULATE_ACC_METHOD"] == "match-expected"
+    vllm = compose_job(
+        "engine=vllm", "speculative=ngram", "speculative.synthetic_acceptance_length=2.5"
+    )
+    argv = vllm.engine.launch_spec(vllm.server, 8000).argv
+    config = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert config["rejection_sample_method"] == "synthetic"
+    assert config["synthetic_acceptance_length"] == 2.5
+    assert vllm.engine.pinned_marginals(2.5, 4) == [1.0, 0.5, 0.0, 0.0]
+    assert vllm.engine.pinned_marginals(5.0, 4) == [1.0] * 4
+    with pytest.raises(ConfigError, match="engine=llamacpp: it has no setting that pins"):
+        compose_job("speculative=draft", "speculative.synthetic_acceptance_length=2.5")
+    with pytest.raises(ConfigError, match="from 1 to num_draft_tokens \\+ 1 = 5"):
+        compose_job(
+            "engine=vllm", "speculative=ngram", "speculative.synthetic_acceptance_length=5.5"
+        )
+    with pytest.raises(ConfigError, match="speculative=none drafts nothing"):
+        compose_job("engine=vllm", "speculative.synthetic_acceptance_length=2")
