@@ -26,10 +26,13 @@ from hydra import compose, initialize_config_dir
 
 from specexp import hydra_app
 from specexp.analysis.history import (
+    FOLLOWED_METRICS,
     Change,
     HistoryPoint,
+    MetricChanges,
     find_changes,
     histories,
+    metric_changes,
     newest_regression,
     published_changes,
 )
@@ -181,6 +184,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.describe and args.reference:
         build_parser().error("--describe writes an experiment's history; --reference reads none")
     found = []
+    # Acceptance length and goodput along each history, by its first run.
+    followed: dict[str, list[MetricChanges]] = {}
     if args.reference:
         points = reference_history(args.reference)
         method = load_reference(args.reference).method
@@ -194,9 +199,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         store = TrackingStore(args.tracking_uri, args.experiment, create=False)
         across = [key for key in args.across.split(",") if key]
-        for points in histories(store.job_runs(filter_string=args.filter), across):
+        runs = store.job_runs(filter_string=args.filter)
+        by_id = {run.run_id: run for run in runs}
+        for points in histories(runs, across):
             changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
             found.append((points, changes))
+            followed[points[0].run_id] = [
+                metric_changes(
+                    points, by_id, m, max_pvalue=args.max_pvalue, confidence=args.confidence
+                )
+                for m in FOLLOWED_METRICS
+            ]
         if args.describe:
             store.describe_history(history_markdown(found, args.max_pvalue))
     if args.json:
@@ -207,6 +220,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "runs": [p.run_id for p in points],
                         "first": points[0].name,
                         "changes": [c.to_json() for c in changes],
+                        "metrics": [m.to_json() for m in followed.get(points[0].run_id, [])],
                     }
                     for points, changes in found
                 ],
@@ -221,6 +235,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                 terminal.console.print(terminal.rich_table(title, change_rows(changes)))
             else:
                 terminal.console.print(f"{title}: no change at p < {args.max_pvalue:g}")
+            for metric in followed.get(points[0].run_id, []):
+                terminal.console.print(f"  {metric.describe(args.max_pvalue)}")
+                if metric.changes:
+                    terminal.console.print(
+                        terminal.rich_table(metric.metric, change_rows(metric.changes))
+                    )
     if args.fail_on_regression is not None:
         regressed = [
             c
