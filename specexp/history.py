@@ -160,15 +160,23 @@ def history_title(points: list[HistoryPoint], changes: list[Change]) -> str:
 
 
 def history_markdown(
-    found: list[tuple[list[HistoryPoint], list[Change]]], max_pvalue: float
+    found: list[tuple[list[HistoryPoint], list[Change]]],
+    max_pvalue: float,
+    followed: Optional[dict[str, list[MetricChanges]]] = None,
 ) -> str:
-    """The histories as the experiment's description shows them: a table of changes each."""
+    """The histories as the experiment's description shows them: a table of changes each,
+    and what the ``followed`` metrics (by a history's first run) did along it."""
     sections = [
         f"### {history_title(points, changes)}\n\n"
         + (
             markdown.table(change_rows(changes))
             if changes
             else f"no change at p < {max_pvalue:g}\n"
+        )
+        + "".join(
+            f"\n- {m.describe(max_pvalue)}\n"
+            + (f"\n{markdown.table(change_rows(m.changes))}" if m.changes else "")
+            for m in (followed or {}).get(points[0].run_id, [])
         )
         for points, changes in found
     ]
@@ -211,7 +219,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 for m in FOLLOWED_METRICS
             ]
         if args.describe:
-            store.describe_history(history_markdown(found, args.max_pvalue))
+            store.describe_history(history_markdown(found, args.max_pvalue, followed))
     if args.json:
         print(
             json.dumps(

@@ -12,6 +12,7 @@ from specexp.analysis.history import (
     metric_changes,
 )
 from specexp.analysis.results import JobRun, Metric, Tag
+from specexp.history import history_markdown
 
 
 def runs(lengths: list[float]) -> list[JobRun]:
@@ -66,3 +67,13 @@ def test_too_few_runs_are_too_little_data_not_no_change():
     assert length.describe(0.0005).startswith(
         f"{Metric.acceptance_length_mean}: too little data (3 run(s)"
     )
+
+
+def test_the_experiment_description_says_what_each_metric_did():
+    found = runs([3.0] * 6)
+    (points,) = histories(found)
+    by_id = {r.run_id: r for r in found}
+    followed = {points[0].run_id: [metric_changes(points, by_id, m) for m in FOLLOWED_METRICS]}
+    text = history_markdown([(points, [])], 0.0005, followed)
+    assert f"- {Metric.acceptance_length_mean}: no change at p < 0.0005 over 6 runs" in text
+    assert "- goodput_rps_mean: too little data (0 run(s)" in text
