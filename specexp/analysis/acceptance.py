@@ -18,6 +18,10 @@ steps after the first: SGLang counts its verification steps; llama.cpp's timings
 draft tokens accepted, and each of its steps makes one token of its own, so the steps are the
 tokens less those accepted. vLLM says nothing per request.
 
+Beside the profile: a synthetic-acceptance arm's realised acceptance against the length it
+pinned (:func:`check_pinned`), and a speculative arm's speed-up as a share of Leviathan et
+al.'s bound tau / (gamma c + 1) with the loss that limits it (:func:`efficiency`).
+
 Nothing here does I/O.
 """
 
