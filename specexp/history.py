@@ -26,10 +26,13 @@ from hydra import compose, initialize_config_dir
 
 from specexp import hydra_app, options
 from specexp.analysis.history import (
+    FOLLOWED_METRICS,
     Change,
     HistoryPoint,
+    MetricChanges,
     find_changes,
     histories,
+    metric_changes,
     newest_regression,
     published_changes,
 )
@@ -151,15 +154,23 @@ def history_title(points: list[HistoryPoint], changes: list[Change]) -> str:
 
 
 def history_markdown(
-    found: list[tuple[list[HistoryPoint], list[Change]]], max_pvalue: float
+    found: list[tuple[list[HistoryPoint], list[Change]]],
+    max_pvalue: float,
+    followed: Optional[dict[str, list[MetricChanges]]] = None,
 ) -> str:
-    """The histories as the experiment's description shows them: a table of changes each."""
+    """The histories as the experiment's description shows them: a table of changes each,
+    and what the ``followed`` metrics (by a history's first run) did along it."""
     sections = [
         f"### {history_title(points, changes)}\n\n"
         + (
             markdown.table(change_rows(changes))
             if changes
             else f"no change at p < {max_pvalue:g}\n"
+        )
+        + "".join(
+            f"\n- {m.describe(max_pvalue)}\n"
+            + (f"\n{markdown.table(change_rows(m.changes))}" if m.changes else "")
+            for m in (followed or {}).get(points[0].run_id, [])
         )
         for points, changes in found
     ]
@@ -183,6 +194,8 @@ def main(argv: Optional[list[str]] = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """``specexp history``: the histories printed (or their JSON), and the exit status."""
     found = []
+    # Acceptance length and goodput along each history, by its first run.
+    followed: dict[str, list[MetricChanges]] = {}
     if args.reference:
         points = reference_history(args.reference)
         method = load_reference(args.reference).method
@@ -196,11 +209,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         store = TrackingStore(args.tracking_uri, args.experiment, create=False)
         across = [key for key in args.across.split(",") if key]
-        for points in histories(store.job_runs(filter_string=args.filter), across):
+        runs = store.job_runs(filter_string=args.filter)
+        by_id = {run.run_id: run for run in runs}
+        for points in histories(runs, across):
             changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
             found.append((points, changes))
+            followed[points[0].run_id] = [
+                metric_changes(
+                    points, by_id, m, max_pvalue=args.max_pvalue, confidence=args.confidence
+                )
+                for m in FOLLOWED_METRICS
+            ]
         if args.describe:
-            store.describe_history(history_markdown(found, args.max_pvalue))
+            store.describe_history(history_markdown(found, args.max_pvalue, followed))
     if args.json:
         print(
             json.dumps(
@@ -209,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
                         "runs": [p.run_id for p in points],
                         "first": points[0].name,
                         "changes": [c.to_json() for c in changes],
+                        "metrics": [m.to_json() for m in followed.get(points[0].run_id, [])],
                     }
                     for points, changes in found
                 ],
@@ -223,6 +245,12 @@ def run(args: argparse.Namespace) -> int:
                 terminal.console.print(terminal.rich_table(title, change_rows(changes)))
             else:
                 terminal.console.print(f"{title}: no change at p < {args.max_pvalue:g}")
+            for metric in followed.get(points[0].run_id, []):
+                terminal.console.print(f"  {metric.describe(args.max_pvalue)}")
+                if metric.changes:
+                    terminal.console.print(
+                        terminal.rich_table(metric.metric, change_rows(metric.changes))
+                    )
     if args.fail_on_regression is not None:
         regressed = [
             c

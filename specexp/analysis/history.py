@@ -11,7 +11,7 @@ without how it was tracked, on one hardware class.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
@@ -260,3 +260,66 @@ def published_changes(
             )
         )
     return changes
+
+
+# Speculation's own metrics followed beside throughput, each a job's summary value: its mean
+# acceptance length, and its goodput (requests/s meeting the SLO) where it had an SLO.
+FOLLOWED_METRICS = (Metric.acceptance_length_mean, f"{Metric.goodput_rps}_mean")
+# Runs a history needs for a change-point search (find_changes searches none below it).
+MIN_POINTS = 4
+
+
+@dataclass(frozen=True)
+class MetricChanges:
+    """The change points of one more metric of a history, over the runs that carry it."""
+
+    metric: str
+    points: int
+    changes: list[Change]
+
+    @property
+    def too_little_data(self) -> bool:
+        return self.points < MIN_POINTS
+
+    def describe(self, max_pvalue: float) -> str:
+        if self.too_little_data:
+            return (
+                f"{self.metric}: too little data ({self.points} run(s) carry it; a change-point "
+                f"search needs {MIN_POINTS})"
+            )
+        if not self.changes:
+            return f"{self.metric}: no change at p < {max_pvalue:g} over {self.points} runs"
+        return f"{self.metric}: {len(self.changes)} change(s) over {self.points} runs"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "points": self.points,
+            "too_little_data": self.too_little_data,
+            "changes": [c.to_json() for c in self.changes],
+        }
+
+
+def metric_changes(
+    points: Sequence[HistoryPoint],
+    runs: Mapping[str, JobRun],
+    metric: str,
+    *,
+    max_pvalue: float = 0.0005,
+    confidence: float = 0.95,
+) -> MetricChanges:
+    """The change points of ``metric`` along a throughput history (``runs``: its runs by
+    id): the points whose run has a positive value of it (a change's interval is on log
+    values), searched as find_changes searches throughput."""
+    # find_changes reads each point's tok_per_s: there it holds the metric's value.
+    carried = [
+        replace(point, tok_per_s=float(value))
+        for point in points
+        if (value := runs[point.run_id].metrics.get(metric)) is not None and value > 0
+    ]
+    found = (
+        find_changes(carried, max_pvalue=max_pvalue, confidence=confidence)
+        if len(carried) >= MIN_POINTS
+        else []
+    )
+    return MetricChanges(metric, len(carried), found)

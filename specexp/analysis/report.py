@@ -7,11 +7,13 @@ writes all render this value; none of them computes anything of it."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from specexp.analysis import crossover
+from specexp.analysis import acceptance, crossover
+from specexp.analysis.acceptance import Efficiency
 from specexp.analysis.arms import (
     Arm,
     Calibration,
@@ -34,7 +36,7 @@ from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import check_format
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod, StatsConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 
@@ -116,6 +118,8 @@ class SweepReport:
     capacity_arms: list[ArmCapacity] = field(default_factory=list)
     # A sweep of draft lengths by level: the length to deploy at each.
     schedule: Optional[DraftSchedule] = None
+    # Each speculative arm's speed-up as a share of its bound, and what limits it.
+    efficiencies: list[Efficiency] = field(default_factory=list)
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -149,9 +153,11 @@ class SweepReport:
                     "capacities",
                     "capacity_arms",
                     "schedule",
+                    "efficiencies",
                 )
             },
             "schedule": self.schedule.to_json() if self.schedule else None,
+            "efficiencies": [e.to_json() for e in self.efficiencies],
             "capacities": [c.to_json() for c in self.capacities],
             "capacity_arms": [dataclasses.asdict(a) for a in self.capacity_arms],
             "prompt_comparisons": [p.to_json() for p in self.prompt_comparisons],
@@ -186,6 +192,7 @@ class SweepReport:
                 "capacities",
                 "capacity_arms",
                 "schedule",
+                "efficiencies",
             )
         }
         return cls(
@@ -202,6 +209,7 @@ class SweepReport:
             capacities=[CapacityComparison.from_json(c) for c in data["capacities"]],
             capacity_arms=[ArmCapacity.from_json(a) for a in data["capacity_arms"]],
             schedule=DraftSchedule.from_json(data["schedule"]) if data["schedule"] else None,
+            efficiencies=[Efficiency.from_json(e) for e in data.get("efficiencies", [])],
         )
 
 
@@ -219,6 +227,9 @@ class SweepFacts:
     speculative: Mapping[str, SpeculativeConfig]
     # The comparisons the sweep measured until decided.
     sequences: Sequence[SequentialComparison] = ()
+    # Each job's model path, by its config fingerprint: an arm that serves a draft model
+    # alone gives the draft's cost against the bound (acceptance.Efficiency).
+    models: Mapping[str, str] = field(default_factory=dict)
 
 
 def _crossovers(
@@ -263,6 +274,70 @@ def _crossovers(
                 )
             )
     return found, checks
+
+
+def _efficiencies(
+    pairs: Sequence[tuple[Arm, Arm]],
+    comparisons: Sequence[Comparison],
+    arms: Sequence[Arm],
+    facts: SweepFacts,
+) -> list[Efficiency]:
+    """Each speculative chain arm against its bound: tau its acceptance length; c from an
+    arm serving its draft model alone at the baseline's level (n-grams: no draft model,
+    c = 0)."""
+
+    def settings(arm: Arm) -> Optional[SpeculativeConfig]:
+        return facts.speculative.get(arm.run.tags.get(Tag.config_fingerprint, ""))
+
+    def model(arm: Arm) -> Optional[str]:
+        return facts.models.get(arm.run.tags.get(Tag.config_fingerprint, ""))
+
+    found = []
+    for (base, arm), comparison in zip(pairs, comparisons, strict=True):
+        spec, tau = settings(arm), arm.run.metrics.get(Metric.acceptance_length_mean)
+        if spec is None or spec.method == SpeculativeMethod.none or tau is None:
+            continue
+        if spec.eagle_topk > 1 or not comparison.testable or not math.isfinite(comparison.se):
+            continue  # a tree's tau is not the chain's; an untested speed-up has no error
+        cost: Optional[tuple[float, float, float]] = None
+        if spec.method == SpeculativeMethod.ngram:
+            cost, source = (0.0, 0.0, 0.0), "n-gram lookup, no draft model"
+        else:
+            level = base.run.tags.get("concurrency")
+            drafts = [
+                a
+                for a in arms
+                if spec.draft_model
+                and model(a) == spec.draft_model
+                and (s := settings(a)) is not None
+                and s.method == SpeculativeMethod.none
+                and a.run.tags.get("concurrency") == level
+            ]
+            source = "no arm serves the draft model alone at this level"
+            if drafts:
+                draft = drafts[0]
+                cost = (
+                    base.summary.mean / draft.summary.mean,
+                    acceptance.log_mean_se(base.values),
+                    acceptance.log_mean_se(draft.values),
+                )
+                source = f"{draft.label} served alone"
+        found.append(
+            acceptance.efficiency(
+                baseline=base.label,
+                candidate=arm.label,
+                candidate_run_id=arm.run_id,
+                gamma=spec.num_draft_tokens,
+                tau=tau,
+                speedup=comparison.ratio,
+                speedup_log_se=comparison.se,
+                df=comparison.df,
+                confidence=facts.stats.confidence,
+                cost=cost,
+                cost_source=source,
+            )
+        )
+    return found
 
 
 def _goodput_crossovers(
@@ -361,6 +436,7 @@ def compile_sweep_report(
                     {a.run_id: a.run.tags.get(Tag.config_fingerprint, "") for a in arms},
                     facts.crossover_factor,
                 )
+            report.efficiencies = _efficiencies(pairs, report.comparisons, arms, facts)
             report.sequences = list(facts.sequences)
             records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
             for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):

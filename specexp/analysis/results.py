@@ -125,6 +125,12 @@ class Metric(StrEnum):
     decode_tok_per_s_mean = "decode_tok_per_s_mean"
     acceptance_length_mean = "acceptance_length_mean"
     acceptance_rate_mean = "acceptance_rate_mean"
+    # Per job, from the acceptance profile (analysis.acceptance): the mean acceptance length
+    # per request, and the measured runs whose counts fail AL = 1 + sum of marginal rates.
+    acceptance_length_per_request = "acceptance_length_per_request_mean"
+    acceptance_identity_failures = "acceptance_identity_failures"
+    # A synthetic-acceptance job: 1 when its realised acceptance is the pinned one.
+    synthetic_acceptance_agrees = "synthetic_acceptance_agrees"
     output_tokens_total = "output_tokens_total"
     # Open loop, per measured run: the arrival rate asked for, the schedule's own rate, the
     # rate the client sent at (requests/s), and the latest a request was sent after it was due.
@@ -163,6 +169,11 @@ def server_metric(metric: str) -> str:
     return f"server_{metric}"
 
 
+def position_metric(position: int) -> str:
+    """The marginal acceptance rate at a draft position (from 0), per job."""
+    return f"acceptance_marginal_p{position}"
+
+
 def percentile_metric(series: Metric, percentile: str, per_run: bool = False) -> str:
     """A percentile (p50, p90, p99) of a series: per job ``itl_s_p50``; per run the
     inter-token latency's is named ``itl_p50_s``."""
@@ -182,6 +193,8 @@ class Artifact(StrEnum):
     stack = "stack.json"  # what the stack's interpreter holds
     effective = "effective.json"  # each requested setting as it ran, with the evidence
     prompts = "prompts.json"  # each prompt of a prompt set: its output, acceptance, tok/s
+    # Acceptance per draft position, in NVIDIA specdec_bench's format (analysis.acceptance).
+    speculation_profile = "speculation_profile.json"
     offline_journal = (
         "mlflow_offline.json"  # the run's tracking calls while the store was unreachable
     )

@@ -45,6 +45,10 @@ class NoteKind(StrEnum):
     gpu_shared = "GPU shared"
     token_count = "token count"
     overloaded = "overloaded"  # open-loop requests that stalled in the server's queue
+    # Acceptance counts that fail AL = 1 + sum of per-position rates (analysis.acceptance).
+    acceptance_identity = "acceptance identity"
+    # A synthetic-acceptance arm whose realised acceptance is not the pinned one.
+    synthetic_acceptance = "synthetic acceptance"
 
 
 @dataclass(frozen=True)

@@ -228,8 +228,26 @@ class SpeculativeConfig:
     # engine's own per-batch-size setting (the crossover's recommended threshold); null:
     # draft at every batch size.
     switch_off_at: Optional[int] = None
+    # A synthetic-acceptance arm: the engine accepts drafts at random to this mean acceptance
+    # length, the target's own token included (1 to num_draft_tokens + 1), whatever the
+    # draft proposes - vLLM's synthetic_acceptance_length, SGLang's SGLANG_SIMULATE_ACC_LEN
+    # (TensorRT-LLM's TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS would be this less one).
+    # Beside the real arm it separates engine overhead from draft quality; null: real.
+    synthetic_acceptance_length: Optional[float] = None
 
     def __post_init__(self) -> None:
+        length = self.synthetic_acceptance_length
+        if length is not None and self.method == SpeculativeMethod.none:
+            raise ConfigError(
+                f"speculative.synthetic_acceptance_length={length} pins the acceptance of "
+                "drafts, and speculative=none drafts nothing; choose a speculative method"
+            )
+        if length is not None and not 1 <= length <= self.num_draft_tokens + 1:
+            raise ConfigError(
+                f"speculative.synthetic_acceptance_length={length} is a mean acceptance length "
+                f"counting the target's own token: from 1 to num_draft_tokens + 1 = "
+                f"{self.num_draft_tokens + 1}"
+            )
         _at_least(
             "speculative",
             1,

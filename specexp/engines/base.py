@@ -199,6 +199,13 @@ class Engine(Generic[EngineConfigT]):
     chat_endpoint: ClassVar[bool] = False
     # A JSON endpoint :meth:`server_load` reads beside /metrics (llama.cpp's /slots), if any.
     state_path: ClassVar[Optional[str]] = None
+    # The engine can pin its acceptance (speculative.synthetic_acceptance_length).
+    synthetic_acceptance: ClassVar[bool] = False
+
+    def pinned_marginals(self, length: float, positions: int) -> Optional[list[float]]:
+        """The per-position marginal acceptance the engine pins for a mean ``length`` with
+        ``positions`` drafted tokens, where its schedule is known; None otherwise."""
+        return None
 
     def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]:
         """The server's load from its /metrics samples (and ``state``, the answer of
@@ -246,6 +253,11 @@ class Engine(Generic[EngineConfigT]):
         ):
             raise ConfigError(
                 f"allreduce_backend.torch_symm_mem=true is not supported by engine={self.name}"
+            )
+        if spec.synthetic_acceptance_length is not None and not self.synthetic_acceptance:
+            raise ConfigError(
+                "speculative.synthetic_acceptance_length is not supported by "
+                f"engine={self.name}: it has no setting that pins acceptance; leave it null"
             )
         if server.speculative.switch_off_at is not None and not self.dynamic_speculation:
             raise ConfigError(
@@ -626,7 +638,8 @@ def get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Samples of a Prometheus exposition by metric name, summed over label sets (vLLM labels
-    its counters by engine and model: one server's total is their sum)."""
+    its counters by engine and model: one server's total is their sum). A sample labelled by
+    draft position also counts under :func:`position_series` of its name and position."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -637,8 +650,34 @@ def parse_prometheus(text: str) -> dict[str, float]:
                 value = float(match.group(3))
             except ValueError:
                 continue
-            values[match.group(1)] = values.get(match.group(1), 0.0) + value
+            name = match.group(1)
+            values[name] = values.get(name, 0.0) + value
+            position = re.search(r'(?:^|[{,])\s*position="(\d+)"', match.group(2) or "")
+            if position:
+                series = position_series(name, int(position.group(1)))
+                values[series] = values.get(series, 0.0) + value
     return values
+
+
+# Draft positions whose accepted-token counters are read. A deeper draft's further positions
+# go unread, and the acceptance identity (analysis.acceptance) then fails, saying so.
+DRAFT_POSITIONS_READ = 32
+# Our names of the per-position counters: accepted_at_position_<i>, i from 0.
+ACCEPTED_AT_POSITION = "accepted_at_position_"
+
+
+def position_series(metric: str, position: int) -> str:
+    """The key :func:`parse_prometheus` files one draft position's sample of ``metric`` under."""
+    return f'{metric}{{position="{position}"}}'
+
+
+def position_counters(metric: str) -> dict[str, str]:
+    """{our name: series} for a counter labelled by draft position (vLLM's and llama.cpp's
+    accepted tokens per position: drafts whose first i+1 tokens were all accepted)."""
+    return {
+        f"{ACCEPTED_AT_POSITION}{i}": position_series(metric, i)
+        for i in range(DRAFT_POSITIONS_READ)
+    }
 
 
 def which(binary: str, directory: Optional[str]) -> str:

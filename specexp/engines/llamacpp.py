@@ -33,6 +33,7 @@ from specexp.engines.base import (
     Setting,
     StreamChunk,
     get_json,
+    position_counters,
     run_with_stack_env,
     speculation_from_counters,
     stack_env,
@@ -192,6 +193,8 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         "drafts": "llamacpp:spec_decode_num_drafts_total",
         "draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
         "accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
+        # Only on a server with speculation configured.
+        **position_counters("llamacpp:spec_decode_num_accepted_tokens_per_pos_total"),
     }
     accounting_counters = {
         "output_tokens": "llamacpp:tokens_predicted_total",

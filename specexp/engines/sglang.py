@@ -177,6 +177,7 @@ class SGLangEngine(Engine[SGLangConfig]):
     allreduce_backends = tuple(AllreduceBackend)
     speculative_methods = tuple(SpeculativeMethod)
     speculative_counters = {}  # per-request figures come in meta_info instead
+    synthetic_acceptance = True
     load_gauges = {"running": "sglang:num_running_reqs", "waiting": "sglang:num_queue_reqs"}
     stack_packages = {
         "sglang": "sglang",
@@ -348,7 +349,19 @@ class SGLangEngine(Engine[SGLangConfig]):
             argv += ["--random-seed", str(engine.random_seed)]
         if engine.enable_metrics:
             argv.append("--enable-metrics")
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=stack_env(server))
+        env = stack_env(server)
+        if spec.synthetic_acceptance_length is not None:
+            # Read by SGLang's EAGLE worker at import: the mean acceptance length, the
+            # target's token included; "match-expected" hits the mean at every step (its
+            # default in later versions), real-draft-token keeps the draft's own tokens
+            # (versions before it emit a fixed token, and ignore the variable).
+            env = {
+                **env,
+                "SGLANG_SIMULATE_ACC_LEN": str(spec.synthetic_acceptance_length),
+                "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
+                "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
+            }
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
 
     def _speculative_flags(self, spec: SpeculativeConfig, version: Version) -> list[str]:
         """SGLang's draft tokens count the verified root too (one more than specexp's); with
@@ -638,6 +651,10 @@ class SGLangEngine(Engine[SGLangConfig]):
                 chunk.final["spec_accept_length"] = meta.get(
                     "spec_accept_length", meta["completion_tokens"] / verify
                 )
+            # Steps that accepted exactly n drafts, n = 0, 1, ... (where the version sends it).
+            histogram = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
+            if histogram:
+                chunk.final["spec_accept_histogram"] = [int(n) for n in histogram]
             for old, new in (
                 ("spec_accept_token_num", "spec_num_correct_drafts"),
                 ("spec_draft_token_num", "spec_num_proposed_drafts"),

@@ -13,6 +13,7 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas import (
     AllreduceBackend,
     AttentionBackend,
+    ConfigError,
     EngineConfig,
     ServerSettings,
     SpeculativeConfig,
@@ -28,6 +29,7 @@ from specexp.engines.base import (
     StreamChunk,
     get_json,
     is_loopback,
+    position_counters,
     run_with_stack_env,
     speculation_from_counters,
     stack_env,
@@ -63,10 +65,27 @@ for flags in json.loads(sys.argv[2]):
     speculative = args.speculative_config or {}
     resolved = {"max_num_seqs": args.max_num_seqs}
     try:
+        if speculative.get("rejection_sample_method") == "synthetic":
+            # vLLM's own check and resolution of a pinned length into per-position rates
+            # (the whole SpeculativeConfig would load the draft model).
+            speculative = {
+                **speculative,
+                "synthetic_acceptance_rates": SpeculativeConfig._resolve_synthetic_acceptance_rates(
+                    speculative.get("num_speculative_tokens", 1),
+                    speculative.get("synthetic_acceptance_rates"),
+                    speculative.get("synthetic_acceptance_length"),
+                ),
+            }
         if speculative.get("method") == "ngram":
-            config = SpeculativeConfig(**speculative)
+            given = {k: v for k, v in speculative.items() if k != "synthetic_acceptance_rates"}
+            config = SpeculativeConfig(**given)
             window = ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
-            speculative = {k: getattr(config, k) for k in [*speculative, *window]}
+            speculative = {
+                **speculative,
+                **{k: getattr(config, k) for k in [*given, *window]},
+            }
+            if config.rejection_sample_method == "synthetic":
+                speculative["synthetic_acceptance_rates"] = config.synthetic_acceptance_rates
     except Exception as error:
         if mode == "resolve":
             raise
@@ -111,6 +130,7 @@ class VLLMEngine(Engine[VLLMConfig]):
         "drafts": "vllm:spec_decode_num_drafts_total",
         "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
         "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+        **position_counters("vllm:spec_decode_num_accepted_tokens_per_pos_total"),
     }
     accounting_counters = {
         "output_tokens": "vllm:generation_tokens_total",
@@ -127,6 +147,7 @@ class VLLMEngine(Engine[VLLMConfig]):
         "step_s_count": "vllm:inter_token_latency_seconds_count",
     }
     load_gauges = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting"}
+    synthetic_acceptance = True
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
@@ -164,6 +185,9 @@ class VLLMEngine(Engine[VLLMConfig]):
                 speculative["prompt_lookup_max"] = spec.ngram_size
             else:
                 speculative["model"] = str(spec.draft_model)
+            if spec.synthetic_acceptance_length is not None:
+                speculative["rejection_sample_method"] = "synthetic"
+                speculative["synthetic_acceptance_length"] = spec.synthetic_acceptance_length
             if spec.switch_off_at is not None:
                 setting = self.switch_off(spec.switch_off_at, spec, engine.max_num_seqs)
                 speculative.update(setting["speculative_config"])
@@ -179,6 +203,25 @@ class VLLMEngine(Engine[VLLMConfig]):
             # comes with vLLM's other development endpoints, so only on a loopback address.
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
         return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+
+    def validate(self, server: ServerSettings[VLLMConfig]) -> None:
+        super().validate(server)
+        if server.speculative.synthetic_acceptance_length is not None and server.stack.cpu_only:
+            # vLLM's CPU sampler asserts so at the first verification (utils/cpu_triton_utils.py
+            # in 0.32): the server would start, then fail every request.
+            raise ConfigError(
+                "speculative.synthetic_acceptance_length is not supported by vLLM's CPU build "
+                f"(stack={server.stack.name}): its sampler has no synthetic acceptance; use a "
+                "GPU stack"
+            )
+
+    def pinned_marginals(self, length: float, positions: int) -> list[float]:
+        """vLLM's minimum-variance schedule for a synthetic mean length L (config/
+        speculative.py _acceptance_length_to_rates): the first floor(L - 1) drafts always
+        accepted, the next with the fraction left, the rest never."""
+        accepted = length - 1
+        whole = int(accepted)
+        return ([1.0] * whole + [accepted - whole] + [0.0] * positions)[:positions]
 
     def cache_flush(self, server: ServerSettings[VLLMConfig], state: Any) -> list[tuple[str, str]]:
         """The prefix cache reset, on a server specexp starts on a loopback address (the
@@ -236,6 +279,12 @@ class VLLMEngine(Engine[VLLMConfig]):
         if "--speculative-config" in argv:
             speculative = json.loads(argv[argv.index("--speculative-config") + 1])
             given.update({f"speculative_config.{k}": v for k, v in speculative.items()})
+        # vLLM resolves a synthetic length into per-position rates and clears the length: it
+        # kept the length when the rates are its schedule.
+        length = given.get("speculative_config.synthetic_acceptance_length")
+        rates = resolved.get("speculative_config.synthetic_acceptance_rates")
+        if length is not None and rates == self.pinned_marginals(length, len(rates or ())):
+            resolved = {**resolved, "speculative_config.synthetic_acceptance_length": length}
         changed = [
             f"{name} {value} -> {resolved[name]}"
             for name, value in given.items()

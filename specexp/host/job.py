@@ -47,7 +47,11 @@ _LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "model": {"package": None, "self_draft_layers": None},
     "workload": {"dataset": None, "dataset_format": "auto", "dataset_limit": None, "chat": False},
     "concurrency": {"arrival": "closed", "rate": None, "arrivals": 32, "seed": 0, "search": None},
-    "speculative": {"ngram_variant": "simple", "ngram_min_hits": 1},
+    "speculative": {
+        "ngram_variant": "simple",
+        "ngram_min_hits": 1,
+        "synthetic_acceptance_length": None,
+    },
 }
 
 

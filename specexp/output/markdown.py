@@ -226,6 +226,9 @@ def sweep_description(
             if report.schedule.holds
             else NO_SCHEDULE,
         ]
+    if report.efficiencies:
+        lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
+        lines += [f"- {bound.sentence()}" for bound in report.efficiencies]
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
     if report.prompt_comparisons:

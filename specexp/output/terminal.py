@@ -548,6 +548,8 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
         console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
     for found in report.goodput_crossovers:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
+    for bound in report.efficiencies:
+        console.print(f"[bold]against the bound:[/] {escape(bound.sentence())}")
     if report.schedule:
         console.print(
             rich_table(

@@ -9,13 +9,24 @@ import json
 import os
 from contextvars import ContextVar, Token
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rich.markup import escape
 
-from specexp.analysis.results import Artifact, RunStatus, Tag, capacity_points_tag
-from specexp.analysis.summary import accounting_totals, summarize_job
+from specexp.analysis import acceptance
+from specexp.analysis.results import (
+    Artifact,
+    Metric,
+    RunStatus,
+    Tag,
+    capacity_points_tag,
+    position_metric,
+)
+from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
+from specexp.core.measurements import RunResult
+from specexp.core.notes import Note, NoteKind
 from specexp.core.redaction import redact_text
+from specexp.core.schemas import SpeculativeMethod
 from specexp.host.job import Job
 from specexp.output import terminal
 from specexp.run.measure import measure_part
@@ -151,6 +162,7 @@ def _finish(session: JobSession) -> None:
         path = session.log_path.parent / Artifact.prompts
         path.write_text(json.dumps(summary.prompts.to_json(), indent=1))
         session.files[Artifact.prompts] = path
+    result.summary = summary = _with_acceptance(session, summary, measured)
     if tracker:
         tracker.log_metrics(dict(summary.metrics))
         if summary.capacity:
@@ -161,6 +173,60 @@ def _finish(session: JobSession) -> None:
     terminal.print_summary(cfg, summary, result.runs)
     if tracker:
         terminal.console.print(f"MLflow: run {tracker.run_id} in {redact_text(tracker.uri)}")
+
+
+def _with_acceptance(
+    session: JobSession, summary: JobSummary, measured: list[RunResult]
+) -> JobSummary:
+    """A speculative job's acceptance per draft position: written as
+    ``speculation_profile.json``; its marginal rates and per-request length as metrics, and
+    runs whose counts fail the acceptance identity as notes."""
+    cfg = session.job.config
+    spec = cfg.speculative
+    found = (
+        acceptance.profile(measured, spec.num_draft_tokens, cfg.stats.confidence)
+        if spec.method != SpeculativeMethod.none
+        else None
+    )
+    if found is None:
+        return summary
+    conditions: dict[str, Any] = {
+        "engine": session.job.engine.name,
+        "concurrency": cfg.concurrency.streams,
+        "workload": cfg.workload.name,
+        "temperature": cfg.workload.temperature,
+        "measured_runs": len(measured),
+    }
+    notes = found.notes()
+    metrics = {position_metric(i): r.value for i, r in enumerate(found.marginal)}
+    if spec.synthetic_acceptance_length is not None:
+        pinned = acceptance.check_pinned(
+            found.counts,
+            spec.num_draft_tokens,
+            spec.synthetic_acceptance_length,
+            cfg.stats.confidence,
+            session.job.engine.pinned_marginals(
+                spec.synthetic_acceptance_length, spec.num_draft_tokens
+            ),
+        )
+        conditions["synthetic_acceptance"] = pinned.describe()
+        metrics[Metric.synthetic_acceptance_agrees] = float(pinned.agrees)
+        if not pinned.agrees:
+            notes.append(Note(NoteKind.synthetic_acceptance, pinned.describe()))
+    path = session.log_path.parent / Artifact.speculation_profile
+    profile_json = found.to_json(spec.method, cfg.model.path, spec.draft_model, conditions)
+    path.write_text(json.dumps(profile_json, indent=1))
+    session.files[Artifact.speculation_profile] = path
+    metrics[Metric.acceptance_identity_failures] = float(
+        len(found.failed_runs) + (not found.identity.passed)
+    )
+    if found.per_request is not None:
+        metrics[Metric.acceptance_length_per_request] = found.per_request
+    return dataclasses.replace(
+        summary,
+        metrics={**summary.metrics, **metrics},
+        notes=summary.notes + tuple(notes),
+    )
 
 
 def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: str = "") -> None:

@@ -64,6 +64,7 @@ def sweep_report(
         crossover_factor=config.multirun.crossover_factor,
         stats=config.stats,
         speculative={j.fingerprint: j.job.config.speculative for j in plan.jobs},
+        models={j.fingerprint: str(j.job.config.model.path) for j in plan.jobs},
         sequences=sequences,
     )
     resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]

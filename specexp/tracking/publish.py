@@ -169,6 +169,8 @@ def log_sweep_report(
                 )
             parent.log_artifacts(made, artifact_path="goodput")
     log_verdicts(store, report.arms, report.comparisons)
+    for bound in report.efficiencies:
+        store.run(bound.candidate_run_id).log_metrics(bound.metrics())
     log_levels(parent, report.arms, report.comparisons, report.crossover_factor)
     parent.set_tags({NOTE: description})
     log_report(

@@ -9,6 +9,7 @@ import urllib.request
 
 import psutil
 
+from specexp.analysis import acceptance
 from specexp.host.job import Job
 from specexp.host.leases import free_port
 from specexp.serving.client import LoadClient, run_async, session
@@ -53,7 +54,7 @@ def test_single_stream_records_server_token_counts_and_timings(tmp_path):
 
 
 def test_speculative_counters_are_deltas_per_run(tmp_path):
-    _, runs, records = measure(tmp_path, "speculative=draft")
+    cfg, runs, records = measure(tmp_path, "speculative=draft")
     for run in runs:
         # The padded pair agrees on (nearly) every token; batch numerics flip a few near-ties.
         assert run.counter_deltas["drafts"] > 0
@@ -68,6 +69,10 @@ def test_speculative_counters_are_deltas_per_run(tmp_path):
         < records[0].speculative["spec_accepted_tokens"]
         <= records[0].speculative["spec_draft_tokens"]
     )
+    # Per draft position too: each run's counts satisfy AL = 1 + sum of marginal rates.
+    found = acceptance.profile(runs, cfg.speculative.num_draft_tokens, 0.95)
+    assert found is not None and found.identity.passed and not found.failed_runs
+    assert found.marginal[0].value > 0.5 and found.per_request is not None
 
 
 def test_concurrent_streams_each_get_their_tokens(tmp_path):

@@ -150,3 +150,21 @@ def test_missing_model_file_is_a_config_error(tmp_path, tracking_env):
     )
     assert result.returncode == 2
     assert "model file not found" in result.stdout
+
+
+def test_the_speculation_profile_is_logged_and_consistent(draft_run):
+    """speculation_profile.json (specdec_bench's schema 1.0) from llama.cpp's per-position
+    counters: the identity holds on every measured run; the marginals are metrics too."""
+    run, _, tmp = draft_run
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    path = client.download_artifacts(run.info.run_id, "speculation_profile.json", str(tmp))
+    profile = json.loads(Path(path).read_text())
+    assert profile["schema_version"] == "1.0" and profile["method"] == "draft"
+    assert profile["validation"]["mean_consistency"]["passed"]
+    assert profile["specexp"]["failed_runs"] == []
+    marginals = profile["marginal_accept_rates"]
+    assert len(marginals) == int(run.data.params["speculative.num_draft_tokens"])
+    metrics = run.data.metrics
+    assert metrics["acceptance_identity_failures"] == 0
+    assert metrics["acceptance_marginal_p0"] == pytest.approx(marginals[0], abs=1e-6)
+    assert metrics["acceptance_length_per_request_mean"] > 1

@@ -108,3 +108,46 @@ def test_the_doctor_runs_vllms_parser_and_resolution(tmp_path):
     out = result.stdout
     assert "accepted by vllm 0.32.0's own parser" in out, out
     assert "vllm's own code keeps the command's settings" in out, out
+
+
+def test_a_synthetic_acceptance_arm_is_checked_by_vllm():
+    """speculative.synthetic_acceptance_length composes vLLM's synthetic rejection sampler;
+    vLLM's own resolution turns the length into the per-position rates specexp tests the
+    realised acceptance against (its minimum-variance schedule), for a draft model and for
+    n-grams; a length beyond num_speculative_tokens + 1 is vLLM's error too. (Composed for a
+    GPU stack: the CPU build's sampler has no synthetic acceptance, which specexp refuses.)"""
+    jobs = []
+    for method in ("draft", "ngram"):
+        job = compose_job(
+            "engine=vllm",
+            "model=kimi-k2.5",
+            "stack=cu130",
+            "model.draft_path=org/small-draft",
+            f"speculative={method}",
+            "speculative.synthetic_acceptance_length=2.5",
+        )
+        jobs.append((job, ENGINE.launch_spec(job.server, 8000)))
+    parser, _ = composed("speculative=ngram")  # the CPU build's interpreter runs the checks
+    launches = [launch for _, launch in jobs]
+    at = launches[0].argv.index("--speculative-config") + 1
+    config = json.loads(launches[0].argv[at])
+    assert config["rejection_sample_method"] == "synthetic"
+    assert config["synthetic_acceptance_length"] == 2.5
+    too_long = LaunchSpec(
+        [
+            *launches[0].argv[:at],
+            json.dumps({**config, "synthetic_acceptance_length": 12.5}),
+            *launches[0].argv[at + 1 :],
+        ],
+        {},
+    )
+    errors = in_vllm("flag_check_command", parser, [*launches, too_long])
+    assert errors[:2] == [None, None] and "synthetic_acceptance_length" in errors[2]
+    for (job, launch), settings in zip(
+        jobs, in_vllm("resolution_command", parser, launches), strict=True
+    ):
+        changed, filled = ENGINE.rewrites(launch, settings)
+        rates = ENGINE.pinned_marginals(2.5, job.config.speculative.num_draft_tokens)
+        assert rates[:3] == [1.0, 0.5, 0.0]
+        assert not changed and filled == [f"speculative_config.synthetic_acceptance_rates {rates}"]
+        assert settings["speculative_config.synthetic_acceptance_rates"] == rates
