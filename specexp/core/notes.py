@@ -45,6 +45,7 @@ class NoteKind(StrEnum):
     gpu_shared = "GPU shared"
     token_count = "token count"
     overloaded = "overloaded"  # open-loop requests that stalled in the server's queue
+    few_requests = "few requests"  # too few for a percentile's interval: not reported
 
 
 @dataclass(frozen=True)
