@@ -975,22 +975,27 @@ def fit_with_step(
     return float(coef[1]), math.sqrt(float(cov[1, 1])), float(df)
 
 
+def corrected_lag1(raw: np.ndarray, parameters: int, n: int) -> np.ndarray:
+    """Lag-1 autocorrelation of a fit's residuals, bias-corrected and clipped to [0, 0.95]:
+    ``n`` residuals of a fit of ``parameters`` underestimate it by about (1 + 3 rho + p - 1)
+    / n."""
+    return np.clip((raw + parameters / n) / (1 - 3 / n), 0.0, 0.95)
+
+
 def ar1_inflation(residuals_in_time: Sequence[float], design: np.ndarray) -> tuple[float, float]:
     """(rho, factor) for the second coefficient (the candidate's) of a least-squares fit
-    with ``design`` (rows in time order): the lag-1 autocorrelation of its residuals -
-    bias-corrected, since a short series of residuals underestimates it by about
-    (1 + 3 rho + p - 1) / n - and how much the coefficient's true standard error exceeds
+    with ``design`` (rows in time order): the lag-1 autocorrelation of its residuals,
+    bias-corrected, and how much the coefficient's true standard error exceeds
     the one computed as for independent values: sqrt(c'Rc / (c'c tr(MR) / (n - p))), R
     the AR(1) correlation, c the coefficient's weights, M the residual maker. Never below
-    1: autocorrelation does not shrink an interval here."""
+    1: autocorrelation does not shrink an interval here (see :func:`corrected_lag1`)."""
     e = np.asarray(residuals_in_time, float)
     c = np.linalg.pinv(design)[1]
     parameters = design.shape[1]
     n = e.size
     if n < 6 or float(e @ e) == 0:
         return 0.0, 1.0
-    raw = float(e[:-1] @ e[1:]) / float(e @ e)
-    rho = min(max((raw + parameters / n) / (1 - 3 / n), 0.0), 0.95)
+    rho = float(corrected_lag1(np.array(float(e[:-1] @ e[1:]) / float(e @ e)), parameters, n))
     if rho == 0:
         return 0.0, 1.0
     index = np.arange(n)
