@@ -47,6 +47,15 @@ CALIBRATION_MIN_LAUNCHES = 3
 # The run-to-run spread check of a calibration against each arm: strict, since refusing a
 # calibration that applies costs the comparison its verdict.
 CALIBRATION_CHECK_ALPHA = 0.01
+# A calibration measured further than this from the arms (before or after) is not used: a
+# machine's launch spread moves with its drivers, firmware and neighbours.
+CALIBRATION_MAX_AGE_H = 7 * 24.0
+# A calibration's launch-to-launch variance is used at this multiple: single-launch arms carry
+# no evidence of their own launch spread (one launch each), so a spread grown since the
+# calibration cannot be tested for; this margin keeps the error rate where it doubled (A/A
+# false verdicts 5.1% where the calibration measured half the truth, 8.2% without it; 1.95%
+# where it is right, the interval 1.5x as wide at 2% launch and run spread).
+LAUNCH_VARIANCE_MARGIN = 2.5
 
 
 class ClaimStatus(StrEnum):
@@ -354,9 +363,10 @@ class Calibration:
     stack: Mapping[str, str] = field(default_factory=dict)  # the captured stack of its runs
 
     def mean_var(self, runs: int) -> float:
-        """Variance of the mean of one launch with ``runs`` measured runs."""
-        adjusted = self.launch_var + self.within_var * (1 / runs - 1 / self.runs_per_launch)
-        return max(adjusted, self.within_var / runs)
+        """Variance of the mean of one launch with ``runs`` measured runs, its launch-to-launch
+        part at LAUNCH_VARIANCE_MARGIN times the calibrated."""
+        between = max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
+        return LAUNCH_VARIANCE_MARGIN * between + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
@@ -415,9 +425,18 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
 
 
 def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> Optional[str]:
-    """Why a calibration's launch variance does not apply to a single-launch arm: a stack
-    captured otherwise than the calibration's, or a run-to-run spread that is not the
-    calibration's (two-sided F test on log values at ``alpha``); None when it applies."""
+    """Why a calibration's launch variance does not apply to a single-launch arm: measured
+    beyond CALIBRATION_MAX_AGE_H from the arm (or at an unknown time), a stack captured
+    otherwise than the calibration's, or a run-to-run spread that is not the calibration's
+    (two-sided F test on log values at ``alpha``); None when it applies."""
+    hours = _age_h(calibration, run)
+    if hours is None:
+        return f"its age against {run.name} is unknown (no measurement times)"
+    if abs(hours) > CALIBRATION_MAX_AGE_H:
+        return (
+            f"it was {_age(calibration, run)} ({run.name}), beyond the "
+            f"{CALIBRATION_MAX_AGE_H / 24:.0f}-day limit: calibrate again (stats.launches=3 or more)"
+        )
     ours = {k: v for k, v in run.captured().items() if k.startswith(STACK)}
     differs = [
         f"{k} {calibration.stack[k]} vs {v}"
@@ -440,12 +459,23 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
     return None
 
 
-def _age(calibration: Calibration, run: JobRun) -> str:
+def _age_h(calibration: Calibration, run: JobRun) -> Optional[float]:
+    """Hours from the calibration's newest value to the arm's first; None when unknown."""
     if not run.times or math.isnan(calibration.measured_unix):
+        return None
+    return (min(run.times) - calibration.measured_unix) / 3600
+
+
+def _age(calibration: Calibration, run: JobRun) -> str:
+    hours = _age_h(calibration, run)
+    if hours is None:
         return "age unknown"
-    hours = (min(run.times) - calibration.measured_unix) / 3600
     if hours < 0:
-        return "measured after these arms"
+        return (
+            "measured after these arms"
+            if -hours < 48
+            else f"measured {-hours / 24:.0f} days after these arms"
+        )
     return (
         f"measured {hours:.1f} h before" if hours < 48 else f"measured {hours / 24:.0f} days before"
     )
@@ -502,7 +532,9 @@ def account_for_launches(
         c.note(
             NoteKind.launch_variance,
             f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
-            f"({_age(first, base)}; its stack and run-to-run spread checked against the arms')",
+            f"({_age(first, base)}, within {CALIBRATION_MAX_AGE_H / 24:.0f} days; its stack and "
+            "run-to-run spread checked against the arms'; its launch variance taken "
+            f"x{LAUNCH_VARIANCE_MARGIN:g}, since single launches cannot show it grew)",
         )
 
 
