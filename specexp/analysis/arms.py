@@ -375,12 +375,10 @@ def family_key(run: JobRun) -> tuple[str, ...]:
 
 def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
     """Each server family's launch-to-launch variance, pooled over its finished runs with 3
-    or more launches (weighted by their degrees of freedom)."""
-    pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
-    latest: dict[tuple[str, ...], float] = {}
-    stacks: dict[tuple[str, ...], dict[str, str]] = {}
+    or more launches (weighted by their degrees of freedom) measured within
+    CALIBRATION_MAX_AGE_H of its newest: an old calibration does not ride on a new one."""
+    usable: dict[tuple[str, ...], list[tuple[JobRun, float]]] = {}
     for run in runs:
-        metrics = run.metrics
         if (
             run.status != RunStatus.finished
             or run.unit != Unit.launch
@@ -388,22 +386,31 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
         ):
             continue
         if not {Metric.var_within_launch, Metric.tok_per_s_mean, Metric.measured_runs} <= set(
-            metrics
+            run.metrics
         ):
             continue
-        launch_var = float(np.var(np.log(run.values), ddof=1))
-        within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
-        per_launch = metrics[Metric.measured_runs] / len(run.values)
-        entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
-        key = family_key(run)
-        pooled.setdefault(key, []).append(entry)
-        latest[key] = max([latest.get(key, -math.inf), *run.times])
-        for name, value in run.captured().items():  # stack keys the runs do not agree on drop
-            if (
-                name.startswith(STACK)
-                and stacks.setdefault(key, {}).setdefault(name, value) != value
-            ):
-                stacks[key][name] = "(differs between calibration runs)"
+        usable.setdefault(family_key(run), []).append((run, max(run.times, default=-math.inf)))
+    pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
+    latest: dict[tuple[str, ...], float] = {}
+    stacks: dict[tuple[str, ...], dict[str, str]] = {}
+    for key, family in usable.items():
+        newest = max(measured for _, measured in family)
+        for run, measured in family:
+            if newest - measured > CALIBRATION_MAX_AGE_H * 3600:
+                continue
+            metrics = run.metrics
+            launch_var = float(np.var(np.log(run.values), ddof=1))
+            within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
+            per_launch = metrics[Metric.measured_runs] / len(run.values)
+            entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
+            pooled.setdefault(key, []).append(entry)
+            latest[key] = newest
+            for name, value in run.captured().items():  # stack keys the runs disagree on drop
+                if (
+                    name.startswith(STACK)
+                    and stacks.setdefault(key, {}).setdefault(name, value) != value
+                ):
+                    stacks[key][name] = "(differs between calibration runs)"
     known = {}
     for key, entries in pooled.items():
         df = sum(e[3] for e in entries)
@@ -418,7 +425,7 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
             df,
             tuple(e[4] for e in entries),
             within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
-            measured_unix=latest.get(key, math.nan),
+            measured_unix=latest[key] if math.isfinite(latest[key]) else math.nan,
             stack=stacks.get(key, {}),
         )
     return known

@@ -3,6 +3,7 @@ default protocol) on two-level noise, 2% between launches and 2% within."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -130,3 +131,13 @@ def test_an_old_calibration_is_refused_with_its_age():
     assert c.launches_only and c.verdict not in (Verdict.faster, Verdict.slower)
     refusal = next(n.message for n in c.notes if n.kind == NoteKind.calibration_refused)
     assert "measured 9 days before" in refusal and "7-day limit" in refusal
+
+
+def test_an_old_calibration_run_is_not_pooled_with_a_new_one():
+    """A calibration run 30 days older than the family's newest: left out of the pool, so
+    its launch spread does not pass for today's under the newest run's age."""
+    rng = np.random.default_rng(22)
+    old = dataclasses.replace(calibration_run(rng, at=-30 * 86400.0), run_id="old")
+    new = dataclasses.replace(calibration_run(rng), run_id="new")
+    (known,) = calibrations([old, new]).values()
+    assert known.runs == ("new",) and known.measured_unix == CALIBRATED_UNIX + 4 * 600.0
