@@ -9,8 +9,9 @@
 
 The experiment's finished job runs are grouped into histories (one configuration, its
 stack aside, on one hardware class), each in time order; change points in its mean tok/s
-are found with Apache Otava, each with its size, interval and p-value, and what differs
-between the runs before and after it, effective settings first. With
+are found by binary segmentation that holds on a wandering machine (see
+specexp.analysis.history), each with its size, interval and p-value, and what differs
+between the runs before and after it, clean splits and effective settings first. With
 ``--fail-on-regression``, the exit status is 3 when a history's newest change is a
 regression beyond the threshold, so a deployment's pipeline can be guarded by it.
 """
@@ -50,7 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     options.store(parser)
     parser.add_argument("--filter", default="", help="an MLflow filter string on the runs")
     parser.add_argument(
-        "--max-pvalue", type=float, default=0.0005, help="change points' significance (Otava)"
+        "--max-pvalue",
+        type=float,
+        default=0.05,
+        help="change points' significance, against the least favourable run-to-run wandering",
     )
     options.confidence(parser)
     parser.add_argument(
@@ -176,7 +180,8 @@ def history_markdown(
     ]
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return (
-        f"Written {stamp}; change points by Apache Otava (E-Divisive, p < {max_pvalue:g}).\n\n"
+        f"Written {stamp}; change points by binary segmentation, each split's t deflated "
+        f"for autocorrelation and tested against wandering machines (p < {max_pvalue:g}).\n\n"
         + ("\n".join(sections) or "no finished job runs\n")
     )
 

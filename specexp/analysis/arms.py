@@ -47,6 +47,15 @@ CALIBRATION_MIN_LAUNCHES = 3
 # The run-to-run spread check of a calibration against each arm: strict, since refusing a
 # calibration that applies costs the comparison its verdict.
 CALIBRATION_CHECK_ALPHA = 0.01
+# A calibration measured further than this from the arms (before or after) is not used: a
+# machine's launch spread moves with its drivers, firmware and neighbours.
+CALIBRATION_MAX_AGE_H = 7 * 24.0
+# A calibration's launch-to-launch variance is used at this multiple: single-launch arms carry
+# no evidence of their own launch spread (one launch each), so a spread grown since the
+# calibration cannot be tested for; this margin keeps the error rate where it doubled (A/A
+# false verdicts 5.1% where the calibration measured half the truth, 8.2% without it; 1.95%
+# where it is right, the interval 1.5x as wide at 2% launch and run spread).
+LAUNCH_VARIANCE_MARGIN = 2.5
 
 
 class ClaimStatus(StrEnum):
@@ -354,9 +363,10 @@ class Calibration:
     stack: Mapping[str, str] = field(default_factory=dict)  # the captured stack of its runs
 
     def mean_var(self, runs: int) -> float:
-        """Variance of the mean of one launch with ``runs`` measured runs."""
-        adjusted = self.launch_var + self.within_var * (1 / runs - 1 / self.runs_per_launch)
-        return max(adjusted, self.within_var / runs)
+        """Variance of the mean of one launch with ``runs`` measured runs, its launch-to-launch
+        part at LAUNCH_VARIANCE_MARGIN times the calibrated."""
+        between = max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
+        return LAUNCH_VARIANCE_MARGIN * between + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
@@ -365,12 +375,10 @@ def family_key(run: JobRun) -> tuple[str, ...]:
 
 def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
     """Each server family's launch-to-launch variance, pooled over its finished runs with 3
-    or more launches (weighted by their degrees of freedom)."""
-    pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
-    latest: dict[tuple[str, ...], float] = {}
-    stacks: dict[tuple[str, ...], dict[str, str]] = {}
+    or more launches (weighted by their degrees of freedom) measured within
+    CALIBRATION_MAX_AGE_H of its newest: an old calibration does not ride on a new one."""
+    usable: dict[tuple[str, ...], list[tuple[JobRun, float]]] = {}
     for run in runs:
-        metrics = run.metrics
         if (
             run.status != RunStatus.finished
             or run.unit != Unit.launch
@@ -378,22 +386,31 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
         ):
             continue
         if not {Metric.var_within_launch, Metric.tok_per_s_mean, Metric.measured_runs} <= set(
-            metrics
+            run.metrics
         ):
             continue
-        launch_var = float(np.var(np.log(run.values), ddof=1))
-        within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
-        per_launch = metrics[Metric.measured_runs] / len(run.values)
-        entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
-        key = family_key(run)
-        pooled.setdefault(key, []).append(entry)
-        latest[key] = max([latest.get(key, -math.inf), *run.times])
-        for name, value in run.captured().items():  # stack keys the runs do not agree on drop
-            if (
-                name.startswith(STACK)
-                and stacks.setdefault(key, {}).setdefault(name, value) != value
-            ):
-                stacks[key][name] = "(differs between calibration runs)"
+        usable.setdefault(family_key(run), []).append((run, max(run.times, default=-math.inf)))
+    pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
+    latest: dict[tuple[str, ...], float] = {}
+    stacks: dict[tuple[str, ...], dict[str, str]] = {}
+    for key, family in usable.items():
+        newest = max(measured for _, measured in family)
+        for run, measured in family:
+            if newest - measured > CALIBRATION_MAX_AGE_H * 3600:
+                continue
+            metrics = run.metrics
+            launch_var = float(np.var(np.log(run.values), ddof=1))
+            within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
+            per_launch = metrics[Metric.measured_runs] / len(run.values)
+            entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
+            pooled.setdefault(key, []).append(entry)
+            latest[key] = newest
+            for name, value in run.captured().items():  # stack keys the runs disagree on drop
+                if (
+                    name.startswith(STACK)
+                    and stacks.setdefault(key, {}).setdefault(name, value) != value
+                ):
+                    stacks[key][name] = "(differs between calibration runs)"
     known = {}
     for key, entries in pooled.items():
         df = sum(e[3] for e in entries)
@@ -408,16 +425,25 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
             df,
             tuple(e[4] for e in entries),
             within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
-            measured_unix=latest.get(key, math.nan),
+            measured_unix=latest[key] if math.isfinite(latest[key]) else math.nan,
             stack=stacks.get(key, {}),
         )
     return known
 
 
 def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> Optional[str]:
-    """Why a calibration's launch variance does not apply to a single-launch arm: a stack
-    captured otherwise than the calibration's, or a run-to-run spread that is not the
-    calibration's (two-sided F test on log values at ``alpha``); None when it applies."""
+    """Why a calibration's launch variance does not apply to a single-launch arm: measured
+    beyond CALIBRATION_MAX_AGE_H from the arm (or at an unknown time), a stack captured
+    otherwise than the calibration's, or a run-to-run spread that is not the calibration's
+    (two-sided F test on log values at ``alpha``); None when it applies."""
+    hours = _age_h(calibration, run)
+    if hours is None:
+        return f"its age against {run.name} is unknown (no measurement times)"
+    if abs(hours) > CALIBRATION_MAX_AGE_H:
+        return (
+            f"it was {_age(calibration, run)} ({run.name}), beyond the "
+            f"{CALIBRATION_MAX_AGE_H / 24:.0f}-day limit: calibrate again (stats.launches=3 or more)"
+        )
     ours = {k: v for k, v in run.captured().items() if k.startswith(STACK)}
     differs = [
         f"{k} {calibration.stack[k]} vs {v}"
@@ -440,12 +466,23 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
     return None
 
 
-def _age(calibration: Calibration, run: JobRun) -> str:
+def _age_h(calibration: Calibration, run: JobRun) -> Optional[float]:
+    """Hours from the calibration's newest value to the arm's first; None when unknown."""
     if not run.times or math.isnan(calibration.measured_unix):
+        return None
+    return (min(run.times) - calibration.measured_unix) / 3600
+
+
+def _age(calibration: Calibration, run: JobRun) -> str:
+    hours = _age_h(calibration, run)
+    if hours is None:
         return "age unknown"
-    hours = (min(run.times) - calibration.measured_unix) / 3600
     if hours < 0:
-        return "measured after these arms"
+        return (
+            "measured after these arms"
+            if -hours < 48
+            else f"measured {-hours / 24:.0f} days after these arms"
+        )
     return (
         f"measured {hours:.1f} h before" if hours < 48 else f"measured {hours / 24:.0f} days before"
     )
@@ -502,7 +539,9 @@ def account_for_launches(
         c.note(
             NoteKind.launch_variance,
             f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
-            f"({_age(first, base)}; its stack and run-to-run spread checked against the arms')",
+            f"({_age(first, base)}, within {CALIBRATION_MAX_AGE_H / 24:.0f} days; its stack and "
+            "run-to-run spread checked against the arms'; its launch variance taken "
+            f"x{LAUNCH_VARIANCE_MARGIN:g}, since single launches cannot show it grew)",
         )
 
 

@@ -20,7 +20,14 @@ from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas import SloConfig
 from specexp.core.slo import run_goodput
-from specexp.core.stats import Summary, notes_for, percentiles, summarize, variance_components
+from specexp.core.stats import (
+    PercentileEstimate,
+    Summary,
+    notes_for,
+    percentile_estimates,
+    summarize,
+    variance_components,
+)
 
 
 def slo_metrics(result: RunResult, slo: Optional[SloConfig]) -> dict[str, float]:
@@ -65,8 +72,9 @@ def run_metrics(
         metrics[server_metric(SERVER_ACCOUNTING[name][0])] = value
     metrics.update(result.telemetry)
     itl = [x for r in result.records if r.ok for x in r.itl_s]
-    for q, value in percentiles(itl).items():
-        metrics[percentile_metric(Metric.itl_s, q, per_run=True)] = value
+    for found in percentile_estimates(itl):
+        for suffix, value in _percentile_figures(found).items():
+            metrics[percentile_metric(Metric.itl_s, found.name + suffix, per_run=True)] = value
     metrics.update(slo_metrics(result, slo))
     return {k: float(v) for k, v in metrics.items() if v is not None}
 
@@ -104,8 +112,21 @@ def _mean(values: Sequence[float]) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
-def _client_metrics(measured: Sequence[RunResult]) -> dict[str, float]:
-    """Means and percentiles of the client's per-run and per-request figures."""
+# What a latency series is called in a note.
+_SERIES_NAMES = {Metric.ttft_s: "TTFT", Metric.itl_s: "ITL", Metric.chunk_gaps_s: "chunk gaps"}
+
+
+def _percentile_figures(found: PercentileEstimate) -> dict[str, float]:
+    """A percentile's metrics by suffix: its value and interval, or none without enough
+    values for the interval (a bare tail percentile of few requests is not reported)."""
+    if found.value is None or found.ci_low is None or found.ci_high is None:
+        return {}
+    return {"": found.value, "_ci_low": found.ci_low, "_ci_high": found.ci_high}
+
+
+def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], list[Note]]:
+    """Means and percentiles (with their intervals) of the client's per-run and per-request
+    figures; a note for each latency series too short for some of its percentiles."""
     ok = [rec for r in measured for rec in r.records if rec.ok]
     metrics: dict[str, Optional[float]] = {
         Metric.ttft_s_mean: _mean([rec.ttft_s for rec in ok if rec.ttft_s]),
@@ -128,11 +149,28 @@ def _client_metrics(measured: Sequence[RunResult]) -> dict[str, float]:
         Metric.itl_s: [x for rec in ok for x in rec.itl_s],
         Metric.chunk_gaps_s: [x for rec in ok for x in rec.chunk_gaps_s],
     }
+    notes = []
     for series, observed in series_values.items():
-        for q, value in percentiles(observed).items():
-            metrics[percentile_metric(series, q)] = value
+        if not observed:
+            continue
+        found = percentile_estimates(observed)
+        for tail in found:
+            for suffix, value in _percentile_figures(tail).items():
+                metrics[percentile_metric(series, tail.name + suffix)] = value
+        metrics[percentile_metric(series, "n_eff")] = found[0].n_eff
+        missing = [e for e in found if e.value is None]
+        if missing:
+            notes.append(
+                Note(
+                    NoteKind.few_requests,
+                    f"too few values for {', '.join(e.name for e in missing)} of "
+                    f"{_SERIES_NAMES[series]}: {found[0].n} values, "
+                    f"{found[0].n_eff:.0f} effective (autocorrelation counted); a 95% interval "
+                    f"needs {', '.join(f'{e.needed} for {e.name}' for e in missing)} - not reported",
+                )
+            )
     metrics[Metric.output_tokens_total] = float(sum(r.output_tokens for r in measured))
-    return {k: v for k, v in metrics.items() if v is not None}
+    return {k: v for k, v in metrics.items() if v is not None}, notes
 
 
 def _machine_notes(
@@ -223,12 +261,13 @@ def summarize_job(
     if components:
         metrics[Metric.var_within_launch] = components.within_launch
         metrics[Metric.var_between_launch] = components.between_launch
-    metrics.update(_client_metrics(measured))
+    client, tail_notes = _client_metrics(measured)
+    metrics.update(client)
     machine, machine_notes = _machine_notes(measured, idle_timeout_s, cores)
     server, server_notes = _server_metrics(measured, accounting)
     metrics.update(machine)
     metrics.update(server)
-    notes = notes_for(unit_values, cv_warn) + machine_notes + server_notes
+    notes = notes_for(unit_values, cv_warn) + tail_notes + machine_notes + server_notes
     stalled = [(r.run, rec) for r in measured for rec in r.records if rec.stalled]
     if stalled:
         notes.append(

@@ -102,6 +102,20 @@ def _logit(p: float) -> float:
     return math.log(p / (1 - p))
 
 
+# How far beyond the measured rates (in log rate: a factor e^6, about 400) a fitted capacity
+# or an interval's end is still read off the curve; beyond, a curve this flat says nothing
+# of where it meets the target (and exp would overflow for flat enough ones).
+_LOG_REACH = 6.0
+
+
+def _within_reach(x: float, rates: Sequence[float]) -> Optional[float]:
+    """exp(x) when the log rate ``x`` lies within reach of the measured rates, else None."""
+    logs = np.log(rates)
+    if not logs.min() - _LOG_REACH <= x <= logs.max() + _LOG_REACH:
+        return None
+    return math.exp(x)
+
+
 def _fit(points: Sequence[RatePoint]) -> Optional[tuple[np.ndarray, np.ndarray, float, int]]:
     """(coefficients, covariance, dispersion, residual df) of the logistic fit, or None."""
     x = np.log([p.rate for p in points])
@@ -149,6 +163,13 @@ def estimate(points: Sequence[RatePoint], target: float, confidence: float = 0.9
         return without("attainment does not fall with the rate in these runs")
     level = _logit(target)
     x_hat = (level - a) / b
+    rates = [p.rate for p in points]
+    rate = _within_reach(x_hat, rates)
+    if rate is None:
+        return without(
+            "attainment is too flat near the target to place the capacity: the fitted curve "
+            "meets it far beyond the measured rates"
+        )
     # Critical value: t on the residual df when the dispersion is estimated above binomial.
     crit = float(
         scipy_stats.t.ppf(0.5 + confidence / 2, df)
@@ -165,18 +186,21 @@ def estimate(points: Sequence[RatePoint], target: float, confidence: float = 0.9
     discriminant = lin**2 - 4 * quad * const
     if quad > 0 and discriminant >= 0:
         root = math.sqrt(discriminant)
-        low, high = math.exp((-lin - root) / (2 * quad)), math.exp((-lin + root) / (2 * quad))
+        low = _within_reach((-lin - root) / (2 * quad), rates)
+        high = _within_reach((-lin + root) / (2 * quad), rates)
     return Capacity(
         target,
         confidence,
         points,
         found,
-        rate=math.exp(x_hat),
+        rate=rate,
         ci_low=low,
         ci_high=high,
         log_se=log_se,
         dispersion=dispersion,
-        reason=None if low is not None else "the runs do not bound the slope: interval unbounded",
+        reason=None
+        if low is not None and high is not None
+        else "the runs do not bound the slope: interval unbounded",
     )
 
 
@@ -206,7 +230,7 @@ def capacity_ratio(
     Wald's interval on the log ratio (each capacity's delta-method standard error) is not
     used: where a search pins its slope loosely its Fieller interval is far from symmetric,
     and in seeded searches Wald called an A/A pair different in 6-8% of them at 95%.
-    None when either arm has no fitted capacity."""
+    None when either arm has no fitted capacity (or one too flat to place it)."""
     fits = []
     for points in (baseline, candidate):
         fit = _fit(points)
@@ -221,6 +245,9 @@ def capacity_ratio(
         return (a + b * x - level) ** 2 / (v_aa + 2 * x * v_ab + x**2 * v_bb)
 
     centres = [(level - a) / b for a, b, *_ in stats]
+    for centre, arm in zip(centres, (baseline, candidate), strict=True):
+        if _within_reach(centre, [p.rate for p in arm]) is None:
+            return None
     estimate_d = centres[1] - centres[0]
     dispersed = [df for _, _, dispersion, df in fits if dispersion > 1.0 and df > 0]
     crit = float(
@@ -262,7 +289,7 @@ def next_rate(points: Sequence[RatePoint], search: CapacitySearchConfig, target:
     fitted = fit.rate
     if fitted is None or not low / 2 <= fitted <= 2 * high:
         return math.sqrt(low * high)
-    if fit.ci_low is None:
+    if fit.ci_low is None or fit.ci_high is None:
         # The slope is not pinned down (attainment flips about the target near it): a rate
         # well above, where attainment must fall, measures it.
         return min(search.max_rate, 2 * fitted)

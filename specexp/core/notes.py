@@ -49,6 +49,7 @@ class NoteKind(StrEnum):
     acceptance_identity = "acceptance identity"
     # A synthetic-acceptance arm whose realised acceptance is not the pinned one.
     synthetic_acceptance = "synthetic acceptance"
+    few_requests = "few requests"  # too few for a percentile's interval: not reported
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """Measure until decided: a group-sequential comparison of two arms over server launches.
 
 Each arm's values are launch means (log tok/s); a look after every round of launches tests
-the difference with Welch's t, and the verdict is read off a *repeated confidence
-interval* (Jennison & Turnbull): the critical value of each look comes from a Lan-DeMets
-error-spending function over the information measured so far, computed exactly for the
-looks' correlation (recursive integration of the score's Brownian motion), so that the
-intervals of all looks together hold with probability 1 - alpha. A verdict read at any look
-- faster, slower, or equivalent within the threshold - is therefore as safe as one fixed
-test's, whatever look the sequence stopped at.
+the difference with Welch's t (its degrees of freedom read where the arms' variance ratio
+is least favourable, so that arms unlike in launch variance keep the level), and the
+verdict is read off a *repeated confidence interval* (Jennison & Turnbull): the critical
+value of each look comes from a Lan-DeMets error-spending function over the information
+measured so far, computed exactly for the looks' correlation (recursive integration of the
+score's Brownian motion), so that the intervals of all looks together hold with probability
+1 - alpha. A verdict read at any look (faster, slower, or equivalent within the threshold)
+is therefore as safe as one fixed test's, whatever look the sequence stopped at.
 
 The sequence stops when the interval decides, or when the information planned for the
 design effect (the threshold's double by default, with the power asked) is reached, or when
@@ -289,7 +290,8 @@ def look(
     is left of it when ``final``), appended to the record; the record's stop is set when
     the interval decides or the planned information is reached."""
     design = record.design
-    log_diff, se, df = welch_log(np.asarray(baseline, float), np.asarray(candidate, float))
+    log_diff, se, _ = welch_log(np.asarray(baseline, float), np.asarray(candidate, float))
+    df = least_favourable_df(baseline, candidate)
     launches = min(len(baseline), len(candidate))
     earlier = [lk.fraction for lk in record.looks]
     if earlier:  # launches planned from the launch means' spread so far
@@ -330,6 +332,34 @@ def look(
     elif launches >= design.max_launches:
         record.stop = StopReason.launches
     return result
+
+
+# The confidence interval of the arms' variance ratio whose least favourable end gives a
+# look's degrees of freedom.
+DF_RATIO_CONFIDENCE = 0.8
+
+
+def least_favourable_df(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """Welch-Satterthwaite degrees of freedom at the end of the variance ratio's interval
+    that gives the fewest. Welch's own df, read at the estimated ratio, is largest exactly
+    when the wider arm's spread came out small - when the statistic is largest - so a look
+    read on it is liberal; between Hsu's min(n) - 1 on few launches and Welch's on many."""
+    logs = [np.log(np.asarray(v, float)) for v in (baseline, candidate)]
+    (na, nb), (va, vb) = [x.size for x in logs], [float(x.var(ddof=1)) for x in logs]
+    if va <= 0 or vb <= 0:
+        return float(min(na, nb) - 1)
+    tail = (1 - DF_RATIO_CONFIDENCE) / 2
+    ratio = va / vb
+    ends = [
+        ratio / scipy_stats.f.isf(tail, na - 1, nb - 1),
+        ratio / scipy_stats.f.ppf(tail, na - 1, nb - 1),
+    ]
+
+    def welch_df(q: float) -> float:  # q: the baseline's variance over the candidate's
+        a, b = q / na, 1 / nb
+        return (a + b) ** 2 / (a**2 / (na - 1) + b**2 / (nb - 1))
+
+    return float(min(welch_df(q) for q in ends))
 
 
 def runs_per_launch(
@@ -408,17 +438,21 @@ def simulate(
     first_runs: int,
     server_budget_s: float,
     rng: np.random.Generator,
+    candidate_between_cv: Optional[float] = None,
 ) -> Outcome:
     """One whole sequence on log-normal noise with a known effect: what the protocol
-    decides and spends (its operating characteristics, by repeating it)."""
+    decides and spends (its operating characteristics, by repeating it). The candidate's
+    launches vary by ``candidate_between_cv`` where given (arms unlike in launch variance),
+    else by ``between_cv`` as the baseline's."""
     shift = math.log1p(effect)
+    spreads = (between_cv, between_cv if candidate_between_cv is None else candidate_between_cv)
     means: tuple[list[float], list[float]] = ([], [])
     within: list[float] = []
     record = SequentialRecord(design)
     runs, server_s = first_runs, 0.0
     while record.stop is None:
-        for arm, offset in enumerate((0.0, shift)):
-            values = offset + rng.normal(0, between_cv) + rng.normal(0, within_cv, runs)
+        for arm, (offset, spread) in enumerate(zip((0.0, shift), spreads, strict=True)):
+            values = offset + rng.normal(0, spread) + rng.normal(0, within_cv, runs)
             means[arm].append(math.exp(values.mean()))
             if runs > 1:
                 within.append(float(values.var(ddof=1)))

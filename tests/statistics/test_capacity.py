@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specexp.core.capacity import RatePoint, capacity_ratio, estimate, next_rate
 from specexp.core.schemas import CapacitySearchConfig
@@ -106,3 +108,59 @@ def test_the_capacity_ratio_holds_its_level_and_finds_a_halved_capacity(
     assert estimated >= 0.98 * trials
     assert decided_at_least <= decided / estimated <= decided_at_most
     assert covered / estimated >= 0.93
+
+
+# Attainment curves for the property test: piecewise linear in log rate through seven knots
+# from 1/400 to 400 req/s - flat, rising, falling, and flat at the target among them.
+_KNOTS = np.linspace(-6.0, 6.0, 7)
+_knot_attainments = st.lists(
+    st.one_of(st.floats(0.0, 1.0), st.floats(0.86, 0.94), st.sampled_from([0.0, 0.9, 1.0])),
+    min_size=_KNOTS.size,
+    max_size=_KNOTS.size,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    attainments=_knot_attainments,
+    start=st.floats(-4.0, 4.0),
+    requests=st.integers(1, 200),
+    runs=st.integers(1, 12),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_capacity_search_never_crashes_on_any_attainment_curve(
+    attainments, start, requests, runs, seed
+):
+    """Whatever the curve (flat at the target, rising, jagged): every rate the search asks
+    for is finite and inside its limits, and the estimate is a rate with an ordered interval
+    or a reason - never an exception (flat attainment near the target overflowed exp)."""
+    rng = np.random.default_rng(seed)
+    search = CapacitySearchConfig(start_rate=math.exp(start), min_rate=0.01, max_rate=100.0)
+    points: list[RatePoint] = []
+    for _ in range(runs):
+        rate = next_rate(points, search, TARGET)
+        assert math.isfinite(rate) and search.min_rate <= rate <= search.max_rate
+        chance = float(np.interp(math.log(rate), _KNOTS, attainments))
+        points.append(RatePoint(rate, requests, int(rng.binomial(requests, chance))))
+        found = estimate(points, TARGET, 0.95)
+        assert found.rate is not None or found.reason
+        if found.rate is not None:
+            assert math.isfinite(found.rate) and found.rate > 0
+            if found.ci_low is not None and found.ci_high is not None:
+                assert found.ci_low <= found.ci_high
+
+
+def test_flat_attainment_at_the_target_gives_a_reason_not_an_overflow():
+    """The search that overflowed exp: five runs at 0.28-0.56 req/s whose attainment hovers
+    at the 0.9 target (a curve too flat to place the capacity)."""
+    points = [
+        RatePoint(0.5601643369560027, 24, 21),
+        RatePoint(0.2800821684780013, 24, 22),
+        RatePoint(0.39609600124045563, 24, 23),
+        RatePoint(0.47104018289927646, 24, 22),
+        RatePoint(0.5136729618477183, 24, 24),
+    ]
+    found = estimate(points, TARGET, 0.95)
+    assert found.rate is None and "too flat" in (found.reason or "")
+    search = CapacitySearchConfig(start_rate=0.28, min_rate=0.01, max_rate=100.0)
+    assert 0.28 < next_rate(points, search, TARGET) < 0.57

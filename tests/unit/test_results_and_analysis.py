@@ -401,5 +401,11 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
     assert metrics["server_ttft_s_mean"] == 0.2 and metrics["ttft_s_mean"] == pytest.approx(0.1)
     (mismatch,) = [n for n in summary.notes if n.kind == NoteKind.token_count]
     assert "counted 590 tokens" in mismatch.message and "received 600" in mismatch.message
+    # Six TTFTs: a median with its interval; no tail percentile without one, and a note why.
+    assert metrics["ttft_s_p50_ci_low"] <= metrics["ttft_s_p50"] <= metrics["ttft_s_p50_ci_high"]
+    assert "ttft_s_p99" not in metrics and "ttft_s_p99_ci_high" not in metrics
+    (few,) = [n for n in summary.notes if n.kind == NoteKind.few_requests]
+    assert few.message.startswith("too few values for p90, p95, p99 of TTFT: 6 values")
+    assert "368 for p99" in few.message
     per_run = run_metrics(runs[0], {"output_tokens": 100.0})
     assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100
