@@ -162,6 +162,10 @@ def test_the_goodput_crossover_covers_a_known_one_and_its_zeros():
     assert covered / trials >= 0.93
 
 
+# When the simulated arms were measured; a calibration applies from up to a week before.
+MEASURED_UNIX = 1.8e9
+
+
 def family(rng, name, ratio_at, launches, launch_cv=0.02, run_cv=0.02, runs=5, levels=LEVELS):
     """One arm's jobs at every level, as the report reads them: with ``launches`` 1 every
     level on one server (a launch offset common to its levels), else ``launches`` launches
@@ -187,6 +191,7 @@ def family(rng, name, ratio_at, launches, launch_cv=0.02, run_cv=0.02, runs=5, l
             server,
             values=tuple(map(float, values)),
             unit=unit,
+            times=tuple(MEASURED_UNIX + 60.0 * i for i in range(len(values))),
         )
         arms[c] = Arm(run, run.name, factors, summarize(run.values))
     return arms
@@ -321,7 +326,13 @@ def test_a_crossover_of_single_launches_carries_a_calibrations_launch_variance()
     rng = np.random.default_rng(43)
     known = {
         ("", "", "", ""): Calibration(
-            0.02**2 + 0.02**2 / 5, 0.02**2, 5.0, 20.0, ("c0ffee00",), within_df=100.0
+            0.02**2 + 0.02**2 / 5,
+            0.02**2,
+            5.0,
+            20.0,
+            ("c0ffee00",),
+            within_df=100.0,
+            measured_unix=MEASURED_UNIX - 3600.0,
         )
     }
 
@@ -366,7 +377,13 @@ def test_the_switch_off_check_of_single_launches_uses_a_calibration_that_applies
     for run_cv in (0.01, 0.03):
         known = {
             ("", "", "", ""): Calibration(
-                0.02**2 + run_cv**2 / 5, run_cv**2, 5.0, 20.0, ("c0ffee00",), within_df=100.0
+                0.02**2 + run_cv**2 / 5,
+                run_cv**2,
+                5.0,
+                20.0,
+                ("c0ffee00",),
+                within_df=100.0,
+                measured_unix=MEASURED_UNIX - 3600.0,
             )
         }
         for right, late in switch_off_checks(rng, 1, run_cv, 50, known):
