@@ -627,18 +627,19 @@ def arrival_offsets(
     level: ConcurrencyConfig, rate: float, launch: int, run: int, warmup: bool
 ) -> list[float]:
     """When each of a run's open-loop requests is due, in seconds after its start: uniform
-    (one each 1/rate s), or Poisson - conditioned on its count: the arrivals of a Poisson
-    process that brought exactly ``arrivals`` requests in ``arrivals / rate`` seconds, which
-    are that many uniform times in the window, sorted. Bursts and lulls as Poisson's, but
-    every run offers the asked rate (an unconditioned schedule of 20 arrivals strays from it
-    by 20% or more, run to run, and its attainment with it). Seeded by the seed, launch and
+    (one each 1/rate s), or Poisson - conditioned on its first and last arrival: a Poisson
+    process with arrivals at 0 and at ``(arrivals - 1) / rate`` has the others uniform in
+    between, sorted. Bursts and lulls as Poisson's, but every run's schedule has exactly the
+    asked rate, (arrivals - 1) gaps over its span, as a uniform one does (an unconditioned
+    schedule of 20 arrivals strays from it by 20% or more, run to run; one conditioned on
+    its count alone, its first moved to 0, by 0.97-1.37x). Seeded by the seed, launch and
     run, so that every arm is sent the same schedule (at another rate the same, rescaled)."""
-    if level.arrival == Arrival.uniform:
+    if level.arrival == Arrival.uniform or level.arrivals < 3:
         return [k / rate for k in range(level.arrivals)]
     rng = random.Random(f"{level.seed}/{launch}/{run}/{warmup}")
-    window = level.arrivals / rate
-    times = sorted(rng.random() * window for _ in range(level.arrivals))
-    return [t - times[0] for t in times]  # the first is sent at the run's start
+    span = (level.arrivals - 1) / rate
+    inner = sorted(rng.random() * span for _ in range(level.arrivals - 2))
+    return [0.0, *inner, span]
 
 
 def session(
