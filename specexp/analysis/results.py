@@ -12,13 +12,14 @@ gives a :class:`JobRun`, immutable and checked.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
 from specexp.core.capacity import RatePoint
 from specexp.core.records import check_format
+from specexp.core.steady import SteadyState, SteadyVerdict
 from specexp.engines.base import Engagement, Setting
 
 
@@ -78,6 +79,9 @@ class Tag(StrEnum):
     crossover_threshold = "crossover_threshold"
     # A capacity search's job: its runs' rates and SLO outcomes (capacity_points_tag).
     capacity_points = "specexp.capacity_points"
+    # An open-loop job: each measured run's steady window and Little's-law verdict
+    # (steady_state_tag).
+    steady_state = "specexp.steady_state"
 
 
 class Metric(StrEnum):
@@ -132,6 +136,17 @@ class Metric(StrEnum):
     rate_scheduled = "rate_scheduled_rps"
     rate_achieved = "rate_achieved_rps"
     send_lag_max_s = "send_lag_max_s"
+    # Open loop, per measured run (specexp.core.steady): its steady window (seconds after
+    # its start, by due time) and the requests due in it; in it, the time-average requests
+    # in flight and Little's lambda W; 1 when they agree and the client kept its schedule.
+    steady_start_s = "steady_start_s"
+    steady_end_s = "steady_end_s"
+    steady_requests = "steady_requests"
+    in_flight = "in_flight"
+    in_flight_predicted = "in_flight_little"
+    steady = "steady"
+    # Per job: measured runs flagged as not steady.
+    not_steady_runs = "not_steady_runs"
     # Against the SLO (slo group), per measured run: the share of requests meeting it, and
     # those requests (and their tokens) per second; per job, each summarised with an
     # interval (``_mean``, ``_ci_low``, ``_ci_high``... as tok_per_s is).
@@ -373,3 +388,16 @@ def capacity_points(tags: Mapping[str, str]) -> tuple[RatePoint, ...]:
         RatePoint(float(rate), int(requests), int(good))
         for rate, requests, good in json.loads(tags.get(Tag.capacity_points, "[]"))
     )
+
+
+def steady_state_tag(states: Mapping[int, SteadyState]) -> str:
+    """Each measured run's steady state (``Tag.steady_state``), by run index."""
+    return json.dumps({str(run): asdict(state) for run, state in states.items()})
+
+
+def steady_states(tags: Mapping[str, str]) -> dict[int, SteadyState]:
+    """What :func:`steady_state_tag` wrote; none when the run has no such tag."""
+    return {
+        int(run): SteadyState(**{**state, "verdict": SteadyVerdict(state["verdict"])})
+        for run, state in json.loads(tags.get(Tag.steady_state, "{}")).items()
+    }

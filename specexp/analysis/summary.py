@@ -21,16 +21,30 @@ from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas import SloConfig
 from specexp.core.slo import run_goodput
 from specexp.core.stats import Summary, notes_for, percentiles, summarize, variance_components
+from specexp.core.steady import SteadyState, SteadyVerdict, steady_state
 
 
 def slo_metrics(result: RunResult, slo: Optional[SloConfig]) -> dict[str, float]:
-    """One run's open-loop rates, and its goodput against ``slo`` when that sets any level."""
+    """One run's open-loop rates and steady state, and its goodput against ``slo`` when that
+    sets any level."""
     metrics = {
         Metric.rate_asked: result.asked_rate,
         Metric.rate_scheduled: result.scheduled_rate,
         Metric.rate_achieved: result.achieved_rate,
         Metric.send_lag_max_s: result.send_lag_s_max,
     }
+    steady = steady_state(result)
+    if steady:
+        metrics.update(
+            {
+                Metric.steady_start_s: steady.start_s,
+                Metric.steady_end_s: steady.end_s,
+                Metric.steady_requests: steady.requests,
+                Metric.in_flight: steady.in_flight,
+                Metric.in_flight_predicted: steady.predicted_in_flight,
+                Metric.steady: float(steady.ok),
+            }
+        )
     goodput = run_goodput(result, slo) if slo else None
     if goodput:
         metrics[Metric.slo_attainment] = goodput.attainment
@@ -88,6 +102,8 @@ class JobSummary:
     attainment: Optional[Summary] = None
     goodput_rps: Optional[Summary] = None
     capacity: Optional[Capacity] = None
+    # Open loop: each measured run's steady window and Little's-law verdict, by run index.
+    steady: Mapping[int, SteadyState] = field(default_factory=dict)
 
     def metric(self, name: str) -> Optional[float]:
         return self.metrics.get(name)
@@ -239,6 +255,10 @@ def summarize_job(
                 f"run(s) {sorted({run for run, _ in stalled})}; each counts as missing the SLO",
             )
         )
+    steady, steady_notes = _steady_states(measured)
+    notes.extend(steady_notes)
+    if steady:
+        metrics[Metric.not_steady_runs] = float(sum(not s.ok for s in steady.values()))
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
     attainment = goodput = capacity = None
     if slo is not None and slo.defined and capacity_search:
@@ -263,7 +283,26 @@ def summarize_job(
         attainment,
         goodput,
         capacity,
+        steady,
     )
+
+
+def _steady_states(measured: Sequence[RunResult]) -> tuple[dict[int, SteadyState], list[Note]]:
+    """Each open-loop run's steady state, and a note per likely cause of the runs flagged."""
+    states = {r.run: s for r in measured if (s := steady_state(r)) is not None}
+    notes = []
+    for verdict in (SteadyVerdict.client_saturated, SteadyVerdict.server_queueing):
+        flagged = {run: s for run, s in states.items() if s.verdict == verdict}
+        if flagged:
+            worst = min(flagged.values(), key=lambda s: s.little_ratio)
+            notes.append(
+                Note(
+                    NoteKind.not_steady,
+                    f"measured run(s) {sorted(flagged)} not steady: {verdict} (e.g. "
+                    f"{worst.describe()})",
+                )
+            )
+    return states, notes
 
 
 def _per_unit(measured: Sequence[RunResult], values: Sequence[float]) -> list[float]:

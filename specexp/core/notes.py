@@ -45,6 +45,7 @@ class NoteKind(StrEnum):
     gpu_shared = "GPU shared"
     token_count = "token count"
     overloaded = "overloaded"  # open-loop requests that stalled in the server's queue
+    not_steady = "not steady"  # an open-loop run failed Little's law in its steady window
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,13 @@ from typing import Optional
 
 from rich.markup import escape
 
-from specexp.analysis.results import Artifact, RunStatus, Tag, capacity_points_tag
+from specexp.analysis.results import (
+    Artifact,
+    RunStatus,
+    Tag,
+    capacity_points_tag,
+    steady_state_tag,
+)
 from specexp.analysis.summary import accounting_totals, summarize_job
 from specexp.core.redaction import redact_text
 from specexp.host.job import Job
@@ -155,6 +161,8 @@ def _finish(session: JobSession) -> None:
         tracker.log_metrics(dict(summary.metrics))
         if summary.capacity:
             tracker.set_tags({Tag.capacity_points: capacity_points_tag(summary.capacity.points)})
+        if summary.steady:
+            tracker.set_tags({Tag.steady_state: steady_state_tag(summary.steady)})
         if summary.notes:
             tracker.set_tags({Tag.warnings: " | ".join(n.message for n in summary.notes)[:5000]})
     result.status = RunStatus.finished
