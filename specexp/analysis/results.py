@@ -147,6 +147,8 @@ class Metric(StrEnum):
     steady = "steady"
     # Per job: measured runs flagged as not steady.
     not_steady_runs = "not_steady_runs"
+    # A trace's replay (workload.trace), per job: what it sent, each field of
+    # specexp.core.traces.TraceStats as trace_ + its name (TraceStats.as_dict).
     # Against the SLO (slo group), per measured run: the share of requests meeting it, and
     # those requests (and their tokens) per second; per job, each summarised with an
     # interval (``_mean``, ``_ci_low``, ``_ci_high``... as tok_per_s is).

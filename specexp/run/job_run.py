@@ -22,6 +22,7 @@ from specexp.analysis.results import (
 )
 from specexp.analysis.summary import accounting_totals, summarize_job
 from specexp.core.redaction import redact_text
+from specexp.core.traces import trace_stats
 from specexp.host.job import Job
 from specexp.output import terminal
 from specexp.run.measure import measure_part
@@ -163,6 +164,8 @@ def _finish(session: JobSession) -> None:
             tracker.set_tags({Tag.capacity_points: capacity_points_tag(summary.capacity.points)})
         if summary.steady:
             tracker.set_tags({Tag.steady_state: steady_state_tag(summary.steady)})
+        if cfg.workload.trace is not None:
+            tracker.log_metrics(trace_stats(cfg.workload.trace.replay()).as_dict())
         if summary.notes:
             tracker.set_tags({Tag.warnings: " | ".join(n.message for n in summary.notes)[:5000]})
     result.status = RunStatus.finished

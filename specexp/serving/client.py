@@ -8,6 +8,7 @@ is the gap between events divided by the tokens each event carried, when the ser
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import multiprocessing.pool
 import random
@@ -42,6 +43,7 @@ from specexp.core.schemas import (
     WorkloadConfig,
     requests_per_stream,
 )
+from specexp.core.traces import synthesise_prompt
 from specexp.engines.base import (
     Prompt,
     ServerLoad,
@@ -250,6 +252,11 @@ class LoadClient:
         self.prompt_namespace, self.idle_timeout_s = prompt_namespace, idle_timeout_s
         # The server's tokens of the prompt and of the prefix words (workload.prompt_tokens).
         self._token_sources: Optional[tuple[list[int], list[int]]] = None
+        # A replayed trace (workload.trace): its requests, and the server's tokens of the
+        # prompt set's text that their prompts are cut from.
+        self._trace = workload.trace.replay() if workload.trace else None
+        self._corpus: Optional[list[int]] = None
+        self._sized: dict[tuple[int, int], WorkloadConfig] = {}
         # Worker processes, when the streams are shared out (concurrency.client_processes).
         self._pool: Optional[multiprocessing.pool.Pool] = None
 
@@ -271,7 +278,7 @@ class LoadClient:
     ) -> None:
         """Send one request and time its stream: from ``due`` (a perf_counter time) when it
         was due by an open-loop schedule, so that a late send counts against it, else from now."""
-        workload = self.workload
+        workload = self._request_workload(record)
         stall = workload.stall_timeout_s
         start = time.perf_counter()
         if due is not None:
@@ -312,9 +319,38 @@ class LoadClient:
         if pending:
             timer.arrival([pending], time.perf_counter())
 
+    def _request_workload(self, record: RequestRecord) -> WorkloadConfig:
+        """The workload, or in a trace's replay one sized as its request: the trace's prompt
+        and output lengths (an arrival's record is its trace request's, by index)."""
+        if self._trace is None:
+            return self.workload
+        request = self._trace.requests[record.stream]
+        key = (request.input_tokens, request.output_tokens)
+        if key not in self._sized:
+            self._sized[key] = dataclasses.replace(
+                self.workload,
+                trace=None,
+                dataset=None,
+                prompt="trace",
+                prompt_tokens=request.input_tokens,
+                max_tokens=request.output_tokens,
+            )
+        return self._sized[key]
+
     def prompt(self, record: RequestRecord) -> Prompt:
-        """The request's prompt: the prompt set's next (noting which on the record), or the
-        workload's one prompt (fresh: behind a prefix of its own)."""
+        """The request's prompt: in a trace's replay its length of the prompt set's text;
+        the prompt set's next (noting which on the record), or the workload's one prompt
+        (fresh: behind a prefix of its own)."""
+        if self._trace is not None:
+            if self._corpus is None:
+                raise RuntimeError("a trace's prompts are cut from the server's tokens: none yet")
+            return synthesise_prompt(
+                self._trace.requests[record.stream],
+                record.stream,
+                self._corpus,
+                self.workload.seed,
+                f"{self.prompt_namespace}/{record.launch}/{record.run}/{record.warmup}",
+            )
         dataset = self.workload.dataset_prompts()
         if dataset:
             chosen = dataset[
@@ -346,6 +382,9 @@ class LoadClient:
 
     async def _prepare_prompts(self, session: aiohttp.ClientSession) -> None:
         """Ask the server for its tokens once, before anything is timed."""
+        if self._trace is not None and self._corpus is None:
+            texts = [p.text for p in self.workload.dataset_prompts()]
+            self._corpus = [t for text in texts for t in await self._tokenize(session, text)]
         if self.workload.prompt_tokens is None or self._token_sources is not None:
             return
         words = await self._tokenize(session, " " + " ".join(PREFIX_WORDS))
@@ -416,11 +455,15 @@ class LoadClient:
         server's counters as deltas. ``rate``: an open-loop run's arrival rate, when not
         ``concurrency.rate`` (a capacity search's)."""
         level = self.concurrency
+        if self._trace is not None:
+            rate = self._trace.rate
         rate = rate if rate is not None else level.rate
         await self._prepare_prompts(session)
         settled = await self._settle(session)
         before = await self._counters(session)
         units = level.arrivals if level.open_loop else level.streams
+        if self._trace is not None:
+            units = len(self._trace.requests)
         shares = stream_shares(units, level.processes())
         started_unix = time.time()
         if len(shares) == 1:
@@ -462,9 +505,12 @@ class LoadClient:
         """This process's streams, or with open-loop arrivals its arrivals."""
         if not self.concurrency.open_loop:
             return await self._streams(session, share, run, warmup, launch, started)
-        if rate is None:
+        if self._trace is not None:
+            due = self._trace.offsets
+        elif rate is None:
             raise ValueError("an open-loop run needs an arrival rate")
-        due = arrival_offsets(self.concurrency, rate, launch, run, warmup)
+        else:
+            due = arrival_offsets(self.concurrency, rate, launch, run, warmup)
         return await self._arrivals(
             session, [(k, due[k]) for k in share], run, warmup, launch, started
         )
