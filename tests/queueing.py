@@ -54,3 +54,26 @@ def run_result(
         for k, (t, w) in enumerate(zip(due, latency, strict=True))
     ]
     return RunResult(run, False, float((due + latency).max()), records, asked_rate=rate)
+
+
+def mm1_mean_latencies(
+    rng: np.random.Generator, runs: int, arrivals: int, rate: float, service_s: float
+) -> np.ndarray:
+    """Mean latency of each of ``runs`` open-loop runs of an M/M/1 queue (vectorised over
+    the runs: Lindley's recursion, one arrival at a time)."""
+    span = (arrivals - 1) / rate
+    due = np.concatenate(
+        [
+            np.zeros((runs, 1)),
+            np.sort(rng.random((runs, arrivals - 2)), axis=1) * span,
+            np.full((runs, 1), span),
+        ],
+        axis=1,
+    )
+    work = rng.exponential(service_s, (runs, arrivals))
+    done = np.empty((runs, arrivals))
+    free = np.zeros(runs)
+    for k in range(arrivals):
+        free = np.maximum(due[:, k], free) + work[:, k]
+        done[:, k] = free
+    return (done - due).mean(axis=1)
