@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
 from specexp.core.capacity import RatePoint
+from specexp.core.load_curve import CurvePoint
 from specexp.core.records import check_format
 from specexp.core.steady import SteadyState, SteadyVerdict
 from specexp.engines.base import Engagement, Setting
@@ -82,6 +83,8 @@ class Tag(StrEnum):
     # An open-loop job: each measured run's steady window and Little's-law verdict
     # (steady_state_tag).
     steady_state = "specexp.steady_state"
+    # A capacity search's job: its runs as points of the rate curve (rate_curve_tag).
+    rate_curve = "specexp.rate_curve"
 
 
 class Metric(StrEnum):
@@ -162,6 +165,21 @@ class Metric(StrEnum):
     capacity_ci_high_rps = "capacity_ci_high_rps"
     capacity_log_se = "capacity_log_se"
     capacity_target = "capacity_target"  # the attainment it was read at (slo.target)
+    # ...and from the same runs (specexp.core.load_curve): the knee of mean latency against
+    # the offered rate with its interval, the rate from which every run was over-saturated,
+    # and the latency model L = C1 / (1 - rate C2): C1 (s), C2 (s), their intervals and
+    # the p value of its lack of fit.
+    knee_rps = "knee_rps"
+    knee_ci_low_rps = "knee_ci_low_rps"
+    knee_ci_high_rps = "knee_ci_high_rps"
+    oversaturated_from_rps = "oversaturated_from_rps"
+    model_c1_s = "model_c1_s"
+    model_c1_ci_low_s = "model_c1_ci_low_s"
+    model_c1_ci_high_s = "model_c1_ci_high_s"
+    model_c2_s = "model_c2_s"
+    model_c2_ci_low_s = "model_c2_ci_low_s"
+    model_c2_ci_high_s = "model_c2_ci_high_s"
+    model_lack_of_fit_p = "model_lack_of_fit_p"
 
 
 # What a server's own accounting gives (Engine.server_accounting's names), and the client's
@@ -403,3 +421,13 @@ def steady_states(tags: Mapping[str, str]) -> dict[int, SteadyState]:
         int(run): SteadyState(**{**state, "verdict": SteadyVerdict(state["verdict"])})
         for run, state in json.loads(tags.get(Tag.steady_state, "{}")).items()
     }
+
+
+def rate_curve_tag(points: Sequence[CurvePoint]) -> str:
+    """A capacity search's runs as rate-curve points (``Tag.rate_curve``)."""
+    return json.dumps([asdict(p) for p in points])
+
+
+def rate_curve(tags: Mapping[str, str]) -> tuple[CurvePoint, ...]:
+    """The points :func:`rate_curve_tag` wrote; none when the run has no such tag."""
+    return tuple(CurvePoint(**p) for p in json.loads(tags.get(Tag.rate_curve, "[]")))

@@ -16,6 +16,14 @@ from specexp.analysis.results import (
     server_metric,
 )
 from specexp.core.capacity import Capacity, estimate, rate_points
+from specexp.core.load_curve import (
+    CurvePoint,
+    Knee,
+    LatencyModel,
+    curve_point,
+    fit_latency_model,
+    knee,
+)
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas import SloConfig
@@ -102,6 +110,10 @@ class JobSummary:
     attainment: Optional[Summary] = None
     goodput_rps: Optional[Summary] = None
     capacity: Optional[Capacity] = None
+    # A capacity search's rate curve: its runs' points, knee and latency model.
+    curve: tuple[CurvePoint, ...] = ()
+    knee: Optional[Knee] = None
+    latency_model: Optional[LatencyModel] = None
     # Open loop: each measured run's steady window and Little's-law verdict, by run index.
     steady: Mapping[int, SteadyState] = field(default_factory=dict)
 
@@ -261,9 +273,14 @@ def summarize_job(
         metrics[Metric.not_steady_runs] = float(sum(not s.ok for s in steady.values()))
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
     attainment = goodput = capacity = None
+    curve: tuple[CurvePoint, ...] = ()
+    found_knee = model = None
     if slo is not None and slo.defined and capacity_search:
         capacity = estimate(rate_points(measured, slo), slo.target, confidence)
         metrics.update(_capacity_metrics(capacity))
+        curve = tuple(p for r in measured if (p := curve_point(r)) is not None)
+        found_knee, model = knee(curve, confidence), fit_latency_model(curve, confidence)
+        metrics.update(_curve_metrics(found_knee, model))
     elif slo is not None and slo.defined:
         outcomes = [run_goodput(r, slo) for r in measured]
         attainment = summarize(
@@ -283,8 +300,33 @@ def summarize_job(
         attainment,
         goodput,
         capacity,
+        curve,
+        found_knee,
+        model,
         steady,
     )
+
+
+def _curve_metrics(found: Knee, model: Optional[LatencyModel]) -> dict[str, float]:
+    figures = {
+        Metric.knee_rps: found.rate,
+        Metric.knee_ci_low_rps: found.ci_low,
+        Metric.knee_ci_high_rps: found.ci_high,
+        Metric.oversaturated_from_rps: found.oversaturated_from,
+    }
+    if model is not None:
+        figures.update(
+            {
+                Metric.model_c1_s: model.c1,
+                Metric.model_c1_ci_low_s: model.c1_ci[0],
+                Metric.model_c1_ci_high_s: model.c1_ci[1],
+                Metric.model_c2_s: model.c2,
+                Metric.model_c2_ci_low_s: model.c2_ci[0],
+                Metric.model_c2_ci_high_s: model.c2_ci[1],
+                Metric.model_lack_of_fit_p: model.lack_of_fit_p,
+            }
+        )
+    return {k: float(v) for k, v in figures.items() if v is not None}
 
 
 def _steady_states(measured: Sequence[RunResult]) -> tuple[dict[int, SteadyState], list[Note]]:

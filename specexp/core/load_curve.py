@@ -35,6 +35,9 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
+from specexp.core.measurements import RunResult
+from specexp.core.steady import SteadyVerdict, steady_state
+
 # A run that completed requests at under this share of the rate it offered did not keep up.
 OVERSATURATED_SHARE = 0.8
 KNEE_GRID = 60
@@ -55,6 +58,30 @@ class CurvePoint:
     @property
     def oversaturated(self) -> bool:
         return self.backlog or self.completed_rps < OVERSATURATED_SHARE * self.rate
+
+
+def curve_point(run: RunResult) -> Optional[CurvePoint]:
+    """An open-loop run as a point of its rate curve (None: closed loop, or fewer than two
+    requests): its offered rate; its requests' mean latency from their due times (a failed
+    one's until the run's end); the rate they finished at, between the first to finish and
+    the last (a server that kept up finishes them as fast as they came); and whether its
+    steady window showed a backlog."""
+    timed = [(r.due_s, r) for r in run.records if r.due_s is not None]
+    offered = run.offered_rate
+    if offered is None or len(timed) < 2:
+        return None
+    latency = np.array(
+        [r.e2e_s if r.ok and r.e2e_s is not None else run.wall_s - t for t, r in timed]
+    )
+    done = np.sort(np.array([t for t, _ in timed]) + latency)
+    span = float(done[-1] - done[0])
+    steady = steady_state(run)
+    return CurvePoint(
+        offered,
+        float(latency.mean()),
+        (len(done) - 1) / span if span > 0 else offered,
+        steady is not None and steady.verdict == SteadyVerdict.server_queueing,
+    )
 
 
 @dataclass(frozen=True)

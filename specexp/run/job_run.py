@@ -18,6 +18,7 @@ from specexp.analysis.results import (
     RunStatus,
     Tag,
     capacity_points_tag,
+    rate_curve_tag,
     steady_state_tag,
 )
 from specexp.analysis.summary import accounting_totals, summarize_job
@@ -162,6 +163,8 @@ def _finish(session: JobSession) -> None:
         tracker.log_metrics(dict(summary.metrics))
         if summary.capacity:
             tracker.set_tags({Tag.capacity_points: capacity_points_tag(summary.capacity.points)})
+        if summary.curve:
+            tracker.set_tags({Tag.rate_curve: rate_curve_tag(summary.curve)})
         if summary.steady:
             tracker.set_tags({Tag.steady_state: steady_state_tag(summary.steady)})
         if cfg.workload.trace is not None:

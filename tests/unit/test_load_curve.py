@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pytest
 
+from specexp.analysis.arms import Arm
+from specexp.analysis.capacity import ArmCapacity, CapacityComparison, compare_capacity
+from specexp.analysis.results import (
+    JobRun,
+    Metric,
+    Tag,
+    capacity_points_tag,
+    rate_curve,
+    rate_curve_tag,
+)
+from specexp.analysis.summary import summarize_job
+from specexp.core.capacity import rate_points
 from specexp.core.load_curve import (
     CurvePoint,
     fit_latency_model,
@@ -14,6 +28,10 @@ from specexp.core.load_curve import (
     model_ratio,
     oversaturated_from,
 )
+from specexp.core.schemas import SloConfig
+from specexp.core.stats import summarize
+from specexp.output.plots import latency_curve_plot
+from tests.queueing import run_result
 
 pytestmark = pytest.mark.unit
 
@@ -98,3 +116,63 @@ def test_the_model_predicts_capacity_scaling_by_the_ratio_of_c2():
     off = model_ratio(base, spec, measured=3.0, measured_log_se=0.05)
     assert off.z is not None and off.z < 0 and off.p_value < 0.001
     assert math.isclose(model_ratio(base, spec).predicted, ratio.predicted)
+
+
+def test_a_capacity_search_gets_its_curve_knee_and_model_and_they_reach_the_report(tmp_path):
+    """Runs of an M/M/1 queue (service 0.25 s, seeded) at 0.5-4.5 req/s as a capacity
+    search's: the job's summary carries the curve, knee and model; an arm read back from
+    the tag compares its model's ratio; everything survives JSON; the plot is drawn."""
+
+    slo = SloConfig(name="test", e2e_s=1.0)
+
+    def searched(service_s: float, seed: int):
+        rng = np.random.default_rng(seed)
+        runs = [
+            run_result(rng, 120, rate, service_s, run=k)
+            for k, rate in enumerate(
+                np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.5]) * 0.25 / service_s
+            )
+        ]
+        return summarize_job(
+            runs,
+            confidence=0.95,
+            cv_warn=0.05,
+            idle_timeout_s=30,
+            accounting={},
+            cores=2,
+            slo=slo,
+            capacity_search=True,
+        ), runs
+
+    summary, runs = searched(0.25, 1)
+    assert len(summary.curve) == 7
+    assert summary.curve[-1].oversaturated  # 4.5/s to a server of 4/s
+    assert summary.latency_model is not None
+    assert summary.latency_model.c2 == pytest.approx(0.25, rel=0.3)
+    assert summary.metrics[Metric.model_c2_s] == summary.latency_model.c2
+    assert summary.knee is not None and summary.knee.oversaturated_from == pytest.approx(
+        summary.curve[-1].rate
+    )
+    assert rate_curve({Tag.rate_curve: rate_curve_tag(summary.curve)}) == summary.curve
+
+    def arm_of(name: str, service_s: float, seed: int) -> Arm:
+        found, measured = searched(service_s, seed)
+        tags = {
+            Tag.factors: "{}",
+            Tag.capacity_points: capacity_points_tag(rate_points(measured, slo)),
+            Tag.rate_curve: rate_curve_tag(found.curve),
+        }
+        run = JobRun(name, name, "FINISHED", "job", {}, tags, {}, dict(found.metrics), (1.0, 2.0))
+        return Arm(run, name, {}, summarize(run.values))
+
+    base, spec = arm_of("base", 0.25, 2), arm_of("spec", 0.15, 3)
+    read = ArmCapacity.of(base)
+    assert read.latency_model is not None and read.knee is not None
+    assert ArmCapacity.from_json(json.loads(json.dumps(asdict(read)))) == read
+    compared = compare_capacity([(base, spec)], confidence=0.95)[0]
+    assert compared.ratio is not None and compared.model is not None
+    assert compared.model.predicted == pytest.approx(0.25 / 0.15, rel=0.5)
+    assert compared.model.measured == compared.ratio
+    assert CapacityComparison.from_json(json.loads(json.dumps(compared.to_json()))) == compared
+    path = latency_curve_plot([read, ArmCapacity.of(spec)], tmp_path / "curve.png")
+    assert path.stat().st_size > 10_000
