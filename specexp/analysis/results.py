@@ -85,6 +85,9 @@ class Tag(StrEnum):
     steady_state = "specexp.steady_state"
     # A capacity search's job: its runs as points of the rate curve (rate_curve_tag).
     rate_curve = "specexp.rate_curve"
+    # Where a job's energy per token came from (specexp.host.energy.EnergySource), or "not
+    # measured".
+    energy_source = "specexp.energy_source"
 
 
 class Metric(StrEnum):
@@ -148,6 +151,12 @@ class Metric(StrEnum):
     in_flight = "in_flight"
     in_flight_predicted = "in_flight_little"
     steady = "steady"
+    # Per measured run (specexp.host.energy.RunEnergy): joules the server's hardware drew,
+    # per output token, and 1 when the run was long enough for the meter; per job, joules
+    # per token summarised with its interval (energy_j_per_token_mean, _ci_low, ...).
+    energy_j = "energy_j"
+    energy_j_per_token = "energy_j_per_token"
+    energy_resolved = "energy_resolved"
     # Per job: measured runs flagged as not steady.
     not_steady_runs = "not_steady_runs"
     # A trace's replay (workload.trace), per job: what it sent, each field of

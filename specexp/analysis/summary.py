@@ -267,6 +267,11 @@ def summarize_job(
                 f"run(s) {sorted({run for run, _ in stalled})}; each counts as missing the SLO",
             )
         )
+    # Energy per output token over the runs (or launches), where every run was metered.
+    per_token = [r.telemetry.get(Metric.energy_j_per_token) for r in measured]
+    if measured and all(v is not None for v in per_token):
+        energy = summarize(_per_unit(measured, [float(v or 0.0) for v in per_token]), confidence)
+        metrics.update(energy.as_dict(Metric.energy_j_per_token) if energy else {})
     steady, steady_notes = _steady_states(measured)
     notes.extend(steady_notes)
     if steady:
