@@ -147,7 +147,7 @@ def counter_period_s(readings: Sequence[EnergyReading]) -> Optional[float]:
     return float(np.median(gaps)) if len(gaps) else None
 
 
-def shortest_window_s(interval_s: float, error: float = 0.01) -> float:
+def shortest_window_s(interval_s: float, error: float = 0.05) -> float:
     """The shortest run whose energy is within ``error`` (relative) whatever power does at
     its ends: each end is interpolated across one reading interval, at most the interval's
     share of the run's energy between them."""
