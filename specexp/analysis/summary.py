@@ -42,7 +42,7 @@ def slo_metrics(result: RunResult, slo: Optional[SloConfig]) -> dict[str, float]
         Metric.send_lag_max_s: result.send_lag_s_max,
     }
     steady = steady_state(result)
-    if steady:
+    if steady and steady.verdict != SteadyVerdict.too_few:
         metrics.update(
             {
                 Metric.steady_start_s: steady.start_s,
@@ -275,7 +275,7 @@ def summarize_job(
     steady, steady_notes = _steady_states(measured)
     notes.extend(steady_notes)
     if steady:
-        metrics[Metric.not_steady_runs] = float(sum(not s.ok for s in steady.values()))
+        metrics[Metric.not_steady_runs] = float(sum(s.flagged for s in steady.values()))
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
     attainment = goodput = capacity = None
     curve: tuple[CurvePoint, ...] = ()

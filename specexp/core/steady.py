@@ -73,6 +73,11 @@ class SteadyState:
     def ok(self) -> bool:
         return self.verdict == SteadyVerdict.steady
 
+    @property
+    def flagged(self) -> bool:
+        """Checked and failed (a run too short to check is neither steady nor flagged)."""
+        return self.verdict in (SteadyVerdict.client_saturated, SteadyVerdict.server_queueing)
+
     def describe(self) -> str:
         return (
             f"{self.verdict}: window {self.start_s:.3g}-{self.end_s:.3g} s ({self.requests} "

@@ -132,6 +132,8 @@ def energy_between(
 def integrated_power(times_unix: Sequence[float], watts: Sequence[float]) -> list[EnergyReading]:
     """Power readings as a cumulative counter (trapezoid): the fallback where there is none."""
     times, power = np.asarray(times_unix, dtype=float), np.asarray(watts, dtype=float)
+    if not times.size:
+        return []
     steps = np.diff(times) * (power[1:] + power[:-1]) / 2
     joules = np.concatenate([[0.0], np.cumsum(steps)])
     return [EnergyReading(float(t), float(j)) for t, j in zip(times, joules, strict=True)]

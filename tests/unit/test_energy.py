@@ -102,6 +102,7 @@ def test_a_runs_energy_is_interpolated_at_its_ends():
 def test_power_readings_become_a_counter_and_the_counters_period_is_seen():
     steps = integrated_power([0.0, 1.0, 2.0, 4.0], [100.0, 300.0, 300.0, 100.0])
     assert [r.joules for r in steps] == [0.0, 200.0, 500.0, 900.0]
+    assert integrated_power([], []) == []  # a CPU server: no GPU power to integrate
     # Read every 2 ms, moving every 20 ms: its period is 20 ms, whatever the reads.
     readings = [EnergyReading(0.002 * k, float((k // 10) * 7)) for k in range(200)]
     assert counter_period_s(readings) == pytest.approx(0.02)

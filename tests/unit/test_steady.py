@@ -79,6 +79,8 @@ def test_closed_loop_runs_have_none_and_short_ones_are_not_checked():
     assert steady_state(closed) is None
     short = steady_state(open_loop([0.5] * 10))
     assert short is not None and short.verdict == SteadyVerdict.too_few
+    assert not short.ok and not short.flagged
+    assert Metric.steady not in run_metrics(open_loop([0.5] * 10), {})
 
 
 def test_the_steady_state_is_logged_per_run_and_with_the_job_and_flags_a_note():
