@@ -34,6 +34,10 @@ def make_app(
     async def health(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def tokenize(request: web.Request) -> web.Response:
+        """One token per character (their code points), as llama.cpp's /tokenize answers."""
+        return web.json_response({"tokens": [ord(c) for c in (await request.json())["content"]]})
+
     async def completion(request: web.Request) -> web.StreamResponse:
         if free is None:
             return await serve(request)
@@ -46,6 +50,7 @@ def make_app(
         served += 1
         body = await request.json()
         n_predict = int(body.get("n_predict", 16))
+        prompt = body.get("prompt")
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         produced = 0
@@ -72,7 +77,8 @@ def make_app(
             "content": "",
             "stop": True,
             "tokens_predicted": produced,
-            "tokens_evaluated": 8,
+            # A prompt of token ids is counted as sent; a text one as 8 tokens.
+            "tokens_evaluated": len(prompt) if isinstance(prompt, list) else 8,
             "timings": {"predicted_n": produced},
         }
         await response.write(f"data: {json.dumps(final)}\n\n".encode())
@@ -80,7 +86,13 @@ def make_app(
         return response
 
     app = web.Application()
-    app.add_routes([web.get("/health", health), web.post("/completion", completion)])
+    app.add_routes(
+        [
+            web.get("/health", health),
+            web.post("/completion", completion),
+            web.post("/tokenize", tokenize),
+        ]
+    )
     return app
 
 

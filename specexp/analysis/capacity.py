@@ -5,13 +5,23 @@ arms' job runs, which carry what the search estimated (``Metric.capacity_*``).""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
 from specexp.analysis.arms import Arm
-from specexp.analysis.results import Metric, capacity_points
+from specexp.analysis.results import Metric, capacity_points, rate_curve
 from specexp.core.capacity import RatePoint, capacity_ratio, interval_text
+from specexp.core.load_curve import (
+    CurvePoint,
+    Knee,
+    LatencyModel,
+    ModelRatio,
+    fit_latency_model,
+    knee,
+    model_ratio,
+)
 from specexp.core.records import check_format
 
 CAPACITY_FORMAT = 1
@@ -35,10 +45,16 @@ class ArmCapacity:
     # The search's runs: (rate, requests, requests meeting the SLO).
     points: tuple[tuple[float, int, int], ...] = ()
     target: Optional[float] = None
+    # The search's runs as points of the rate curve (specexp.core.load_curve), its knee and
+    # its latency model (None: no curve, or none fitted).
+    curve: tuple[CurvePoint, ...] = ()
+    knee: Optional[Knee] = None
+    latency_model: Optional[LatencyModel] = None
 
     @classmethod
     def of(cls, arm: Arm) -> ArmCapacity:
         metrics = arm.run.metrics
+        curve = rate_curve(arm.run.tags)
         return cls(
             arm.label,
             arm.run_id,
@@ -48,11 +64,30 @@ class ArmCapacity:
             metrics.get(Metric.capacity_log_se),
             tuple((p.rate, p.requests, p.good) for p in capacity_points(arm.run.tags)),
             metrics.get(Metric.capacity_target),
+            curve,
+            knee(curve) if curve else None,
+            fit_latency_model(curve),
         )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ArmCapacity:
-        return cls(**{**data, "points": tuple(tuple(p) for p in data.get("points", ()))})
+        return cls(
+            **{
+                **data,
+                "points": tuple(tuple(p) for p in data.get("points", ())),
+                "curve": tuple(CurvePoint(**p) for p in data.get("curve", ())),
+                "knee": Knee(**data["knee"]) if data.get("knee") else None,
+                "latency_model": LatencyModel(
+                    **{
+                        **data["latency_model"],
+                        "c1_ci": tuple(data["latency_model"]["c1_ci"]),
+                        "c2_ci": tuple(data["latency_model"]["c2_ci"]),
+                    }
+                )
+                if data.get("latency_model")
+                else None,
+            }
+        )
 
     def rate_points(self) -> list[RatePoint]:
         return [RatePoint(rate, requests, good) for rate, requests, good in self.points]
@@ -75,6 +110,8 @@ class CapacityComparison:
     ci_low: Optional[float]
     ci_high: Optional[float]
     verdict: CapacityVerdict
+    # The capacity ratio both arms' latency models predict, checked against this one.
+    model: Optional[ModelRatio] = None
 
     def to_json(self) -> dict[str, Any]:
         return {"format_version": CAPACITY_FORMAT, **asdict(self)}
@@ -90,6 +127,7 @@ class CapacityComparison:
             data["ci_low"],
             data["ci_high"],
             CapacityVerdict(data["verdict"]),
+            ModelRatio(**data["model"]) if data.get("model") else None,
         )
 
 
@@ -129,7 +167,29 @@ def compare_capacity(
         )
         compared.append(
             CapacityComparison(
-                base, candidate, confidence, found.ratio, found.ci_low, found.ci_high, verdict
+                base,
+                candidate,
+                confidence,
+                found.ratio,
+                found.ci_low,
+                found.ci_high,
+                verdict,
+                predicted_ratio(base, candidate, found.ratio, level),
             )
         )
     return compared
+
+
+def predicted_ratio(
+    base: ArmCapacity, candidate: ArmCapacity, measured: float, confidence: float
+) -> Optional[ModelRatio]:
+    """What the arms' latency models predict of the capacity ratio (C2 over C2), checked
+    against the ``measured`` one; None where either model could not be fitted."""
+    if base.latency_model is None or candidate.latency_model is None:
+        return None
+    log_se = (
+        math.hypot(base.log_se, candidate.log_se)
+        if base.log_se is not None and candidate.log_se is not None
+        else None
+    )
+    return model_ratio(base.latency_model, candidate.latency_model, measured, log_se, confidence)

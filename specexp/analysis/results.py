@@ -12,13 +12,15 @@ gives a :class:`JobRun`, immutable and checked.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Mapping, Optional, Sequence
 
 from specexp.core.capacity import RatePoint
+from specexp.core.load_curve import CurvePoint
 from specexp.core.records import check_format
+from specexp.core.steady import SteadyState, SteadyVerdict
 from specexp.engines.base import Engagement, Setting
 
 
@@ -78,6 +80,14 @@ class Tag(StrEnum):
     crossover_threshold = "crossover_threshold"
     # A capacity search's job: its runs' rates and SLO outcomes (capacity_points_tag).
     capacity_points = "specexp.capacity_points"
+    # An open-loop job: each measured run's steady window and Little's-law verdict
+    # (steady_state_tag).
+    steady_state = "specexp.steady_state"
+    # A capacity search's job: its runs as points of the rate curve (rate_curve_tag).
+    rate_curve = "specexp.rate_curve"
+    # Where a job's energy per token came from (specexp.host.energy.EnergySource), or "not
+    # measured".
+    energy_source = "specexp.energy_source"
 
 
 class Metric(StrEnum):
@@ -138,6 +148,25 @@ class Metric(StrEnum):
     rate_scheduled = "rate_scheduled_rps"
     rate_achieved = "rate_achieved_rps"
     send_lag_max_s = "send_lag_max_s"
+    # Open loop, per measured run (specexp.core.steady): its steady window (seconds after
+    # its start, by due time) and the requests due in it; in it, the time-average requests
+    # in flight and Little's lambda W; 1 when they agree and the client kept its schedule.
+    steady_start_s = "steady_start_s"
+    steady_end_s = "steady_end_s"
+    steady_requests = "steady_requests"
+    in_flight = "in_flight"
+    in_flight_predicted = "in_flight_little"
+    steady = "steady"
+    # Per measured run (specexp.host.energy.RunEnergy): joules the server's hardware drew,
+    # per output token, and 1 when the run was long enough for the meter; per job, joules
+    # per token summarised with its interval (energy_j_per_token_mean, _ci_low, ...).
+    energy_j = "energy_j"
+    energy_j_per_token = "energy_j_per_token"
+    energy_resolved = "energy_resolved"
+    # Per job: measured runs flagged as not steady.
+    not_steady_runs = "not_steady_runs"
+    # A trace's replay (workload.trace), per job: what it sent, each field of
+    # specexp.core.traces.TraceStats as trace_ + its name (TraceStats.as_dict).
     # Against the SLO (slo group), per measured run: the share of requests meeting it, and
     # those requests (and their tokens) per second; per job, each summarised with an
     # interval (``_mean``, ``_ci_low``, ``_ci_high``... as tok_per_s is).
@@ -151,6 +180,21 @@ class Metric(StrEnum):
     capacity_ci_high_rps = "capacity_ci_high_rps"
     capacity_log_se = "capacity_log_se"
     capacity_target = "capacity_target"  # the attainment it was read at (slo.target)
+    # ...and from the same runs (specexp.core.load_curve): the knee of mean latency against
+    # the offered rate with its interval, the rate from which every run was over-saturated,
+    # and the latency model L = C1 / (1 - rate C2): C1 (s), C2 (s), their intervals and
+    # the p value of its lack of fit.
+    knee_rps = "knee_rps"
+    knee_ci_low_rps = "knee_ci_low_rps"
+    knee_ci_high_rps = "knee_ci_high_rps"
+    oversaturated_from_rps = "oversaturated_from_rps"
+    model_c1_s = "model_c1_s"
+    model_c1_ci_low_s = "model_c1_ci_low_s"
+    model_c1_ci_high_s = "model_c1_ci_high_s"
+    model_c2_s = "model_c2_s"
+    model_c2_ci_low_s = "model_c2_ci_low_s"
+    model_c2_ci_high_s = "model_c2_ci_high_s"
+    model_lack_of_fit_p = "model_lack_of_fit_p"
 
 
 # What a server's own accounting gives (Engine.server_accounting's names), and the client's
@@ -386,3 +430,26 @@ def capacity_points(tags: Mapping[str, str]) -> tuple[RatePoint, ...]:
         RatePoint(float(rate), int(requests), int(good))
         for rate, requests, good in json.loads(tags.get(Tag.capacity_points, "[]"))
     )
+
+
+def steady_state_tag(states: Mapping[int, SteadyState]) -> str:
+    """Each measured run's steady state (``Tag.steady_state``), by run index."""
+    return json.dumps({str(run): asdict(state) for run, state in states.items()})
+
+
+def steady_states(tags: Mapping[str, str]) -> dict[int, SteadyState]:
+    """What :func:`steady_state_tag` wrote; none when the run has no such tag."""
+    return {
+        int(run): SteadyState(**{**state, "verdict": SteadyVerdict(state["verdict"])})
+        for run, state in json.loads(tags.get(Tag.steady_state, "{}")).items()
+    }
+
+
+def rate_curve_tag(points: Sequence[CurvePoint]) -> str:
+    """A capacity search's runs as rate-curve points (``Tag.rate_curve``)."""
+    return json.dumps([asdict(p) for p in points])
+
+
+def rate_curve(tags: Mapping[str, str]) -> tuple[CurvePoint, ...]:
+    """The points :func:`rate_curve_tag` wrote; none when the run has no such tag."""
+    return tuple(CurvePoint(**p) for p in json.loads(tags.get(Tag.rate_curve, "[]")))

@@ -16,6 +16,14 @@ from specexp.analysis.results import (
     server_metric,
 )
 from specexp.core.capacity import Capacity, estimate, rate_points
+from specexp.core.load_curve import (
+    CurvePoint,
+    Knee,
+    LatencyModel,
+    curve_point,
+    fit_latency_model,
+    knee,
+)
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas import SloConfig
@@ -28,16 +36,30 @@ from specexp.core.stats import (
     summarize,
     variance_components,
 )
+from specexp.core.steady import SteadyState, SteadyVerdict, steady_state
 
 
 def slo_metrics(result: RunResult, slo: Optional[SloConfig]) -> dict[str, float]:
-    """One run's open-loop rates, and its goodput against ``slo`` when that sets any level."""
+    """One run's open-loop rates and steady state, and its goodput against ``slo`` when that
+    sets any level."""
     metrics = {
         Metric.rate_asked: result.asked_rate,
         Metric.rate_scheduled: result.scheduled_rate,
         Metric.rate_achieved: result.achieved_rate,
         Metric.send_lag_max_s: result.send_lag_s_max,
     }
+    steady = steady_state(result)
+    if steady and steady.verdict != SteadyVerdict.too_few:
+        metrics.update(
+            {
+                Metric.steady_start_s: steady.start_s,
+                Metric.steady_end_s: steady.end_s,
+                Metric.steady_requests: steady.requests,
+                Metric.in_flight: steady.in_flight,
+                Metric.in_flight_predicted: steady.predicted_in_flight,
+                Metric.steady: float(steady.ok),
+            }
+        )
     goodput = run_goodput(result, slo) if slo else None
     if goodput:
         metrics[Metric.slo_attainment] = goodput.attainment
@@ -96,6 +118,12 @@ class JobSummary:
     attainment: Optional[Summary] = None
     goodput_rps: Optional[Summary] = None
     capacity: Optional[Capacity] = None
+    # A capacity search's rate curve: its runs' points, knee and latency model.
+    curve: tuple[CurvePoint, ...] = ()
+    knee: Optional[Knee] = None
+    latency_model: Optional[LatencyModel] = None
+    # Open loop: each measured run's steady window and Little's-law verdict, by run index.
+    steady: Mapping[int, SteadyState] = field(default_factory=dict)
 
     def metric(self, name: str) -> Optional[float]:
         return self.metrics.get(name)
@@ -278,11 +306,25 @@ def summarize_job(
                 f"run(s) {sorted({run for run, _ in stalled})}; each counts as missing the SLO",
             )
         )
+    # Energy per output token over the runs (or launches), where every run was metered.
+    per_token = [r.telemetry.get(Metric.energy_j_per_token) for r in measured]
+    if measured and all(v is not None for v in per_token):
+        energy = summarize(_per_unit(measured, [float(v or 0.0) for v in per_token]), confidence)
+        metrics.update(energy.as_dict(Metric.energy_j_per_token) if energy else {})
+    steady, steady_notes = _steady_states(measured)
+    notes.extend(steady_notes)
+    if steady:
+        metrics[Metric.not_steady_runs] = float(sum(s.flagged for s in steady.values()))
     unit = "launch means" if len(by_launch) > 1 else "measured runs"
     attainment = goodput = capacity = None
+    curve: tuple[CurvePoint, ...] = ()
+    found_knee = model = None
     if slo is not None and slo.defined and capacity_search:
         capacity = estimate(rate_points(measured, slo), slo.target, confidence)
         metrics.update(_capacity_metrics(capacity))
+        curve = tuple(p for r in measured if (p := curve_point(r)) is not None)
+        found_knee, model = knee(curve, confidence), fit_latency_model(curve, confidence)
+        metrics.update(_curve_metrics(found_knee, model))
     elif slo is not None and slo.defined:
         outcomes = [run_goodput(r, slo) for r in measured]
         attainment = summarize(
@@ -302,7 +344,51 @@ def summarize_job(
         attainment,
         goodput,
         capacity,
+        curve,
+        found_knee,
+        model,
+        steady,
     )
+
+
+def _curve_metrics(found: Knee, model: Optional[LatencyModel]) -> dict[str, float]:
+    figures = {
+        Metric.knee_rps: found.rate,
+        Metric.knee_ci_low_rps: found.ci_low,
+        Metric.knee_ci_high_rps: found.ci_high,
+        Metric.oversaturated_from_rps: found.oversaturated_from,
+    }
+    if model is not None:
+        figures.update(
+            {
+                Metric.model_c1_s: model.c1,
+                Metric.model_c1_ci_low_s: model.c1_ci[0],
+                Metric.model_c1_ci_high_s: model.c1_ci[1],
+                Metric.model_c2_s: model.c2,
+                Metric.model_c2_ci_low_s: model.c2_ci[0],
+                Metric.model_c2_ci_high_s: model.c2_ci[1],
+                Metric.model_lack_of_fit_p: model.lack_of_fit_p,
+            }
+        )
+    return {k: float(v) for k, v in figures.items() if v is not None}
+
+
+def _steady_states(measured: Sequence[RunResult]) -> tuple[dict[int, SteadyState], list[Note]]:
+    """Each open-loop run's steady state, and a note per likely cause of the runs flagged."""
+    states = {r.run: s for r in measured if (s := steady_state(r)) is not None}
+    notes = []
+    for verdict in (SteadyVerdict.client_saturated, SteadyVerdict.server_queueing):
+        flagged = {run: s for run, s in states.items() if s.verdict == verdict}
+        if flagged:
+            worst = min(flagged.values(), key=lambda s: s.little_ratio)
+            notes.append(
+                Note(
+                    NoteKind.not_steady,
+                    f"measured run(s) {sorted(flagged)} not steady: {verdict} (e.g. "
+                    f"{worst.describe()})",
+                )
+            )
+    return states, notes
 
 
 def _per_unit(measured: Sequence[RunResult], values: Sequence[float]) -> list[float]:

@@ -301,10 +301,12 @@ def next_rate(points: Sequence[RatePoint], search: CapacitySearchConfig, target:
 
 
 def rate_points(runs: Sequence[RunResult], slo: SloConfig) -> list[RatePoint]:
-    """The search's points: each measured open-loop run's asked rate and SLO outcome."""
+    """The search's points: each measured open-loop run's offered rate (what the client
+    sent at, not what was asked) and SLO outcome."""
     points = []
     for run in runs:
         goodput = run_goodput(run, slo)
-        if not run.warmup and run.asked_rate is not None and goodput and goodput.requests:
-            points.append(RatePoint(run.asked_rate, goodput.requests, goodput.good))
+        offered = run.offered_rate
+        if not run.warmup and offered is not None and goodput and goodput.requests:
+            points.append(RatePoint(offered, goodput.requests, goodput.good))
     return points

@@ -135,6 +135,13 @@ class RunResult:
         return (len(sent) - 1) / (sent[-1] - sent[0])
 
     @property
+    def offered_rate(self) -> Optional[float]:
+        """Open loop: the rate the server was offered - the one the client sent at, else
+        (fewer than two sends) the asked one. The capacity fit reads this: a client that
+        fell behind offered less than was asked."""
+        return self.achieved_rate or self.asked_rate
+
+    @property
     def scheduled_rate(self) -> Optional[float]:
         """Open loop: the rate of the schedule itself (a Poisson schedule's own rate varies
         about the asked one from run to run)."""

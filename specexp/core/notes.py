@@ -50,6 +50,7 @@ class NoteKind(StrEnum):
     # A synthetic-acceptance arm whose realised acceptance is not the pinned one.
     synthetic_acceptance = "synthetic acceptance"
     few_requests = "few requests"  # too few for a percentile's interval: not reported
+    not_steady = "not steady"  # an open-loop run failed Little's law in its steady window
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from specexp.core.datasets import DatasetFormat, DatasetPrompt, load_dataset
 from specexp.core.tinymodels import TinyPairSpec
+from specexp.core.traces import Replay, TraceError, TraceFormat, load_trace, replay
 
 
 class ConfigError(ValueError):
@@ -316,6 +317,55 @@ _PREFIX_LENGTH = 12
 
 
 @dataclass
+class TraceConfig:
+    """A request trace replayed (specexp.core.traces): its arrival times (with
+    concurrency=trace) and its requests' prompt and output lengths, each prompt cut to its
+    length from the server's tokens of the workload's prompt set (real text)."""
+
+    # A file (Mooncake JSONL, Azure CSV, or a run's requests.jsonl), or a shipped sample:
+    # mooncake-sample, azure-sample, specexp-sample.
+    source: str = MISSING
+    format: TraceFormat = TraceFormat.auto
+    # Replayed at this many times the trace's rate (its times divided by it).
+    speedup: float = 1.0
+    # The window replayed, in the trace's own seconds from its first arrival, and at most
+    # this many of its requests (null: to the end, all).
+    start_s: float = 0.0
+    duration_s: Optional[float] = None
+    limit: Optional[int] = None
+    # Longer prompts and outputs are cut to these (counted in the trace's statistics):
+    # the server's context must hold a request whole.
+    max_input_tokens: Optional[int] = None
+    max_output_tokens: Optional[int] = None
+
+    def replay(self) -> Replay:
+        """The requests one run sends; read once per process."""
+        try:
+            return replay(
+                load_trace(self.source, self.format),
+                self.speedup,
+                self.start_s,
+                self.duration_s,
+                self.limit,
+                self.max_input_tokens,
+                self.max_output_tokens,
+            )
+        except TraceError as exc:
+            raise ConfigError(f"workload.trace: {exc}") from None
+
+    def __post_init__(self) -> None:
+        if self.speedup <= 0 or self.start_s < 0:
+            raise ConfigError(
+                "workload.trace needs speedup > 0 and start_s >= 0, got "
+                f"{self.speedup}, {self.start_s}"
+            )
+        for name in ("duration_s", "limit", "max_input_tokens", "max_output_tokens"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"workload.trace.{name} must be > 0 (or null), got {value}")
+
+
+@dataclass
 class WorkloadConfig:
     name: str = MISSING
     # The one prompt every request sends, unless a prompt set (dataset) is named.
@@ -344,6 +394,9 @@ class WorkloadConfig:
     seed: int = 0
     # A request that sends nothing for this long is ended and reported as stalled.
     stall_timeout_s: float = 120.0
+    # Set: each request's prompt and output lengths come from this trace (its k-th arrival's),
+    # the prompt cut from the prompt set's text; with concurrency=trace, its arrival times.
+    trace: Optional[TraceConfig] = None
 
     def dataset_prompts(self) -> tuple[DatasetPrompt, ...]:
         """The prompt set's prompts (empty without one); read once per process."""
@@ -380,6 +433,8 @@ class WorkloadConfig:
         longest prefix), plus a BOS token."""
         if self.prompt_tokens is not None:
             return self.max_tokens + self.prompt_tokens + 1
+        if self.trace is not None:
+            return max(r.input_tokens + r.output_tokens for r in self.trace.replay().requests) + 1
         if self.dataset is not None:
             # A chat template adds its turn markers: a generous allowance for them.
             template = 256 if self.chat else 0
@@ -392,6 +447,14 @@ class WorkloadConfig:
 
     def __post_init__(self) -> None:
         _at_least("workload", 1, max_tokens=self.max_tokens)
+        if self.trace is not None and (
+            self.dataset is None or self.prompt_tokens is not None or self.chat
+        ):
+            raise ConfigError(
+                "workload.trace sizes each prompt from the trace, cut from the prompt set's "
+                "text as the server's token ids: set workload.dataset (e.g. mixed-tasks), and "
+                "leave workload.prompt_tokens null and workload.chat false"
+            )
         if not self.prompt and self.dataset is None:
             raise ConfigError("workload.prompt is empty and workload.dataset unset: name one")
         if self.dataset is not None and self.prompt_tokens is not None:
@@ -456,6 +519,7 @@ class Arrival(StrEnum):
     closed = "closed"
     poisson = "poisson"  # exponential gaps of mean 1/rate, seeded
     uniform = "uniform"  # a fixed schedule: one request every 1/rate seconds
+    trace = "trace"  # the arrival times of workload.trace, replayed
 
 
 @dataclass
@@ -539,7 +603,17 @@ class ConcurrencyConfig:
                     "concurrency.duration_s is for closed-loop streams; an open-loop run sends "
                     "concurrency.arrivals requests"
                 )
-            if self.search is None and (self.rate is None or self.rate <= 0):
+            if self.arrival == Arrival.trace and (self.rate is not None or self.search is not None):
+                raise ConfigError(
+                    "concurrency.arrival=trace replays the trace's arrival times: leave "
+                    "concurrency.rate and concurrency.search null (workload.trace.speedup "
+                    "scales the rate)"
+                )
+            if (
+                self.arrival != Arrival.trace
+                and self.search is None
+                and (self.rate is None or self.rate <= 0)
+            ):
                 raise ConfigError(
                     f"concurrency.arrival={self.arrival} needs concurrency.rate > 0 (requests "
                     "per second) or concurrency.search"

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from specexp.core.datasets import DatasetError
 from specexp.core.schemas import (
+    Arrival,
     ConfigError,
     RunConfig,
     ServerSettings,
@@ -45,7 +46,13 @@ _NOT_MEASURED = ("tracking", "dry_run", "multirun")
 # (resume finds them).
 _LATER_SETTINGS: dict[str, dict[str, Any]] = {
     "model": {"package": None, "self_draft_layers": None},
-    "workload": {"dataset": None, "dataset_format": "auto", "dataset_limit": None, "chat": False},
+    "workload": {
+        "dataset": None,
+        "dataset_format": "auto",
+        "dataset_limit": None,
+        "chat": False,
+        "trace": None,
+    },
     "concurrency": {"arrival": "closed", "rate": None, "arrivals": 32, "seed": 0, "search": None},
     "speculative": {
         "ngram_variant": "simple",
@@ -212,6 +219,13 @@ def validate(run: RunConfig) -> None:
             f"workload.chat=true: engine={run.engine.name} is not taught its chat endpoint in "
             "specexp yet; send the prompts as text (workload.chat=false) or use engine=llamacpp"
         )
+    if (run.concurrency.arrival == Arrival.trace) != (run.workload.trace is not None):
+        raise ConfigError(
+            "a trace is replayed with its arrival times: set workload.trace (workload=trace) "
+            "and concurrency=trace together"
+        )
+    if run.workload.trace is not None:
+        run.workload.trace.replay()  # a bad file or an empty window is refused here
     if run.concurrency.search is not None and not run.slo.defined:
         raise ConfigError(
             "concurrency.search finds the highest rate that meets the service levels, and "

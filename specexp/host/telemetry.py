@@ -24,6 +24,12 @@ from typing import Any, Iterator, Optional, Sequence
 import psutil
 
 from specexp.core.notes import Note, NoteKind
+from specexp.host.energy import (
+    EnergyReading,
+    EnergySource,
+    integrated_power,
+    open_counter,
+)
 
 # NVML's clock-throttle reason bits that slow a measurement down (nvml.h); the others
 # (idle, application clocks, sync boost, display clocks) do not.
@@ -64,6 +70,8 @@ class Sample:
     busy_cores: float  # cores busy since the previous sample, all processes
     other_cores: float  # of those, not the server's or specexp's
     gpus: tuple[GpuSample, ...] = ()
+    # The energy counter's cumulative joules (specexp.host.energy), where there is one.
+    energy_j: Optional[float] = None
 
 
 def load_nvml() -> Optional[ModuleType]:
@@ -135,6 +143,34 @@ class Monitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="specexp-telemetry", daemon=True)
         self._nvml = load_nvml() if self.gpu_indices else None
+        self._counter = open_counter(self._nvml, self.gpu_indices)
+        self._counter_lock = threading.Lock()
+
+    @property
+    def energy_source(self) -> EnergySource:
+        if self._counter is not None:
+            return self._counter.source
+        return EnergySource.nvml_power if self._nvml is not None else EnergySource.none
+
+    def _energy_j(self) -> Optional[float]:
+        if self._counter is None:
+            return None
+        with self._counter_lock:  # RAPL's unwrapping keeps state
+            return self._counter.read()
+
+    def energy_readings(self) -> list[EnergyReading]:
+        """The energy meter's readings so far and one now (so that a run that just ended
+        is bracketed); without a counter, the GPUs' power integrated."""
+        if self._counter is None:
+            powered = [s for s in self.samples if s.gpus]
+            return integrated_power(
+                [s.time_unix for s in powered], [sum(g.power_w for g in s.gpus) for s in powered]
+            )
+        readings = [
+            EnergyReading(s.time_unix, s.energy_j) for s in self.samples if s.energy_j is not None
+        ]
+        now = self._energy_j()
+        return [*readings, EnergyReading(time.time(), now)] if now is not None else readings
 
     def start(self) -> None:
         self._thread.start()
@@ -161,6 +197,7 @@ class Monitor:
                     busy_cores=(busy - last_busy) / elapsed,
                     other_cores=max(0.0, (busy - last_busy) - max(0.0, ours - last_ours)) / elapsed,
                     gpus=gpus,
+                    energy_j=self._energy_j(),
                 )
             )
             last_wall, last_busy, last_ours = wall, busy, ours

@@ -6,6 +6,8 @@ import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
+
 # Figures made directly, not through pyplot: no global backend or figure state, no display.
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -240,6 +242,52 @@ def attainment_plot(arms: Sequence[ArmCapacity], path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     ax.set_title("SLO attainment against load (capacity: where the fit meets the target)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def latency_curve_plot(arms: Sequence[ArmCapacity], path: Path) -> Path:
+    """Mean latency against the offered rate, each capacity search's runs per arm (hollow:
+    over-saturated), with each arm's fitted L = C1 / (1 - rate C2), its knee and interval,
+    and where over-saturation starts."""
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.subplots()
+    for k, arm in enumerate(arms):
+        color, points = f"C{k}", sorted(arm.curve, key=lambda p: p.rate)
+        if not points:
+            continue
+        for over in (False, True):
+            shown = [p for p in points if p.oversaturated == over]
+            ax.plot(
+                [p.rate for p in shown],
+                [p.latency_s for p in shown],
+                "o",
+                color=color,
+                markerfacecolor="none" if over else color,
+                label=None if over or not shown else arm.label,
+            )
+        model, found = arm.latency_model, arm.knee
+        if model is not None:
+            rates = np.linspace(0, 0.98 * model.saturation_rate, 200)
+            ax.plot(
+                rates, model.latency(rates), "-", color=color, linewidth=0.8, label=model.describe()
+            )
+        if found is None:
+            continue
+        if found.rate is not None and found.ci_low is not None and found.ci_high is not None:
+            ax.axvline(found.rate, color=color, linestyle=":", linewidth=1)
+            ax.axvspan(found.ci_low, found.ci_high, color=color, alpha=0.1)
+        if found.oversaturated_from is not None:
+            ax.axvline(found.oversaturated_from, color=color, linestyle="--", linewidth=1)
+        ax.plot([], [], " ", label=f"{arm.label}: {found.describe()}")
+    top = max((p.latency_s for a in arms for p in a.curve), default=1.0)
+    ax.set_ylim(0, 1.1 * top)
+    ax.set_xlabel("offered rate (requests/s)")
+    ax.set_ylabel("mean latency from due time (s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+    ax.set_title("latency under load: knee (dotted, band: its interval), over-saturation (dashed)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path

@@ -21,12 +21,15 @@ from specexp.analysis.results import (
     Tag,
     capacity_points_tag,
     position_metric,
+    rate_curve_tag,
+    steady_state_tag,
 )
 from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import SpeculativeMethod
+from specexp.core.traces import trace_stats
 from specexp.host.job import Job
 from specexp.output import terminal
 from specexp.run.measure import measure_part
@@ -167,6 +170,12 @@ def _finish(session: JobSession) -> None:
         tracker.log_metrics(dict(summary.metrics))
         if summary.capacity:
             tracker.set_tags({Tag.capacity_points: capacity_points_tag(summary.capacity.points)})
+        if summary.curve:
+            tracker.set_tags({Tag.rate_curve: rate_curve_tag(summary.curve)})
+        if summary.steady:
+            tracker.set_tags({Tag.steady_state: steady_state_tag(summary.steady)})
+        if cfg.workload.trace is not None:
+            tracker.log_metrics(trace_stats(cfg.workload.trace.replay()).as_dict())
         if summary.notes:
             tracker.set_tags({Tag.warnings: " | ".join(n.message for n in summary.notes)[:5000]})
     result.status = RunStatus.finished

@@ -21,6 +21,7 @@ from specexp.core.schemas import run_requests
 from specexp.core.slo import run_goodput
 from specexp.engines.base import LaunchSpec
 from specexp.host import telemetry
+from specexp.host.energy import run_energy
 from specexp.host.job import Job
 from specexp.host.leases import (
     PROCESS_CORES,
@@ -299,6 +300,17 @@ async def _measure(
                     )
                     result.telemetry = telemetry.summarize(samples)
                     result.machine_warnings = telemetry.warnings_for(samples)
+                    energy = run_energy(
+                        monitor.energy_source,
+                        monitor.energy_readings(),
+                        result.started_unix,
+                        result.wall_s,
+                        result.output_tokens,
+                        monitor.interval_s,
+                    )
+                    result.telemetry.update(energy.metrics())
+                    if tracker and not warmup and run == runs[0]:
+                        tracker.set_tags({Tag.energy_source: str(energy.source)})
                 # Written between runs, never during one: a write's cost would land in the
                 # timestamps of the streams still running.
                 sink.writelines(json.dumps(r.to_json()) + "\n" for r in result.records)

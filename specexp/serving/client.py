@@ -8,6 +8,7 @@ is the gap between events divided by the tokens each event carried, when the ser
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import multiprocessing.pool
 import random
@@ -42,6 +43,7 @@ from specexp.core.schemas import (
     WorkloadConfig,
     requests_per_stream,
 )
+from specexp.core.traces import synthesise_prompt
 from specexp.engines.base import (
     Prompt,
     ServerLoad,
@@ -250,6 +252,11 @@ class LoadClient:
         self.prompt_namespace, self.idle_timeout_s = prompt_namespace, idle_timeout_s
         # The server's tokens of the prompt and of the prefix words (workload.prompt_tokens).
         self._token_sources: Optional[tuple[list[int], list[int]]] = None
+        # A replayed trace (workload.trace): its requests, and the server's tokens of the
+        # prompt set's text that their prompts are cut from.
+        self._trace = workload.trace.replay() if workload.trace else None
+        self._corpus: Optional[list[int]] = None
+        self._sized: dict[tuple[int, int], WorkloadConfig] = {}
         # Worker processes, when the streams are shared out (concurrency.client_processes).
         self._pool: Optional[multiprocessing.pool.Pool] = None
         # Told of each request as it ends (live progress), in this process only.
@@ -274,7 +281,7 @@ class LoadClient:
     ) -> None:
         """Send one request and time its stream: from ``due`` (a perf_counter time) when it
         was due by an open-loop schedule, so that a late send counts against it, else from now."""
-        workload = self.workload
+        workload = self._request_workload(record)
         stall = workload.stall_timeout_s
         start = time.perf_counter()
         if due is not None:
@@ -317,9 +324,38 @@ class LoadClient:
         if pending:
             timer.arrival([pending], time.perf_counter())
 
+    def _request_workload(self, record: RequestRecord) -> WorkloadConfig:
+        """The workload, or in a trace's replay one sized as its request: the trace's prompt
+        and output lengths (an arrival's record is its trace request's, by index)."""
+        if self._trace is None:
+            return self.workload
+        request = self._trace.requests[record.stream]
+        key = (request.input_tokens, request.output_tokens)
+        if key not in self._sized:
+            self._sized[key] = dataclasses.replace(
+                self.workload,
+                trace=None,
+                dataset=None,
+                prompt="trace",
+                prompt_tokens=request.input_tokens,
+                max_tokens=request.output_tokens,
+            )
+        return self._sized[key]
+
     def prompt(self, record: RequestRecord) -> Prompt:
-        """The request's prompt: the prompt set's next (noting which on the record), or the
-        workload's one prompt (fresh: behind a prefix of its own)."""
+        """The request's prompt: in a trace's replay its length of the prompt set's text;
+        the prompt set's next (noting which on the record), or the workload's one prompt
+        (fresh: behind a prefix of its own)."""
+        if self._trace is not None:
+            if self._corpus is None:
+                raise RuntimeError("a trace's prompts are cut from the server's tokens: none yet")
+            return synthesise_prompt(
+                self._trace.requests[record.stream],
+                record.stream,
+                self._corpus,
+                self.workload.seed,
+                f"{self.prompt_namespace}/{record.launch}/{record.run}/{record.warmup}",
+            )
         dataset = self.workload.dataset_prompts()
         if dataset:
             chosen = dataset[
@@ -351,6 +387,9 @@ class LoadClient:
 
     async def _prepare_prompts(self, session: aiohttp.ClientSession) -> None:
         """Ask the server for its tokens once, before anything is timed."""
+        if self._trace is not None and self._corpus is None:
+            texts = [p.text for p in self.workload.dataset_prompts()]
+            self._corpus = [t for text in texts for t in await self._tokenize(session, text)]
         if self.workload.prompt_tokens is None or self._token_sources is not None:
             return
         words = await self._tokenize(session, " " + " ".join(PREFIX_WORDS))
@@ -421,11 +460,15 @@ class LoadClient:
         server's counters as deltas. ``rate``: an open-loop run's arrival rate, when not
         ``concurrency.rate`` (a capacity search's)."""
         level = self.concurrency
+        if self._trace is not None:
+            rate = self._trace.rate
         rate = rate if rate is not None else level.rate
         await self._prepare_prompts(session)
         settled = await self._settle(session)
         before = await self._counters(session)
         units = level.arrivals if level.open_loop else level.streams
+        if self._trace is not None:
+            units = len(self._trace.requests)
         shares = stream_shares(units, level.processes())
         started_unix = time.time()
         if len(shares) == 1:
@@ -467,9 +510,12 @@ class LoadClient:
         """This process's streams, or with open-loop arrivals its arrivals."""
         if not self.concurrency.open_loop:
             return await self._streams(session, share, run, warmup, launch, started)
-        if rate is None:
+        if self._trace is not None:
+            due = self._trace.offsets
+        elif rate is None:
             raise ValueError("an open-loop run needs an arrival rate")
-        due = arrival_offsets(self.concurrency, rate, launch, run, warmup)
+        else:
+            due = arrival_offsets(self.concurrency, rate, launch, run, warmup)
         return await self._arrivals(
             session, [(k, due[k]) for k in share], run, warmup, launch, started
         )
@@ -632,18 +678,19 @@ def arrival_offsets(
     level: ConcurrencyConfig, rate: float, launch: int, run: int, warmup: bool
 ) -> list[float]:
     """When each of a run's open-loop requests is due, in seconds after its start: uniform
-    (one each 1/rate s), or Poisson - conditioned on its count: the arrivals of a Poisson
-    process that brought exactly ``arrivals`` requests in ``arrivals / rate`` seconds, which
-    are that many uniform times in the window, sorted. Bursts and lulls as Poisson's, but
-    every run offers the asked rate (an unconditioned schedule of 20 arrivals strays from it
-    by 20% or more, run to run, and its attainment with it). Seeded by the seed, launch and
+    (one each 1/rate s), or Poisson - conditioned on its first and last arrival: a Poisson
+    process with arrivals at 0 and at ``(arrivals - 1) / rate`` has the others uniform in
+    between, sorted. Bursts and lulls as Poisson's, but every run's schedule has exactly the
+    asked rate, (arrivals - 1) gaps over its span, as a uniform one does (an unconditioned
+    schedule of 20 arrivals strays from it by 20% or more, run to run; one conditioned on
+    its count alone, its first moved to 0, by 0.97-1.37x). Seeded by the seed, launch and
     run, so that every arm is sent the same schedule (at another rate the same, rescaled)."""
-    if level.arrival == Arrival.uniform:
+    if level.arrival == Arrival.uniform or level.arrivals < 3:
         return [k / rate for k in range(level.arrivals)]
     rng = random.Random(f"{level.seed}/{launch}/{run}/{warmup}")
-    window = level.arrivals / rate
-    times = sorted(rng.random() * window for _ in range(level.arrivals))
-    return [t - times[0] for t in times]  # the first is sent at the run's start
+    span = (level.arrivals - 1) / rate
+    inner = sorted(rng.random() * span for _ in range(level.arrivals - 2))
+    return [0.0, *inner, span]
 
 
 def session(

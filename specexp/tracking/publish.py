@@ -161,6 +161,12 @@ def log_sweep_report(
                 made.append(
                     plots.attainment_plot(report.capacity_arms, Path(tmp) / "attainment.png")
                 )
+                if any(a.curve for a in report.capacity_arms):
+                    made.append(
+                        plots.latency_curve_plot(
+                            report.capacity_arms, Path(tmp) / "latency_curve.png"
+                        )
+                    )
             if ramps:
                 made.append(
                     plots.pareto_plot(

@@ -22,7 +22,7 @@ from specexp.analysis.results import (
     capacity_points_tag,
 )
 from specexp.analysis.summary import summarize_job
-from specexp.core.capacity import RatePoint, bracket, estimate, next_rate
+from specexp.core.capacity import RatePoint, bracket, estimate, next_rate, rate_points
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.schemas import (
     CapacitySearchConfig,
@@ -113,25 +113,47 @@ def test_an_open_loop_schedule_is_seeded_the_same_in_every_arm_and_rescaled_by_t
     at_four = arrival_offsets(typed, 4.0, launch=0, run=3, warmup=False)
     assert all(math.isclose(a, 2 * b) for a, b in zip(at_two, at_four, strict=True))
     gaps = [b - a for a, b in zip(at_two, at_two[1:], strict=False)]
-    # Poisson conditioned on its count: the asked rate over the window, exactly, with
-    # Poisson's exponential-like gaps (mean 1/rate, CV about 1) inside it.
+    # Poisson conditioned on its first and last arrival: the asked rate over the span,
+    # exactly, with Poisson's exponential-like gaps (mean 1/rate, CV about 1) inside it.
     assert at_two[0] == 0.0 and at_two == sorted(at_two)
-    assert at_two[-1] < 2000 / 2.0
-    assert abs(statistics.mean(gaps) - 0.5) < 5 * 0.5 / math.sqrt(len(gaps))
+    assert at_two[-1] == pytest.approx(1999 / 2.0)
     assert 0.9 < statistics.stdev(gaps) / statistics.mean(gaps) < 1.1
-    # Every run of 20 at 1/s offers the asked rate: its 20 arrivals within 20 s, spanning
-    # about 19/21 of it (sorted uniforms); an unconditioned schedule's span (19 exponential
-    # gaps) would exceed 20 s in about 4 runs of 10.
+    # Every run of 20 at 1/s is scheduled at the asked rate: 19 gaps over 19 s (a schedule
+    # conditioned on its count alone, its first moved to 0, spanned 12-19.6 s: 0.97-1.5x).
     small = OmegaConf.to_object(
         compose_run("concurrency=poisson", "concurrency.arrivals=20").concurrency
     )
-    spans = [arrival_offsets(small, 1.0, 0, run, False)[-1] for run in range(50)]
-    assert all(12 < span < 20 for span in spans)
-    assert 17 < statistics.mean(spans) < 19.5
+    for run in range(50):
+        due = arrival_offsets(small, 1.0, 0, run, False)
+        result = RunResult(
+            run=run,
+            warmup=False,
+            wall_s=20.0,
+            records=[
+                RequestRecord(0, k, False, 0.0, due_s=t, send_lag_s=0.0) for k, t in enumerate(due)
+            ],
+            asked_rate=1.0,
+        )
+        assert result.scheduled_rate == pytest.approx(1.0)
+        assert result.offered_rate == pytest.approx(1.0)
     uniform = OmegaConf.to_object(
         compose_run("concurrency=poisson", "concurrency.arrival=uniform").concurrency
     )
     assert arrival_offsets(uniform, 4.0, 0, 0, False)[:3] == [0.0, 0.25, 0.5]
+
+
+def test_the_capacity_fit_reads_the_rate_the_client_offered_not_the_one_asked():
+    """A client that fell behind (each send 0.1 s later than the one before) offered 2/s
+    of the 4/s asked: the search's point is at 2/s; without sends the asked rate stands."""
+    records = []
+    for k in range(5):
+        r = record(0.1, [0.01] * 3)
+        r.due_s, r.send_lag_s = k * 0.25, k * 0.25
+        records.append(r)
+    lagging = RunResult(run=0, warmup=False, wall_s=3.0, records=records, asked_rate=4.0)
+    unsent = RunResult(run=1, warmup=False, wall_s=3.0, records=[record(0.1, [])], asked_rate=4.0)
+    points = rate_points([lagging, unsent], slo(ttft_s=0.2))
+    assert [p.rate for p in points] == [pytest.approx(2.0), 4.0]
 
 
 def test_open_loop_settings_are_checked_where_they_are_set():
