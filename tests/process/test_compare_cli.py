@@ -25,6 +25,9 @@ def store(tmp_path_factory):
         *QUICK,
         "stats.measured_runs=5",
         "speculative=none,draft",
+        # One launch per arm (the sweep would measure until decided): what compare makes of
+        # single launches is what is tested here.
+        "stats.sequential.enabled=false",
         "tracking.experiment=ab",
         cwd=tmp,
         env=env,
@@ -177,7 +180,14 @@ def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launc
     the baseline's)."""
     tmp, env = store
     for overrides in (
-        ["-m", *QUICK, "stats.measured_runs=3", "replicate=0,1", "multirun.reuse_servers=false"],
+        [
+            "-m",
+            *QUICK,
+            "stats.measured_runs=3",
+            "replicate=0,1",
+            "multirun.reuse_servers=false",
+            "stats.sequential.enabled=false",  # single-launch arms
+        ],
         [*QUICK, "stats.launches=3", "stats.measured_runs=3"],
     ):
         result = run_cli(*overrides, "tracking.experiment=calibrated", cwd=tmp, env=env)

@@ -9,6 +9,7 @@ from specexp.sweep.plan import (
     Plan,
     PlannedJob,
     balanced_rounds,
+    default_baseline,
     describe,
     expand_overrides,
     order_jobs,
@@ -134,3 +135,20 @@ def test_a_concurrency_option_sweeps_its_levels_unless_the_streams_are_set_expli
     ]
     assert with_levels(["+concurrency.streams=3"], [1, 4]) == ["+concurrency.streams=3"]
     assert with_levels(["speculative=draft"], []) == ["speculative=draft"]
+
+
+def test_a_sweep_over_one_factor_is_compared_with_its_first_value_unless_told_otherwise():
+    pair = Plan([planned("model=tiny-pair-small", f"speculative={m}") for m in ("draft", "none")])
+    assert default_baseline(pair, None) == "speculative=draft"  # the first value, as given
+    assert default_baseline(pair, "speculative=none") == "speculative=none"
+    two_factors = Plan(
+        [
+            planned("model=tiny-pair-small", f"speculative={m}", f"concurrency.streams={n}")
+            for m in ("none", "draft")
+            for n in (1, 2)
+        ]
+    )
+    assert default_baseline(two_factors, None) is None  # which to hold fixed is the user's call
+    assert (
+        default_baseline(Plan([planned("model=tiny-pair-small", "speculative=none")]), None) is None
+    )
