@@ -118,8 +118,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             else []
         )
         reference = load_reference(args.reference) if args.reference else None
+        same_hw, measured_hw = hardware_matches(reference, arms) if reference else (False, "")
         points, claims = (
-            reproduce(reference, arms, **settings, calibration=known) if reference else ({}, [])
+            reproduce(reference, arms, **settings, calibration=known, same_hardware=same_hw)
+            if reference
+            else ({}, [])
         )
     except (SelectionError, ValueError) as exc:
         terminal.console.print(f"[red]error:[/] {exc}")
@@ -139,7 +142,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     }
     markdown = comparison_markdown(arms, comparisons, said_once, args.metric)
     if reference is not None:
-        same_hw, measured_hw = hardware_matches(reference, arms)
         document["reproduction"] = {
             "reference": reference.name,
             "hardware_matches": same_hw,
