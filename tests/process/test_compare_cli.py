@@ -12,7 +12,7 @@ from specexp.core.notes import NoteKind
 from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli, store_env
 
-QUICK = [*BASE, "stats.warmup_runs=1", "workload.max_tokens=128"]
+QUICK = [*BASE, "stats.warmup_runs=1", "workload.max_tokens=64"]
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,15 @@ def turns(uri: str, runs: list, metric: str) -> list[str]:
 
 
 def test_aa_on_a_shared_llamacpp_server_takes_turns_and_gives_no_verdict(tmp_path, tracking_env):
-    runs, report = sweep(tmp_path, tracking_env, *QUICK, "stats.confidence=0.99999")
+    runs, report = sweep(
+        tmp_path,
+        tracking_env,
+        *QUICK,
+        # The order and the drift fit are what is checked: short runs, one warm-up.
+        "workload.max_tokens=64",
+        "stats.warmup_runs=1",
+        "stats.confidence=0.99999",
+    )
     assert {r.data.tags[Tag.order] for r in runs} == {"interleaved"}
     assert len({r.data.tags[Tag.server_started_at] for r in runs}) == 1  # one server
     order = turns(tracking_env["MLFLOW_TRACKING_URI"], runs, Metric.midpoint_unix)
