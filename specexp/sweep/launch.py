@@ -135,7 +135,7 @@ def run_sweep(
         terminal.console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
         return []
     settings = first.multirun
-    baseline = default_baseline(plan, settings.baseline)
+    baseline = default_baseline(plan, settings.baseline, settings.crossover_factor)
     order_jobs(plan, settings.order)
     kind = launcher_kind(launcher)
     if first.dry_run and kind != LauncherKind.in_process:

@@ -139,8 +139,11 @@ def test_a_concurrency_option_sweeps_its_levels_unless_the_streams_are_set_expli
 
 def test_a_sweep_over_one_factor_is_compared_with_its_first_value_unless_told_otherwise():
     pair = Plan([planned("model=tiny-pair-small", f"speculative={m}") for m in ("draft", "none")])
-    assert default_baseline(pair, None) == "speculative=draft"  # the first value, as given
-    assert default_baseline(pair, "speculative=none") == "speculative=none"
+    streams = "concurrency.streams"
+    assert default_baseline(pair, None, streams) == "speculative=draft"  # the first, as given
+    assert default_baseline(pair, "speculative=none", streams) == "speculative=none"
+    levels = Plan([planned("model=tiny-pair-small", f"{streams}={n}") for n in (1, 2, 4)])
+    assert default_baseline(levels, None, streams) is None  # a curve, not a comparison
     two_factors = Plan(
         [
             planned("model=tiny-pair-small", f"speculative={m}", f"concurrency.streams={n}")
@@ -148,7 +151,7 @@ def test_a_sweep_over_one_factor_is_compared_with_its_first_value_unless_told_ot
             for n in (1, 2)
         ]
     )
-    assert default_baseline(two_factors, None) is None  # which to hold fixed is the user's call
-    assert (
-        default_baseline(Plan([planned("model=tiny-pair-small", "speculative=none")]), None) is None
-    )
+    # Two factors: which to hold fixed is the user's call; one job: nothing to compare.
+    assert default_baseline(two_factors, None, streams) is None
+    single = Plan([planned("model=tiny-pair-small", "speculative=none")])
+    assert default_baseline(single, None, streams) is None
