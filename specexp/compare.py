@@ -170,8 +170,10 @@ def compare_runs(
     reproduction = None
     if reference:
         loaded = load_reference(reference)
-        points, claims = reproduce(loaded, arms, **settings, calibration=known)
         same_hw, measured_hw = hardware_matches(loaded, arms)
+        points, claims = reproduce(
+            loaded, arms, **settings, calibration=known, same_hardware=same_hw
+        )
         reproduction = Reproduction(loaded, same_hw, measured_hw, points, claims)
     return ComparisonReport(
         metric,

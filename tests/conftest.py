@@ -187,6 +187,10 @@ def mlflow_process(*args: str, cwd: Path) -> Iterator[str]:
 # servers of this session, never those of another run on the same machine.
 SESSION_MARKER = "SPECEXP_TEST_SESSION"
 os.environ.setdefault(SESSION_MARKER, uuid.uuid4().hex)
+# A pytest-xdist worker (`-n 2`) is a session of its own: its servers and its migrated store
+# are its own, so that no worker takes another's running servers for strays.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ[SESSION_MARKER] = f"{uuid.uuid4().hex}-{os.environ['PYTEST_XDIST_WORKER']}"
 
 
 def server_pids() -> set[int]:

@@ -766,12 +766,17 @@ def reproduce(
     threshold: float,
     power: float,
     calibration: Optional[dict[tuple[str, ...], Calibration]] = None,
+    same_hardware: bool,
 ) -> tuple[dict[str, Optional[Arm]], list[ClaimCheck]]:
     """Map runs to published points (by their reference_point tag) and judge the claims as
-    one family: contradicted when measured and published ratios differ beyond both their
-    noises (the published figures' own included; Bonferroni over the claims measured);
-    else reproduced when the measured interval excludes 1 on the published side (the
-    verdict says faster or slower, as the claim does); else inconclusive; or not measured."""
+    one family. On the reference's hardware: contradicted when measured and published ratios
+    differ beyond both their noises (the published figures' own included; Bonferroni over
+    the claims measured); else reproduced when the measured interval excludes 1 on the
+    published side (the verdict says faster or slower, as the claim does); else inconclusive;
+    or not measured. On other hardware the runs are stand-ins, and only a claim's direction
+    is judged: reproduced when the verdict goes the published way, contradicted when it goes
+    the other, else inconclusive - the published size is not compared (each claim's text
+    says so)."""
     by_point: dict[str, Optional[Arm]] = {}
     for point in reference.points:
         matching = [a for a in arms if point in a.run.tags.get(Tag.reference_point, "").split(",")]
@@ -783,6 +788,21 @@ def reproduce(
         )
         base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
         comparison = None
+        text = claim.text
+        if not same_hardware:
+            missing = [p for p in (claim.baseline, claim.candidate) if by_point.get(p) is None]
+            if missing:
+                scope = f"not measured: no run stands in for {' or '.join(missing)}"
+            elif base is cand:
+                scope = (
+                    "not measured: one run stands for both points (nothing here differs as they do)"
+                )
+            else:
+                scope = (
+                    "a stand-in, judged by direction only (is the same kind of change faster or "
+                    "slower here); how large it is on the reference hardware cannot be told here"
+                )
+            text = f"{claim.text}; on this hardware: {scope}"
         if base and cand and base is not cand:
             comparison = compare(
                 base.values,
@@ -794,7 +814,7 @@ def reproduce(
                 candidate_name=claim.candidate,
             )
             comparisons.append(comparison)
-        checks.append(ClaimCheck(claim.id, claim.text, ratio, comparison, ClaimStatus.not_measured))
+        checks.append(ClaimCheck(claim.id, text, ratio, comparison, ClaimStatus.not_measured))
     measured = [(by_point[c.baseline], by_point[c.candidate]) for c in comparisons]
     runs = [(b.run, a.run) for b, a in measured if a and b]
     account_for_launches(runs, comparisons, calibration or {})
@@ -812,11 +832,13 @@ def reproduce(
         gap = c.log_diff - math.log(check.published_ratio)
         check.agreement_low, check.agreement_high = math.exp(gap - half), math.exp(gap + half)
         finding = c.within_launch if c.launches_only else c.finding
-        if check.agreement_low > 1 or check.agreement_high < 1:
+        published_way = Verdict.faster if check.published_ratio > 1 else Verdict.slower
+        other_way = Verdict.slower if check.published_ratio > 1 else Verdict.faster
+        if same_hardware and (check.agreement_low > 1 or check.agreement_high < 1):
             status = ClaimStatus.contradicted
-        elif (check.published_ratio > 1 and finding == Verdict.faster) or (
-            check.published_ratio < 1 and finding == Verdict.slower
-        ):
+        elif not same_hardware and finding == other_way:
+            status = ClaimStatus.contradicted
+        elif finding == published_way:
             status = ClaimStatus.reproduced
         else:
             status = ClaimStatus.inconclusive

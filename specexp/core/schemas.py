@@ -769,7 +769,8 @@ class HostConfig:
 class MultirunConfig:
     """How `python -m specexp -m ...` runs its jobs and reports on them."""
 
-    # Selector of the sweep report's baseline: FACTOR=VALUE (e.g. speculative=none); null: no verdicts.
+    # Selector of the sweep report's baseline: FACTOR=VALUE (e.g. speculative=none); null: the
+    # swept factor's first value when the sweep varies one factor, else no verdicts.
     baseline: Optional[str] = None
     order: JobOrder = JobOrder.interleaved
     # Seeds the order of each round of interleaved parts.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -876,9 +877,14 @@ def _estimate(c: Comparison) -> tuple[float, float, float]:
 
 
 def interval(log_diff: float, se: float, df: float, alpha: float) -> tuple[float, float]:
-    """Two-sided 1 - alpha Student-t interval of a log ratio, as a ratio."""
+    """Two-sided 1 - alpha Student-t interval of a log ratio, as a ratio: unbounded above
+    where the bound is beyond a float (a high confidence on one or two degrees of freedom)."""
     half = float(scipy_stats.t.ppf(1 - alpha / 2, df)) * se
-    return math.exp(log_diff - half), math.exp(log_diff + half)
+    high = log_diff + half
+    return math.exp(log_diff - half), math.exp(high) if high < _LOG_FLOAT_MAX else math.inf
+
+
+_LOG_FLOAT_MAX = math.log(sys.float_info.max)
 
 
 def read_verdict(low: float, high: float, threshold: float) -> Verdict:

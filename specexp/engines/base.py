@@ -164,6 +164,21 @@ class Check:
     detail: str
 
 
+def host_cpus(configured: Optional[Sequence[int]]) -> list[str]:
+    """The CPU cores this host lends to CPU servers: ``host.cpus`` if set, else those this
+    process may run on (its affinity: a Slurm allocation, taskset)."""
+    if configured is not None:
+        return [str(c) for c in configured]
+    return [str(c) for c in sorted(os.sched_getaffinity(0))]
+
+
+def server_share(lent: int) -> int:
+    """Cores a CPU server computes on when its engine's threads are not set: every core the
+    host lends but one, which the client measures from (a server on every core shares one
+    with the client, which then slows it many-fold); on a one-core host, that core."""
+    return max(1, lent - 1)
+
+
 class Engine(Generic[EngineConfigT]):
     """Base class, typed by the engine's own config class (``server.engine`` is one in every
     method); subclasses set the class attributes and implement the methods."""
@@ -283,7 +298,7 @@ class Engine(Generic[EngineConfigT]):
 
     def cpu_cores(self, server: ServerSettings[EngineConfigT]) -> Optional[int]:
         """CPU cores a server of this configuration computes on, leased per job: 0 for one
-        that computes on GPUs, None for every core the host lends."""
+        that computes on GPUs, None for the host's share (:func:`server_share`)."""
         return 0 if server.engine.gpus else None
 
     def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:

@@ -33,8 +33,10 @@ from specexp.engines.base import (
     Setting,
     StreamChunk,
     get_json,
+    host_cpus,
     position_counters,
     run_with_stack_env,
+    server_share,
     speculation_from_counters,
     stack_env,
     which,
@@ -54,7 +56,8 @@ class SplitMode(StrEnum):
 class LlamaCppConfig(EngineConfig):
     name: str = "llamacpp"
     ready_timeout_s: float = 60.0
-    # Null: every core the machine has.
+    # Null: every core the host lends (host.cpus) but one, which the client measures from
+    # (on two cores: 1, the advice for small machines).
     threads: Optional[int] = None
     # Context in tokens, split evenly over the slots (each share rounded up to 256 tokens).
     # Null: sized so that every slot holds a whole request (prompt + workload.max_tokens);
@@ -461,7 +464,10 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             "--parallel",
             str(engine.parallel_slots or server.streams),
             "--threads",
-            str(engine.threads or os.cpu_count() or 1),
+            str(
+                engine.threads
+                or server_share(len(host_cpus(server.host.cpus if server.host else None)))
+            ),
             "--flash-attn",
             self._flash_attn[server.attention_backend.name],
             "--seed",

@@ -118,14 +118,6 @@ def host_gpus(configured: Optional[Sequence[str]]) -> list[str]:
     return []
 
 
-def host_cpus(configured: Optional[Sequence[int]]) -> list[str]:
-    """The CPU cores this host lends to CPU servers: ``host.cpus`` if set, else those this
-    process may run on (its affinity: a Slurm allocation, taskset)."""
-    if configured is not None:
-        return [str(c) for c in configured]
-    return [str(c) for c in sorted(os.sched_getaffinity(0))]
-
-
 # What a server needs of each kind of device, for the error when a host cannot lend it.
 _NEEDS = {
     "gpu": ("GPU(s) (engine.gpus)", "host.gpus to the devices to use"),

@@ -19,7 +19,7 @@ from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import run_requests
 from specexp.core.slo import run_goodput
-from specexp.engines.base import LaunchSpec
+from specexp.engines.base import LaunchSpec, host_cpus, server_share
 from specexp.host import telemetry
 from specexp.host.energy import run_energy
 from specexp.host.job import Job
@@ -28,7 +28,6 @@ from specexp.host.leases import (
     away_from,
     free_port,
     gpu_ids,
-    host_cpus,
     host_gpus,
     lease_devices,
     lease_port,
@@ -227,7 +226,7 @@ def new_server(job: Job, log_path: Path) -> ServerProcess:
         wanted = engine.cpu_cores(job.server)
         if wanted != 0:
             pool = host_cpus(cfg.host.cpus)
-            count = wanted or len(pool)
+            count = wanted or server_share(len(pool))
             cores, held = PROCESS_CORES.take(
                 lease_dir,
                 pool,

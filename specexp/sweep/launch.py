@@ -33,6 +33,7 @@ from specexp.sweep.plan import (
     Plan,
     Step,
     compose_jobs,
+    default_baseline,
     describe,
     mark_finished,
     order_jobs,
@@ -138,6 +139,7 @@ def run_sweep(
         terminal.console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
         return []
     settings = first.multirun
+    baseline = default_baseline(plan, settings.baseline, settings.crossover_factor)
     order_jobs(plan, settings.order)
     kind = launcher_kind(launcher)
     if first.dry_run and kind != LauncherKind.in_process:
@@ -146,7 +148,7 @@ def run_sweep(
     tracked = first.tracking.enabled and not first.dry_run
     store = TrackingStore(first.tracking.uri, first.tracking.experiment) if tracked else None
     in_process = kind == LauncherKind.in_process
-    pairs = sequential_pairs(plan, settings.baseline, settings.order, in_process)
+    pairs = sequential_pairs(plan, baseline, settings.order, in_process)
     if pairs:
         pairs = with_launch_budget(plan, pairs, config_loader, sweep_config)
         if plan.errors:
@@ -166,11 +168,16 @@ def run_sweep(
     order = order_summary(steps, settings.order, in_process) if steps or not pairs else ""
     if pairs:
         order = "; ".join(part for part in (order, sequential_summary(pairs)) if part)
-    for line in [*describe(plan, [j for pair in pairs for j in pair]), f"order: {order}"]:
+    chosen = (
+        [f"baseline: {baseline} (the swept factor's first value; multirun.baseline sets another)"]
+        if baseline and not settings.baseline
+        else []
+    )
+    for line in [*describe(plan, [j for pair in pairs for j in pair]), *chosen, f"order: {order}"]:
         terminal.console.print(line)
     budget = budget_power(
         plan,
-        settings.baseline,
+        baseline,
         pairs,
         calibrations(store.calibration_runs()) if store else {},
         capture.hardware()[Tag.hardware],
@@ -215,7 +222,7 @@ def run_sweep(
                 if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
                     # A job process that was killed could not end its run; its server is gone.
                     store.end_children(parent.run_id, ended)
-                sweep_report(store, parent, plan, settings.baseline, order, sequences)
+                sweep_report(store, parent, plan, baseline, order, sequences)
                 parent.end(status)
     failed = failed_jobs(returns)
     if failed:

@@ -116,6 +116,21 @@ def compose_jobs(
     return Plan(jobs, errors)
 
 
+def default_baseline(
+    plan: Plan, configured: Optional[str], crossover_factor: Optional[str]
+) -> Optional[str]:
+    """The sweep's baseline: ``multirun.baseline`` as configured, else, where the sweep varies
+    one factor only, that factor's first value (as given), so that a comparison such as
+    ``speculative=none,draft`` is compared, and measured until decided, without being told.
+    A sweep of the crossover factor alone (concurrency levels) is a curve, not a comparison."""
+    if configured or len(plan.jobs) < 2 or not all(j.factors for j in plan.jobs):
+        return configured
+    factors = {f.split("=", 1)[0] for j in plan.jobs for f in j.factors}
+    if len(factors) != 1 or factors == {crossover_factor}:
+        return None
+    return plan.jobs[0].factors[0]
+
+
 def order_jobs(plan: Plan, order: JobOrder) -> None:
     """Put jobs with the same server next to each other and number their server launches:
     interleaved, one group per server configuration (replicates included); blocked, one

@@ -54,6 +54,9 @@ def test_llamacpps_flash_attention_auto_is_predicted_before_launch_as_the_server
     tmp_path, tracking_env
 ):
     job = compose_job(*TINY, "attention_backend=auto")
+    # llama-fit-params reads the model: the pair written here (the cache may be empty).
+    assert job.config.model.generate is not None
+    ensure_pair(job.config.model.generate, job.engine.model_format)
     predicted = job.engine.predicted_choices(job.server, [job.planned_launch()])
     assert predicted is not None, "llama-fit-params missing from the llama.cpp build"
     (choices,), basis = predicted

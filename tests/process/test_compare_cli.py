@@ -8,10 +8,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import RunKind, Tag
+from specexp.core.notes import NoteKind
 from tests.conftest import QUICK as BASE
 from tests.conftest import run_cli, store_env
 
-QUICK = [*BASE, "stats.warmup_runs=1", "workload.max_tokens=128"]
+QUICK = [*BASE, "stats.warmup_runs=1", "workload.max_tokens=64"]
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,9 @@ def store(tmp_path_factory):
         *QUICK,
         "stats.measured_runs=5",
         "speculative=none,draft",
+        # One launch per arm (the sweep would measure until decided): what compare makes of
+        # single launches is what is tested here.
+        "stats.sequential.enabled=false",
         "tracking.experiment=ab",
         cwd=tmp,
         env=env,
@@ -101,8 +105,9 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
 
 
 def test_aa_is_never_faster_or_slower(store):
-    # Per-launch means (2 launches x 3 runs per arm). At 99.9% confidence a real A/A almost
-    # never crosses; a false verdict here would be a 1-in-1000 event or a bias in the method.
+    # Per-launch means (2 launches x 3 runs per arm). At 99.999% confidence a real A/A almost
+    # never crosses: a false verdict here would be a 1-in-100,000 event or a bias in the method
+    # (the rate at 95% is the Monte Carlo's: tests/statistics/test_launch_variance.py).
     result = compare(
         store,
         "--experiment",
@@ -112,7 +117,7 @@ def test_aa_is_never_faster_or_slower(store):
         "--label",
         "replicate",
         "--confidence",
-        "0.999",
+        "0.99999",
         "--json",
         "--no-log",
     )
@@ -138,6 +143,9 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
         "workload.max_tokens=64",
         "tracking.experiment=repro",
         "+sweep=reference_cpu",
+        # One launch per stand-in: what the report says of them is tested here (the
+        # sequential protocol has its own tests).
+        "stats.sequential.enabled=false",
         cwd=tmp,
         env=env,
     )
@@ -165,17 +173,30 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
         s in ("reproduced", "contradicted", "inconclusive", "not measured")
         for s in statuses.values()
     )
-    assert statuses["eagle3-net-positive"] != "not measured"
+    # Every claim a stand-in can speak to is measured, by direction only; the stack upgrade,
+    # which nothing on a CPU stands in for, is not, and says why.
+    texts = {c["id"]: c["text"] for c in reproduction["claims"]}
+    assert statuses["stack-upgrade"] == "not measured"
+    assert "one run stands for both" in texts["stack-upgrade"]
+    for claim in set(statuses) - {"stack-upgrade"}:
+        assert statuses[claim] != "not measured" and "by direction only" in texts[claim], claim
 
 
 def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launches(store):
     """A run with 3 launches of the same server family (engine, model, stack, hardware) in
-    the experiment: single-launch comparisons are tested against its launch variance. (An
-    A/A: the calibration is checked against each arm's run-to-run spread, and a draft arm's
-    is not the baseline's.)"""
+    the experiment: single-launch comparisons are tested against its launch variance, once
+    it is checked against each arm's run-to-run spread (an A/A: a draft arm's spread is not
+    the baseline's)."""
     tmp, env = store
     for overrides in (
-        ["-m", *QUICK, "stats.measured_runs=3", "replicate=0,1", "multirun.reuse_servers=false"],
+        [
+            "-m",
+            *QUICK,
+            "stats.measured_runs=3",
+            "replicate=0,1",
+            "multirun.reuse_servers=false",
+            "stats.sequential.enabled=false",  # single-launch arms
+        ],
         [*QUICK, "stats.launches=3", "stats.measured_runs=3"],
     ):
         result = run_cli(*overrides, "tracking.experiment=calibrated", cwd=tmp, env=env)
@@ -202,8 +223,16 @@ def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launc
     )
     assert result.returncode == 0, result.stderr
     (comparison,) = json.loads(result.stdout)["comparisons"]
-    assert comparison["launches_only"] is False, comparison["notes"]
-    assert any(
-        "launch-to-launch variance of calibration runs" in n["message"] for n in comparison["notes"]
-    )
-    assert comparison["df"] == 2.0  # one calibration run of 3 launches
+    notes = {n["kind"]: n["message"] for n in comparison["notes"]}
+    # The calibration is found and checked against each arm. Its F test (1% per arm) refuses
+    # a calibration that applies about 2% of the time, by design: that rate is the seeded
+    # Monte Carlo's (tests/statistics/test_launch_variance.py); here either outcome must be
+    # carried through to the comparison as the CLI reports it.
+    if comparison["launches_only"]:
+        assert (
+            NoteKind.calibration_refused in notes
+            and "F test" in notes[NoteKind.calibration_refused]
+        )
+    else:
+        assert "launch-to-launch variance of calibration runs" in notes[NoteKind.launch_variance]
+        assert comparison["df"] == 2.0  # one calibration run of 3 launches

@@ -48,7 +48,12 @@ def false_contradictions(rng: np.random.Generator, published_noise_cv: float, tr
             for p, v in published.items()
         }
         _, checks = reproduce(
-            REFERENCE, measured_story(rng, truth, 0.02), confidence=0.95, threshold=0.01, power=0.8
+            REFERENCE,
+            measured_story(rng, truth, 0.02),
+            confidence=0.95,
+            threshold=0.01,
+            power=0.8,
+            same_hardware=True,
         )
         any_contradicted += any(c.status == ClaimStatus.contradicted for c in checks)
     return any_contradicted / trials
@@ -69,7 +74,12 @@ def test_rows_say_what_their_numbers_say_and_a_real_difference_is_caught():
     caught = 0
     for _ in range(100):
         _, checks = reproduce(
-            REFERENCE, measured_story(rng, truth, 0.02), confidence=0.95, threshold=0.01, power=0.8
+            REFERENCE,
+            measured_story(rng, truth, 0.02),
+            confidence=0.95,
+            threshold=0.01,
+            power=0.8,
+            same_hardware=True,
         )
         by_id = {c.id: c for c in checks}
         caught += by_id["eagle3-liability-cu128"].status == ClaimStatus.contradicted
@@ -98,7 +108,80 @@ def test_on_single_launches_a_status_is_kept_apart_and_none_is_contradicted():
         confidence=0.95,
         threshold=0.01,
         power=0.8,
+        same_hardware=True,
     )
     assert all(c.status == ClaimStatus.inconclusive for c in checks)
     by_id = {c.id: c for c in checks}
     assert by_id["eagle3-liability-cu128"].within_launch == ClaimStatus.contradicted
+
+
+def stand_ins(rng: np.random.Generator, tok_per_s: dict[str, float]) -> list:
+    """reference_cpu's runs: one baseline run for both stacks' baselines, a stand-in for
+    each other point (five launch means at 2% CV each)."""
+    runs = [
+        JobRun.from_store(
+            points, None, "FINISHED", {Tag.reference_point: points}, {}, [],
+            noise.runs(rng, mean, 5, 0.02),
+        )
+        for points, mean in tok_per_s.items()
+    ]  # fmt: skip
+    arms, _ = make_arms(runs, label_tags=[], confidence=0.95, metric="tok_per_s")
+    return arms
+
+
+def test_on_other_hardware_a_stand_in_is_judged_by_direction_never_by_size():
+    """A draft that pays doubles throughput here (published: +3.8%), one that is rejected
+    costs 70% (published: -40%), the attention default changes nothing: each direction is
+    what is judged, so the x2 is no contradiction of +3.8%; the one run standing for both
+    baselines measures no stack upgrade. 200 seeded stories; the no-effect claim is called
+    reproduced or contradicted in at most alpha of them (plus 3 standard errors)."""
+    rng = np.random.default_rng(21)
+    trials, wrong_way = 200, 0
+    for _ in range(trials):
+        arms = stand_ins(
+            rng,
+            {
+                "cu128-baseline,cu130-baseline": 250.0,
+                "cu130-baseline-triton": 250.0,
+                "cu130-eagle3-fusion": 500.0,
+                "cu128-eagle3": 75.0,
+            },
+        )
+        _, checks = reproduce(
+            REFERENCE,
+            arms,
+            confidence=0.95,
+            threshold=0.01,
+            power=0.8,
+            same_hardware=False,
+        )
+        by_id = {c.id: c for c in checks}
+        for claim in ("eagle3-net-positive", "eagle3-liability-cu128", "eagle3-vs-old-baseline"):
+            assert by_id[claim].status == ClaimStatus.reproduced, by_id[claim]
+            assert "judged by direction only" in by_id[claim].text
+        upgrade = by_id["stack-upgrade"]
+        assert (
+            upgrade.status == ClaimStatus.not_measured and "one run stands for both" in upgrade.text
+        )
+        wrong_way += by_id["triton-default"].status != ClaimStatus.inconclusive
+    assert wrong_way / trials <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
+
+
+def test_on_other_hardware_a_stand_in_that_goes_the_other_way_contradicts_the_claim():
+    rng = np.random.default_rng(22)
+    arms = stand_ins(
+        rng,
+        {
+            "cu128-baseline,cu130-baseline": 250.0,
+            "cu130-eagle3-fusion": 125.0,  # the draft "that pays" halves throughput here
+        },
+    )
+    _, checks = reproduce(
+        REFERENCE, arms, confidence=0.95, threshold=0.01, power=0.8, same_hardware=False
+    )
+    by_id = {c.id: c for c in checks}
+    assert by_id["eagle3-net-positive"].status == ClaimStatus.contradicted
+    assert by_id["eagle3-net-positive"].agreement_low is not None  # the sizes, shown not judged
+    missing = by_id["eagle3-liability-cu128"]
+    assert missing.status == ClaimStatus.not_measured
+    assert "no run stands in for cu128-eagle3" in missing.text

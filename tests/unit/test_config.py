@@ -285,3 +285,16 @@ def test_concurrency_options_read_like_experiments_and_measure_the_same_at_one_l
         compose_job("concurrency=ramp", "concurrency.streams=4").config_fingerprint()
         == compose_job("concurrency.streams=4").config_fingerprint()
     )
+
+
+@pytest.mark.parametrize(("cpus", "threads"), [("[0]", 1), ("[0,1]", 1), ("[0,1,2,3]", 3)])
+def test_a_cpu_server_leaves_the_client_a_core_unless_told_its_threads(cpus, threads):
+    """The advice for small machines as the default: on two cores the server gets one, the
+    client measures from the other (a server on both shares one with the client)."""
+    job = compose_job("model=tiny-pair-small", f"host.cpus={cpus}")
+    argv = job.engine.launch_spec(job.server, 8080).argv
+    assert argv[argv.index("--threads") + 1] == str(threads)
+    assert job.engine.cpu_cores(job.server) is None  # leased as the host's share, at launch
+    given = compose_job("model=tiny-pair-small", f"host.cpus={cpus}", "engine.threads=2")
+    argv = given.engine.launch_spec(given.server, 8080).argv
+    assert argv[argv.index("--threads") + 1] == "2"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -23,7 +24,7 @@ from specexp.analysis.results import JobRun, RunKind, Tag, Unit, effective_tags,
 from specexp.analysis.summary import run_metrics, summarize_job
 from specexp.core.measurements import FORMAT_VERSION, RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.stats import Verdict
+from specexp.core.stats import Verdict, interval
 from specexp.engines.base import Engagement, Setting
 
 RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]
@@ -409,3 +410,10 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
     assert "368 for p99" in few.message
     per_run = run_metrics(runs[0], {"output_tokens": 100.0})
     assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100
+
+
+def test_an_interval_beyond_a_float_is_unbounded_not_an_error():
+    """99.999% on two launch means per arm: the upper bound exceeds a float."""
+    low, high = interval(0.0, 0.05, 1.0, 1e-5)
+    assert low == 0.0 and high == math.inf
+    assert interval(0.0, 0.05, 8.0, 0.05) == pytest.approx((0.891, 1.122), abs=1e-3)

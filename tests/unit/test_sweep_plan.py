@@ -9,6 +9,7 @@ from specexp.sweep.plan import (
     Plan,
     PlannedJob,
     balanced_rounds,
+    default_baseline,
     describe,
     expand_overrides,
     order_jobs,
@@ -160,3 +161,23 @@ def test_an_interleaved_sweep_where_no_job_takes_turns_says_so():
     assert all(s.part is None for s in steps)
     line = order_summary(steps, JobOrder.interleaved, in_process=True)
     assert "0 job(s)" not in line and "none takes turns" in line
+
+
+def test_a_sweep_over_one_factor_is_compared_with_its_first_value_unless_told_otherwise():
+    pair = Plan([planned("model=tiny-pair-small", f"speculative={m}") for m in ("draft", "none")])
+    streams = "concurrency.streams"
+    assert default_baseline(pair, None, streams) == "speculative=draft"  # the first, as given
+    assert default_baseline(pair, "speculative=none", streams) == "speculative=none"
+    levels = Plan([planned("model=tiny-pair-small", f"{streams}={n}") for n in (1, 2, 4)])
+    assert default_baseline(levels, None, streams) is None  # a curve, not a comparison
+    two_factors = Plan(
+        [
+            planned("model=tiny-pair-small", f"speculative={m}", f"concurrency.streams={n}")
+            for m in ("none", "draft")
+            for n in (1, 2)
+        ]
+    )
+    # Two factors: which to hold fixed is the user's call; one job: nothing to compare.
+    assert default_baseline(two_factors, None, streams) is None
+    single = Plan([planned("model=tiny-pair-small", "speculative=none")])
+    assert default_baseline(single, None, streams) is None
