@@ -41,9 +41,19 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.startswith("unrecognized arguments:"):
             given = message.split(":", 1)[1].split()[0]
-            flags = [f for action in self._actions for f in action.option_strings]
-            message = options.unknown(f"option {given!r}", given, flags)
+            message = options.unknown(f"option {given!r}", given, _flags(self))
         super().error(message)
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The parser's options and its subcommands' (argparse reports a subcommand's unknown
+    option from the top parser)."""
+    flags: list[str] = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            flags += [f for sub in action.choices.values() for f in _flags(sub)]
+    return flags
 
 
 def _overrides(parser: argparse.ArgumentParser, what: str) -> None:

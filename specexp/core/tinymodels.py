@@ -382,7 +382,7 @@ def _write_gguf(
 def main(argv: list[str] | None = None) -> None:
     defaults = TinyPairSpec()
     parser = argparse.ArgumentParser(
-        prog="python -m specexp.tinymodels", description=__doc__.split("\n\n")[0]
+        prog="python -m specexp.core.tinymodels", description=__doc__.split("\n\n")[0]
     )
     for field in dataclasses.fields(TinyPairSpec):
         parser.add_argument(
