@@ -19,6 +19,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from typing import Callable, Optional
@@ -136,23 +137,33 @@ def _ui(args: argparse.Namespace) -> int:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     # No job runner: MLflow 3 starts huey consumers for it, which the UI does not need.
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    process = subprocess.Popen(command, env=env)
-    address = f"http://127.0.0.1:{port}/"
-    try:
-        while process.poll() is None:
-            try:
-                urllib.request.urlopen(address + "health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            return process.returncode or 1
-        terminal.console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=30)
-        return 0
+    verbose = bool(os.environ.get(terminal.VERBOSE))
+    # Its own lines (uvicorn's, MLflow's) only with -v; kept to say why if it stops.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=None if verbose else log,
+            stderr=None if verbose else subprocess.STDOUT,
+        )
+        address = f"http://127.0.0.1:{port}/"
+        try:
+            while process.poll() is None:
+                try:
+                    urllib.request.urlopen(address + "health", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.5)
+            else:
+                log.seek(0)
+                terminal.console.print(f"[red]mlflow ui stopped:[/] {log.read()[-2000:]}")
+                return process.returncode or 1
+            terminal.console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
+            return process.wait()
+        except KeyboardInterrupt:
+            process.terminate()
+            process.wait(timeout=30)
+            return 0
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
