@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,8 +191,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         terminal.console.print(f"[red]usage error:[/] {exc}")
         return USAGE_EXIT
     except KeyboardInterrupt:
-        signum = interrupt.received()
-        return 128 + (signum or 2)
+        return terminal.interrupted(interrupt.received() or signal.SIGINT)
 
 
 if __name__ == "__main__":
