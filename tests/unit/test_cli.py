@@ -72,7 +72,7 @@ def test_an_unknown_option_names_the_nearest_one(capsys):
 
 
 def test_a_module_that_prints_its_usage_names_one_that_runs(capsys):
-    """`tinymodels --help` once printed `python -m specexp.tinymodels`, which does not run."""
+    """`tinymodels --help` once printed a module path from before the move into bands."""
     for module in (tinymodels, trainedmodels):
         with pytest.raises(SystemExit):
             module.main(["--help"])
