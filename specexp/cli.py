@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         command("models", "the packaged (trained) and generated models: list, prepare, verify")
     )
     ui = command("ui", "the MLflow UI on the store the runs used, on a free port")
-    options.store(ui)
+    options.tracking_uri(ui)
     ui.add_argument("--port", type=int, default=0, help="the UI's port (default: a free one)")
     return parser
 
