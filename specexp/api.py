@@ -277,3 +277,11 @@ def check_overrides(overrides: Sequence[str]) -> None:
                     unknown(f"{key} value {value!r}", value, choices)
                     + f" (choices: {', '.join(choices)})"
                 )
+    # Last, the values' types (a number that is not one): the overrides of one job composed
+    # (a sweep's comma lists and Hydra's own keys left to Hydra).
+    single = [o for o in given if "," not in o and not o.lstrip("+~").startswith("hydra")]
+    try:
+        hydra_app.compose_config(single)
+    except (HydraException, OmegaConfBaseException) as exc:
+        reason = f": {str(exc.__cause__).splitlines()[0]}" if exc.__cause__ else ""
+        raise UsageError(f"{str(exc).splitlines()[0]}{reason}") from None

@@ -61,7 +61,7 @@ def test_valid_overrides_pass_the_check():
     api.check_overrides(
         ["model=tiny-pair-small", "speculative=none,draft", "+sweep=reference_cpu", "-m"]
     )
-    api.check_overrides(["stack.versions.cuda=13.0", "engine.threads=1", "hydra.verbose=true"])
+    api.check_overrides(["+stack.versions.cuda=13.0", "engine.threads=1", "hydra.verbose=true"])
 
 
 def test_an_unknown_option_names_the_nearest_one(capsys):
@@ -84,3 +84,8 @@ def test_the_api_is_exported_at_the_package_root_and_loaded_on_first_use():
     assert set(specexp.__all__) <= set(api.__all__)
     for name in specexp.__all__:
         assert getattr(specexp, name) is getattr(api, name)
+
+
+def test_a_value_of_the_wrong_type_is_a_usage_error():
+    with pytest.raises(options.UsageError, match="could not be converted to Integer"):
+        api.check_overrides(["workload.max_tokens=many"])
