@@ -190,6 +190,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except UsageError as exc:
         terminal.console.print(f"[red]usage error:[/] {exc}")
         return USAGE_EXIT
+    except api.NotRun as exc:  # its reason was printed where it was found
+        return exc.exit_status
     except KeyboardInterrupt:
         return terminal.interrupted(interrupt.received() or signal.SIGINT)
 

@@ -128,3 +128,18 @@ def test_the_ui_runs_on_a_free_port_and_prints_its_address(tmp_path):
     finally:
         os.killpg(process.pid, 15)
         process.wait(timeout=60)
+
+
+def test_a_config_the_job_refuses_exits_2_before_anything_is_tracked(tmp_path):
+    env = store_env(tmp_path)
+    result = run_cli(
+        "run",
+        *TINY,
+        f"stack.bin_dir={tmp_path / 'nowhere'}",
+        cwd=tmp_path,
+        env=env,
+        module="specexp.cli",
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "config error:" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert runs_in(env["MLFLOW_TRACKING_URI"]) == []
