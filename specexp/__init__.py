@@ -21,6 +21,7 @@ __all__ = [
     "ComparisonReport",
     "JobResult",
     "LoadedRun",
+    "NotRun",
     "SweepResult",
     "UsageError",
     "compare_runs",

@@ -18,6 +18,7 @@ from specexp.output import terminal
 def main() -> int:
     interrupt.install()
     terminal.quiet_libraries()
+    hydra_app.register()
     try:
         check_overrides(sys.argv[1:])
     except UsageError as exc:
@@ -28,13 +29,7 @@ def main() -> int:
             hydra_app.run_one
         )()
     except KeyboardInterrupt:
-        # Every handler on the way up has cleaned up: one line, and the shell's exit status.
-        signum = interrupt.received() or signal.SIGINT
-        terminal.console.print(
-            f"[yellow]interrupted ({signum.name}):[/] every server specexp "
-            "started is stopped and open runs are ended as KILLED; what was measured is kept"
-        )
-        return 128 + signum
+        return terminal.interrupted(interrupt.received() or signal.SIGINT)
     return 0
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "ComparisonReport",
     "JobResult",
     "LoadedRun",
+    "NotRun",
     "SweepResult",
     "UsageError",
     "check_overrides",
@@ -54,6 +55,15 @@ __all__ = [
     "run_job",
     "run_sweep",
 ]
+
+
+class NotRun(RuntimeError):
+    """Hydra or the job's checks stopped the job before it ran, and said why (a refused
+    config: ``exit_status`` 2)."""
+
+    def __init__(self, exit_status: int, message: str):
+        super().__init__(message)
+        self.exit_status = exit_status
 
 
 @dataclass
@@ -122,7 +132,7 @@ def run_job(overrides: Sequence[str] = (), *, quiet: bool = False) -> JobResult:
     """Run one job, as ``specexp run OVERRIDES`` does, and return its typed result: its
     status, MLflow run id, summary (tok/s with its interval, latencies, notes), every
     measured run and its output directory. A failed job is returned with its error, not
-    raised; a usage error raises :class:`UsageError`.
+    raised; a usage error raises :class:`UsageError`, a config the job refused :class:`NotRun`.
 
     Example (the small generated model, two short runs; nothing printed)::
 
@@ -134,7 +144,7 @@ def run_job(overrides: Sequence[str] = (), *, quiet: bool = False) -> JobResult:
         code = _launch(list(overrides), quiet)
     if collected:
         return collected[-1]
-    raise UsageError(f"the job did not run (exit status {code}): {' '.join(overrides)}")
+    raise NotRun(code, f"the job did not run (exit status {code}; its reason is said above)")
 
 
 def run_sweep(overrides: Sequence[str], *, quiet: bool = False) -> SweepResult:
@@ -277,3 +287,11 @@ def check_overrides(overrides: Sequence[str]) -> None:
                     unknown(f"{key} value {value!r}", value, choices)
                     + f" (choices: {', '.join(choices)})"
                 )
+    # Last, the values' types (a number that is not one): the overrides of one job composed
+    # (a sweep's comma lists and Hydra's own keys left to Hydra).
+    single = [o for o in given if "," not in o and not o.lstrip("+~").startswith("hydra")]
+    try:
+        hydra_app.compose_config(single)
+    except (HydraException, OmegaConfBaseException) as exc:
+        reason = f": {str(exc.__cause__).splitlines()[0]}" if exc.__cause__ else ""
+        raise UsageError(f"{str(exc).splitlines()[0]}{reason}") from None

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from typing import Callable, Optional
@@ -41,9 +43,19 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         if message.startswith("unrecognized arguments:"):
             given = message.split(":", 1)[1].split()[0]
-            flags = [f for action in self._actions for f in action.option_strings]
-            message = options.unknown(f"option {given!r}", given, flags)
+            message = options.unknown(f"option {given!r}", given, _flags(self))
         super().error(message)
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """The parser's options and its subcommands' (argparse reports a subcommand's unknown
+    option from the top parser)."""
+    flags: list[str] = []
+    for action in parser._actions:
+        flags += action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            flags += [f for sub in action.choices.values() for f in _flags(sub)]
+    return flags
 
 
 def _overrides(parser: argparse.ArgumentParser, what: str) -> None:
@@ -93,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         command("models", "the packaged (trained) and generated models: list, prepare, verify")
     )
     ui = command("ui", "the MLflow UI on the store the runs used, on a free port")
-    options.store(ui)
+    options.tracking_uri(ui)
     ui.add_argument("--port", type=int, default=0, help="the UI's port (default: a free one)")
     return parser
 
@@ -126,23 +138,33 @@ def _ui(args: argparse.Namespace) -> int:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     # No job runner: MLflow 3 starts huey consumers for it, which the UI does not need.
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    process = subprocess.Popen(command, env=env)
-    address = f"http://127.0.0.1:{port}/"
-    try:
-        while process.poll() is None:
-            try:
-                urllib.request.urlopen(address + "health", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            return process.returncode or 1
-        terminal.console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=30)
-        return 0
+    verbose = bool(os.environ.get(terminal.VERBOSE))
+    # Its own lines (uvicorn's, MLflow's) only with -v; kept to say why if it stops.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=None if verbose else log,
+            stderr=None if verbose else subprocess.STDOUT,
+        )
+        address = f"http://127.0.0.1:{port}/"
+        try:
+            while process.poll() is None:
+                try:
+                    urllib.request.urlopen(address + "health", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.5)
+            else:
+                log.seek(0)
+                terminal.console.print(f"[red]mlflow ui stopped:[/] {log.read()[-2000:]}")
+                return process.returncode or 1
+            terminal.console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
+            return process.wait()
+        except KeyboardInterrupt:
+            process.terminate()
+            process.wait(timeout=30)
+            return 0
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -168,9 +190,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     except UsageError as exc:
         terminal.console.print(f"[red]usage error:[/] {exc}")
         return USAGE_EXIT
+    except api.NotRun as exc:  # its reason was printed where it was found
+        return exc.exit_status
     except KeyboardInterrupt:
-        signum = interrupt.received()
-        return 128 + (signum or 2)
+        return terminal.interrupted(interrupt.received() or signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from omegaconf import OmegaConf
 from rich.table import Table
 
 from specexp import hydra_app
@@ -42,8 +43,8 @@ def model_names() -> list[str]:
 
 
 def model_config(name: str) -> ModelConfig:
-    cfg = hydra_app.compose_config([f"model={name}"]).model
-    model: ModelConfig = cfg  # a structured node, read as the schema
+    model = OmegaConf.to_object(hydra_app.compose_config([f"model={name}"]).model)
+    assert isinstance(model, ModelConfig)
     return model
 
 

@@ -14,15 +14,19 @@ _STATS, _TRACKING = StatsConfig(), TrackingConfig()
 
 def store(parser: argparse.ArgumentParser) -> None:
     """Which MLflow store and experiment to read (and write reports to)."""
-    parser.add_argument(
-        "--tracking-uri",
-        default=_TRACKING.uri,
-        help="the MLflow store (default: tracking.uri, else $MLFLOW_TRACKING_URI, else ./mlruns)",
-    )
+    tracking_uri(parser)
     parser.add_argument(
         "--experiment",
         default=_TRACKING.experiment,
         help=f"the MLflow experiment (default: {_TRACKING.experiment})",
+    )
+
+
+def tracking_uri(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tracking-uri",
+        default=_TRACKING.uri,
+        help="the MLflow store (default: tracking.uri, else $MLFLOW_TRACKING_URI, else ./mlruns)",
     )
 
 

@@ -1,4 +1,4 @@
-"""Hydra sweeper plugin: expands the sweep, then hands it to specexp's planning (sweep.py).
+"""Hydra sweeper plugin: expands the sweep, then hands it to specexp's planning (specexp.sweep).
 
 Hydra only instantiates sweepers that live in the ``hydra_plugins`` package (and loads this
 module outside sys.modules, so no ``from __future__ import annotations`` here). It is built

@@ -1,6 +1,6 @@
 """Arms, pairing, drift and reproduction: the analysis behind compare and the sweep report.
 
-Pure: it takes :class:`~specexp.results.JobRun` records and gives comparisons; no MLflow.
+Pure: it takes :class:`~specexp.analysis.results.JobRun` records and gives comparisons; no MLflow.
 An arm is one configuration's independent values (per launch with several server launches,
 else per measured run). Arms carry their factors as a mapping; pairing, crossover families
 and baselines are found through it, never by parsing labels.

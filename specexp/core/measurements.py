@@ -110,7 +110,7 @@ class RunResult:
     # ...and of its own accounting of tokens and time (Engine.accounting_counters).
     accounting_deltas: dict[str, float] = field(default_factory=dict)
     started_unix: float = 0.0
-    # The machine while the run went on (specexp.telemetry): metrics, and what to warn of.
+    # The machine while the run went on (specexp.host.telemetry): metrics, and what to warn of.
     telemetry: dict[str, float] = field(default_factory=dict)
     machine_warnings: list[Note] = field(default_factory=list)
     # Before the run: how long the client waited for the server to be idle; what it was

@@ -4,7 +4,7 @@ The YAML files in ``conf/`` are data; these dataclasses give them types, so a mi
 an unknown choice or a string where a number belongs fails at composition, and a value out
 of range fails when the composed config is converted into them (:func:`to_run_config`,
 once per job). Each range check lives in the schema that owns the field; checks that span
-groups are the job's (``specexp.job``), and what an engine cannot honour is the engine's.
+groups are the job's (``specexp.host.job``), and what an engine cannot honour is the engine's.
 Engines subclass :class:`EngineConfig` with their own settings.
 """
 

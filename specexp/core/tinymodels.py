@@ -8,7 +8,7 @@ compute but leave the residual stream untouched, so target and draft agree on ev
 ``divergence`` puts small random values into those projections instead, which makes the
 target disagree with the draft now and then: a knob for the acceptance rate.
 
-    python -m specexp.tinymodels --out /tmp/pair --target-layers 8 --divergence 0.0
+    python -m specexp.core.tinymodels --out /tmp/pair --target-layers 8 --divergence 0.0
 """
 
 from __future__ import annotations
@@ -382,7 +382,7 @@ def _write_gguf(
 def main(argv: list[str] | None = None) -> None:
     defaults = TinyPairSpec()
     parser = argparse.ArgumentParser(
-        prog="python -m specexp.tinymodels", description=__doc__.split("\n\n")[0]
+        prog="python -m specexp.core.tinymodels", description=__doc__.split("\n\n")[0]
     )
     for field in dataclasses.fields(TinyPairSpec):
         parser.add_argument(

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -193,6 +194,15 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
     if not console.quiet:
         print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
+
+
+def interrupted(signum: signal.Signals) -> int:
+    """Every handler on the way up has cleaned up: one line, and the shell's exit status."""
+    console.print(
+        f"[yellow]interrupted ({signum.name}):[/] every server specexp "
+        "started is stopped and open runs are ended as KILLED; what was measured is kept"
+    )
+    return 128 + signum
 
 
 @contextlib.contextmanager

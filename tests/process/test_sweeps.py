@@ -27,7 +27,7 @@ def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking
         env=tracking_env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "sweep: 10 jobs, 10 to run, 2 server launch(es) needed" in result.stdout
+    assert "sweep: 10 jobs, 10 to run, 2 server launch(es)" in result.stdout
     assert result.stdout.count("server ready at") == 2
     assert result.stdout.count("reusing the sweep's server") == 8
     runs = runs_in(tracking_env["MLFLOW_TRACKING_URI"])

@@ -1,0 +1,145 @@
+"""The front door with real processes: the Python API running a job silently, `specexp`
+and `python -m specexp` exiting 2 on a typo and 1 on a failure, a sweep naming its failed
+job, the store's artifacts beside its database, and `specexp ui` on a free port."""
+
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+import specexp
+from specexp import api, cli
+from specexp.analysis.results import RunKind, RunStatus
+from tests.conftest import TINY, run_cli, runs_in, store_env
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """A fresh directory to run in, with a private store named by MLFLOW_TRACKING_URI."""
+    store = tmp_path / "store"
+    store.mkdir()
+    for key, value in store_env(store).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_a_notebook_runs_a_job_and_gets_its_typed_summary_with_nothing_printed(in_tmp, capfd):
+    result = specexp.run_job(list(TINY), quiet=True)
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert result.status == RunStatus.finished and result.run_id
+    assert result.summary is not None and result.summary.tok_per_s.n == 2
+    assert result.summary.tok_per_s.mean > 0
+    # Quiet is the terminal's: the job's log has its lines.
+    assert result.output_dir is not None
+    log = (result.output_dir / "specexp.log").read_text()
+    assert "tok/s" in log and "run 1:" in log
+    # The finished run loads back, typed, from its directory and from its id.
+    loaded = specexp.load(str(result.output_dir))
+    assert loaded.run_id == result.run_id and loaded.kind == RunKind.job
+    assert loaded.job is not None and len(loaded.job.values) == 2
+    # MLFLOW_TRACKING_URI moved the store: its artifacts are beside its database.
+    run = MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).get_run(result.run_id)
+    assert run.info.artifact_uri.startswith((in_tmp / "store" / "artifacts").as_uri())
+    assert not (in_tmp / "mlruns").exists()
+
+
+def test_the_apis_examples_run():
+    """The module's docstring example, as a notebook would run it."""
+    failures, tried = doctest.testmod(api, optionflags=doctest.ELLIPSIS)
+    assert tried and not failures
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [sys.executable, "-m", "specexp.cli", "run", "speculative=drafts"],
+        [sys.executable, "-m", "specexp", "speculative=drafts"],
+        [sys.executable, "-m", "specexp", "-m", "speculative=none,drafts"],
+    ],
+)
+def test_an_override_typo_exits_2_with_the_nearest_spelling(tmp_path, argv):
+    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "did you mean 'draft'?" in result.stdout
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_a_failed_run_exits_1(tmp_path):
+    env = store_env(tmp_path)
+    # Ready in 1 ms: no server is, so the job fails after it started.
+    result = run_cli(
+        "run", *TINY, "engine.ready_timeout_s=0.001", cwd=tmp_path, env=env, module="specexp.cli"
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (run,) = runs_in(env["MLFLOW_TRACKING_URI"])
+    assert run.info.status == "FAILED"
+
+
+def test_a_sweep_with_a_failed_job_exits_1_and_names_it(tmp_path):
+    env = store_env(tmp_path)
+    result = run_cli(
+        "sweep",
+        *TINY,
+        "engine.ready_timeout_s=0.001,120",
+        cwd=tmp_path,
+        env=env,
+        module="specexp.cli",
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 of 2 job(s) failed: engine.ready_timeout_s=0.001" in result.stdout
+    # Hydra's job lines show the jobs' own overrides, not the sweep's internal ones.
+    assert "multirun.parent_run_id" not in result.stdout + result.stderr
+
+
+def test_models_list_names_every_model_and_whether_it_is_ready(capsys):
+    assert cli.main(["models", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("gemma3-270m", "tiny-pair-small", "kimi-k2.5"):
+        assert name in out
+
+
+def test_the_ui_runs_on_a_free_port_and_prints_its_address(tmp_path):
+    env = {**os.environ, **store_env(tmp_path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specexp.cli", "ui"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()  # the first line it prints is the address
+        address = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert address and address.group(1) != "5000", line
+        assert urllib.request.urlopen(address.group(0) + "health", timeout=10).status == 200
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=60)
+
+
+def test_a_config_the_job_refuses_exits_2_before_anything_is_tracked(tmp_path):
+    env = store_env(tmp_path)
+    result = run_cli(
+        "run",
+        *TINY,
+        f"stack.bin_dir={tmp_path / 'nowhere'}",
+        cwd=tmp_path,
+        env=env,
+        module="specexp.cli",
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "config error:" in result.stdout and "Traceback" not in result.stdout + result.stderr
+    assert runs_in(env["MLFLOW_TRACKING_URI"]) == []

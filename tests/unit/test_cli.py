@@ -1,0 +1,91 @@
+"""The front door without running anything: the command's subcommands and their help,
+options declared once with the schema's defaults, usage errors with the nearest spelling."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+import specexp
+from specexp import api, cli, compare, history, options
+from specexp.core import tinymodels, trainedmodels
+from specexp.core.schemas import StatsConfig, TrackingConfig
+
+SUBCOMMANDS = ("run", "sweep", "compare", "history", "doctor", "upload", "models", "ui")
+
+
+def test_every_subcommand_has_its_help(capsys):
+    for command in ("", *SUBCOMMANDS):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*([command] if command else []), "--help"])
+        assert exited.value.code == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: specexp {command}".rstrip()), command
+
+
+def test_options_that_mean_the_same_take_the_schemas_defaults():
+    stats, tracking = StatsConfig(), TrackingConfig()
+    compared = compare.build_parser().parse_args([])
+    assert (compared.confidence, compared.threshold, compared.power) == (
+        stats.confidence,
+        stats.threshold,
+        stats.power,
+    )
+    assert (compared.experiment, compared.tracking_uri) == (tracking.experiment, tracking.uri)
+    parser = cli.build_parser()
+    told = parser.parse_args(["history"])
+    assert (told.confidence, told.experiment) == (stats.confidence, tracking.experiment)
+    assert history.run is cli.COMMANDS["history"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [
+        (["speculative=drafts"], "unknown speculative option 'drafts'; did you mean 'draft'?"),
+        (["specualtive=draft"], "unknown key 'specualtive'; did you mean 'speculative'?"),
+        (["engine.thread=1"], "unknown key 'engine.thread'; did you mean 'engine.threads'?"),
+        (["speculative=none,draftt"], "did you mean 'draft'?"),
+        (["speculative.method=drft"], "did you mean 'draft'? (choices: none, eagle3"),
+    ],
+)
+def test_an_override_typo_is_a_usage_error_naming_the_nearest_spelling(overrides, said, capsys):
+    with pytest.raises(options.UsageError, match=re.escape(said)):
+        api.check_overrides(overrides)
+    assert cli.main(["doctor", *overrides]) == cli.USAGE_EXIT
+    assert said in capsys.readouterr().out
+
+
+def test_valid_overrides_pass_the_check():
+    api.check_overrides(
+        ["model=tiny-pair-small", "speculative=none,draft", "+sweep=reference_cpu", "-m"]
+    )
+    api.check_overrides(["+stack.versions.cuda=13.0", "engine.threads=1", "hydra.verbose=true"])
+
+
+def test_an_unknown_option_names_the_nearest_one(capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["compare", "--baselne", "speculative=none"])
+    assert exited.value.code == cli.USAGE_EXIT
+    assert "did you mean '--baseline'?" in capsys.readouterr().err
+
+
+def test_a_module_that_prints_its_usage_names_one_that_runs(capsys):
+    """`tinymodels --help` once printed a module path from before the move into bands."""
+    for module in (tinymodels, trainedmodels):
+        with pytest.raises(SystemExit):
+            module.main(["--help"])
+        prog = re.match(r"usage: python -m (\S+)", capsys.readouterr().out)
+        assert prog and importlib.util.find_spec(prog.group(1)) is not None
+
+
+def test_the_api_is_exported_at_the_package_root_and_loaded_on_first_use():
+    assert set(specexp.__all__) <= set(api.__all__)
+    for name in specexp.__all__:
+        assert getattr(specexp, name) is getattr(api, name)
+
+
+def test_a_value_of_the_wrong_type_is_a_usage_error():
+    with pytest.raises(options.UsageError, match="could not be converted to Integer"):
+        api.check_overrides(["workload.max_tokens=many"])
