@@ -43,6 +43,7 @@ class SpecexpSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         # Imported here: Hydra imports every plugin module whenever it starts, and the sweep
         # brings MLflow (about a second) that a single run does not need this early.
+        from specexp.core.durable import write_atomic  # noqa: PLC0415
         from specexp.sweep.launch import run_sweep  # noqa: PLC0415
         from specexp.sweep.plan import expand_overrides, with_levels  # noqa: PLC0415
 
@@ -57,7 +58,7 @@ class SpecexpSweeper(Sweeper):
         loader = self.hydra_context.config_loader
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        write_atomic(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         return run_sweep(
             loader,
             self.config,

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from specexp.analysis.results import Artifact, RunStatus, Tag, capacity_points_tag
 from specexp.analysis.summary import accounting_totals, summarize_job
+from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.host.job import Job
 from specexp.output import terminal
@@ -149,7 +150,7 @@ def _finish(session: JobSession) -> None:
     )
     if summary.prompts:
         path = session.log_path.parent / Artifact.prompts
-        path.write_text(json.dumps(summary.prompts.to_json(), indent=1))
+        write_atomic(path, json.dumps(summary.prompts.to_json(), indent=1))
         session.files[Artifact.prompts] = path
     if tracker:
         tracker.log_metrics(dict(summary.metrics))

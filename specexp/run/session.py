@@ -27,6 +27,7 @@ from specexp.run.tracked import (
     write_job_files,
 )
 from specexp.serving.server import ServerProcess
+from specexp.tracking.store import uri_in_force, uri_problem
 
 
 @dataclass
@@ -81,6 +82,9 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         raise ConfigError(
             f"model file not found: {', '.join(missing)}; check model.path / model.draft_path"
         )
+    uri_error = uri_problem(uri_in_force(cfg.tracking.uri)[0]) if cfg.tracking.enabled else None
+    if uri_error:
+        raise ConfigError(uri_error)
     if cfg.engine.url:
         job.request_headers()  # its key must be there before anything is tracked
     elif not os.access(launch.argv[0], os.X_OK):

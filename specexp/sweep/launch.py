@@ -45,7 +45,7 @@ from specexp.sweep.sequential import (
     sequential_summary,
     with_launch_budget,
 )
-from specexp.tracking.store import RunLog, TrackingStore, uri_in_force
+from specexp.tracking.store import RunLog, TrackingStore, uri_in_force, uri_problem
 
 
 def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
@@ -128,6 +128,9 @@ def run_sweep(
     uri = uri_in_force(first.tracking.uri)[0] if first else ""
     configs = [j.job.config for j in plan.jobs]
     errors = plan.errors + launchers.check(launcher, configs, uri, max_batch_size)
+    uri_error = uri_problem(uri) if first and first.tracking.enabled else None
+    if uri_error:
+        errors.append(uri_error)
     if errors:
         _refuse(plan, errors, len(job_overrides))
     if first is None:

@@ -7,13 +7,16 @@ it, as everywhere in MLflow.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from urllib.parse import urlparse
 
 try:
     from mlflow.entities import Metric, Param, RunTag
@@ -25,7 +28,9 @@ from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
 from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
+from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
+from specexp.core.schemas import ConfigError
 
 GPU_CLOCK = re.compile(r"gpu\d+_sm_clock_mhz")
 
@@ -84,6 +89,56 @@ def uri_in_force(configured: Optional[str]) -> tuple[str, Optional[str]]:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"], None
     return default_store()
+
+
+# Schemes of the stores MLflow's tracking client takes (a database's with its driver, as
+# in postgresql+psycopg2); a plain path is a file store.
+_NETWORK_SCHEMES = ("http", "https", "postgresql", "mysql", "mssql")
+_SCHEMES = (*_NETWORK_SCHEMES, "sqlite", "file", "", "databricks", "databricks-uc")
+# A scheme with its colon or slashes lost, which would otherwise be taken for a path.
+_SCHEME_TYPO = re.compile(r"(https?|sqlite|file|postgresql|mysql|mssql)(/|:[^/])")
+
+
+def uri_problem(uri: str) -> Optional[str]:
+    """Why ``uri`` cannot be a tracking store's address (a typo), or None: refused before
+    anything runs rather than taken for a store that is down."""
+    try:
+        parsed = urlparse(uri)
+        parsed.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        return f"tracking URI {redact_text(uri)!r} is malformed ({exc})"
+    scheme = parsed.scheme.split("+")[0]
+    if scheme not in _SCHEMES or _SCHEME_TYPO.match(uri):
+        return (
+            f"tracking URI {redact_text(uri)!r}: no MLflow store has the scheme "
+            f"{parsed.scheme!r} (http://HOST:PORT, sqlite:///PATH, or a database URL)"
+        )
+    if scheme in _NETWORK_SCHEMES and not parsed.hostname:
+        return f"tracking URI {redact_text(uri)!r} names no host ({scheme}://HOST:PORT)"
+    if scheme == "sqlite" and not parsed.path.strip("/"):
+        return f"tracking URI {redact_text(uri)!r} names no database file (sqlite:///PATH)"
+    return None
+
+
+@contextlib.contextmanager
+def creating(uri: str) -> Iterator[None]:
+    """Held while a store is opened and its experiment found or made: one process at a time
+    per SQLite file, so that two starting on a new store do not both run MLflow's schema
+    migration (the loser's half-done migration breaks the store for good). SQLite takes one
+    writer at a time after that too; a write that finds it busy past SQLite's wait fails
+    over to the run's journal (:class:`FailoverRun`), and jobs that run side by side must
+    log to a tracking server (specexp.run.launchers.check)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(database.with_name(database.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
@@ -157,18 +212,22 @@ class TrackingStore:
         self.uri, artifact_root = tracking_uri(uri)
         if MlflowClient is None:
             raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow")
+        problem = uri_problem(self.uri)
+        if problem:
+            raise ConfigError(problem)
         self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_name = experiment
-        existing = self.client.get_experiment_by_name(experiment)
-        if existing is not None:
-            self.experiment_id = existing.experiment_id
-        elif not create:
-            raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
-        else:
-            self.experiment_id = self.client.create_experiment(
-                experiment, artifact_location=artifact_root
-            )
-        self._present(existing.tags if existing is not None else {})
+        with creating(self.uri):  # the first call creates and migrates a new store
+            existing = self.client.get_experiment_by_name(experiment)
+            if existing is not None:
+                self.experiment_id = existing.experiment_id
+            elif not create:
+                raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
+            else:
+                self.experiment_id = self.client.create_experiment(
+                    experiment, artifact_location=artifact_root
+                )
+            self._present(existing.tags if existing is not None else {})
 
     def _present(self, tags: dict[str, str]) -> None:
         """The experiment as the UI should open it: the runs table (unless someone chose
@@ -408,7 +467,7 @@ class OfflineRun:
         self._write()
 
     def _write(self) -> None:
-        self.path.write_text(json.dumps(self.journal, indent=1, default=str))
+        write_atomic(self.path, json.dumps(self.journal, indent=1, default=str))
 
     def _record(self, name: str, *args: Any) -> None:
         self.journal["calls"].append([name, list(args)])
