@@ -22,6 +22,7 @@ from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 from specexp.engines import engines
 from specexp.host import interrupt
 from specexp.host.job import prepare
+from specexp.output import failure
 from specexp.output.terminal import console
 from specexp.run import launchers
 from specexp.run.job_run import run_job
@@ -84,6 +85,10 @@ def run_one(cfg: DictConfig) -> str:
     except ConfigError as exc:
         console.print(f"[red]config error:[/] {escape(str(exc))}")
         sys.exit(2)
+    except Exception as exc:  # its runs are ended: one line here, the traceback in specexp.log
+        failure.log_traceback(exc)
+        console.print(f"[red]failed:[/] {escape(failure.one_line(exc))} (traceback: specexp.log)")
+        sys.exit(failure.exit_status(exc))
     if result.status == RunStatus.failed and HydraConfig.get().mode == RunMode.RUN:
-        sys.exit(1)
+        sys.exit(result.exit_status)
     return result.status

@@ -14,6 +14,8 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
+from specexp.core.durable import write_atomic
+
 
 @dataclass
 class SpecexpSweeperConf:
@@ -43,7 +45,6 @@ class SpecexpSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         # Imported here: Hydra imports every plugin module whenever it starts, and the sweep
         # brings MLflow (about a second) that a single run does not need this early.
-        from specexp.core.durable import write_atomic  # noqa: PLC0415
         from specexp.sweep.launch import run_sweep  # noqa: PLC0415
         from specexp.sweep.plan import expand_overrides, with_levels  # noqa: PLC0415
 

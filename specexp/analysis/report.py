@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from omegaconf import OmegaConf
+
 from specexp.analysis import crossover
 from specexp.analysis.arms import (
     Arm,
@@ -219,6 +221,33 @@ class SweepFacts:
     speculative: Mapping[str, SpeculativeConfig]
     # The comparisons the sweep measured until decided.
     sequences: Sequence[SequentialComparison] = ()
+    # Finished runs of the sweep's jobs from before it resumed.
+    resumed: Sequence[str] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **{k: getattr(self, k) for k in _FACT_VALUES},
+            "stats": dataclasses.asdict(self.stats),
+            "speculative": {k: dataclasses.asdict(v) for k, v in self.speculative.items()},
+            "sequences": [s.to_json() for s in self.sequences],
+            "resumed": list(self.resumed),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepFacts:
+        def typed(schema: type, values: dict[str, Any]) -> Any:
+            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+
+        return cls(
+            **{k: data[k] for k in _FACT_VALUES},
+            stats=typed(StatsConfig, data["stats"]),
+            speculative={k: typed(SpeculativeConfig, v) for k, v in data["speculative"].items()},
+            sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
+            resumed=data["resumed"],
+        )
+
+
+_FACT_VALUES = ("parent_run_id", "engine", "order", "baseline", "crossover_factor")
 
 
 def _crossovers(

@@ -18,7 +18,7 @@ from specexp.analysis.summary import accounting_totals, summarize_job
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.host.job import Job
-from specexp.output import terminal
+from specexp.output import failure, terminal
 from specexp.run.measure import measure_part
 from specexp.run.session import JobResult, JobSession, close_session, open_session
 from specexp.serving.server import ServerError
@@ -111,7 +111,9 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         session.result.status, session.result.error = RunStatus.killed, "interrupted"
         raise
     except Exception as exc:  # the run is marked failed; what was measured stays on disk
+        failure.log_traceback(exc)
         error = f"{type(exc).__name__}: {exc}"
+        session.result.exit_status = failure.exit_status(exc, failure.RUN_FAILED)
         _failed(session, "run failed", error, error[:500])
     finally:
         if not (open_jobs and open_jobs.holds(output_dir)):
@@ -171,4 +173,9 @@ def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: s
     if log_tail:
         terminal.console.print(f"[dim]{escape(redact_text(log_tail))}[/]")
     if session.tracker:
-        session.tracker.set_tags({Tag.failure: reason})
+        try:
+            session.tracker.set_tags({Tag.failure: reason})
+        except (
+            Exception
+        ) as exc:  # neither store nor journal takes it (a full disk): ended all the same
+            failure.log_traceback(exc)

@@ -18,7 +18,7 @@ from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensur
 from specexp.engines.base import LaunchSpec, Setting
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_cpus, host_gpus
-from specexp.output import terminal
+from specexp.output import failure, terminal
 from specexp.run.tracked import (
     TrackedRun,
     log_stack,
@@ -38,6 +38,7 @@ class JobResult:
     runs: list[RunResult] = field(default_factory=list)
     error: Optional[str] = None
     output_dir: Optional[Path] = None
+    exit_status: int = failure.RUN_FAILED  # a single run's, when it failed
 
 
 @dataclass
@@ -133,11 +134,27 @@ def stop_own_server(session: JobSession) -> None:
 
 
 def close_session(session: JobSession) -> None:
-    """Stop the job's own server if it still runs, log its files, end its run."""
-    if session.server is not None:
-        stop_own_server(session)
-    for log in session.server_logs:
-        redact_file(log)
-    if session.tracker:
-        session.tracker.log_artifacts([*session.files.values(), *session.server_logs])
-        session.tracker.end(session.result.status)
+    """Stop the job's own server if it still runs, log its files, end its run: each step
+    tried whatever the one before did (a full disk fails the redaction, not the run's end);
+    the first error raised after."""
+    tracker = session.tracker
+    steps = [
+        *([lambda: stop_own_server(session)] if session.server is not None else []),
+        *[lambda log=log: redact_file(log) for log in session.server_logs],
+        *(
+            [
+                lambda: tracker.log_artifacts([*session.files.values(), *session.server_logs]),
+                lambda: tracker.end(session.result.status),
+            ]
+            if tracker
+            else []
+        ),
+    ]
+    errors = []
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

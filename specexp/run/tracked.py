@@ -28,7 +28,7 @@ from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_env, redact_text, redact_tree
 from specexp.core.schemas import RunConfig
 from specexp.engines.base import Engagement, LaunchSpec, Setting
-from specexp.host import capture
+from specexp.host import capture, owner
 from specexp.host.job import Job
 from specexp.host.leases import command_output
 from specexp.output import terminal
@@ -58,6 +58,7 @@ def run_tags(job: Job) -> dict[str, str]:
     cfg, engine = job.config, job.engine
     return {
         Tag.kind: RunKind.job,
+        Tag.process: owner.this_process(),
         "engine": engine.name,
         "engine_version": engine.version(job.server)[0] or "unknown",
         "stack": cfg.stack.name,
@@ -122,6 +123,7 @@ def _online(job: Job, output_dir: Path, name: str, tags: dict[str, str]) -> Trac
             + _upload_hint(output_dir)
         )
 
+    store.end_abandoned()
     run = store.start_run(name, tags, parent_run_id=cfg.multirun.parent_run_id)
     return FailoverRun(run, journal, failed_over)
 

@@ -14,6 +14,7 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from urllib.parse import urlparse
@@ -31,6 +32,7 @@ from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import ConfigError
+from specexp.host import owner
 
 GPU_CLOCK = re.compile(r"gpu\d+_sm_clock_mhz")
 
@@ -325,6 +327,25 @@ class TrackingStore:
         )
         return runs[0].info.run_id if runs else None
 
+    def end_abandoned(self) -> list[str]:
+        """End as KILLED the runs of the experiment left RUNNING by a process of this host
+        that is gone (a sweep or job killed with SIGKILL: nothing of it could end them),
+        saying why; their ids."""
+        ended = []
+        for run in self._search(
+            f"attributes.status = 'RUNNING' and tags.`{Tag.process}` LIKE '{owner.host_prefix()}%'"
+        ):
+            if owner.gone(run.data.tags[Tag.process]):
+                self.client.set_tag(
+                    run.info.run_id,
+                    Tag.failure,
+                    "abandoned: its process ended without ending it (killed); ended by the "
+                    "next specexp command",
+                )
+                self.client.set_terminated(run.info.run_id, status=RunStatus.killed)
+                ended.append(run.info.run_id)
+        return ended
+
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
         for run in self._search(
@@ -533,18 +554,38 @@ class FailoverRun:
         self._call("end", status)
 
 
-def replay(journal_path: Path, uri: Optional[str] = None) -> str:
+@dataclass
+class Replayed:
+    """What an upload of a journal did: its run, the calls replayed, and whether the
+    journal stopped before the run ended (its process killed, its disk full)."""
+
+    run_id: str
+    calls: int
+    cut_short: bool
+
+
+def replay(journal_path: Path, uri: Optional[str] = None) -> Replayed:
     """Upload an offline journal to MLflow (its own URI, or ``uri``): a new run, or the rest
-    of the run it continues; returns the run id."""
+    of the run it continues. A journal that stops before the run's end ends it FAILED,
+    saying so; files it logged are found beside it if they were moved with it."""
     journal = json.loads(journal_path.read_text())
     store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
+    store.end_abandoned()
     run = (
         store.run(journal["continues"])
         if "continues" in journal
         else store.start_run(*journal["start"])
     )
-    for name, args in journal["calls"]:
+    calls = journal["calls"]
+    for name, args in calls:
         if name == "log_artifacts":
-            args = [[Path(p) for p in args[0]], args[1]]
+            here = [Path(p) for p in args[0]]
+            args = [[p if p.exists() else journal_path.parent / p.name for p in here], args[1]]
         getattr(run, name)(*args)
-    return run.run_id
+    cut_short = not calls or calls[-1][0] != "end"
+    if cut_short:
+        run.set_tags(
+            {Tag.failure: "its journal stops before the run's end (killed, or a full disk)"}
+        )
+        run.end(RunStatus.failed)
+    return Replayed(run.run_id, len(calls), cut_short)
