@@ -22,12 +22,23 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _mode(path: Path) -> int:
+    """The file's mode as it is, or for a new file as open() would make it (the umask)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(path: Path, data: Union[str, bytes]) -> None:
     """Replace ``path`` with ``data``: readers see the old file or the new one, never a part;
     a failure (ENOSPC, EIO, a kill) leaves the old one as it was and no temporary file."""
     payload = data.encode() if isinstance(data, str) else data
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, _mode(path))
         with os.fdopen(fd, "wb") as out:
             out.write(payload)
             out.flush()

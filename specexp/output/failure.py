@@ -15,8 +15,8 @@ STORE_DOWN = 69  # EX_UNAVAILABLE: the tracking store could not be reached, noth
 BUG = 70  # EX_SOFTWARE: an error specexp did not expect
 DISK = 74  # EX_IOERR: specexp's own files could not be written (disk full, I/O error)
 
-# Errors of the disk under specexp's files, not of its logic.
-_DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS)
+# Errors of the disk under specexp's files, not of its logic (EFBIG: a file-size limit).
+_DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 _log = logging.getLogger("specexp.failure")
 

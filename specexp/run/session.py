@@ -100,10 +100,30 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
+def set_aside_earlier_attempt(output_dir: Path) -> Optional[Path]:
+    """The files an earlier attempt of this job left in ``output_dir`` (it was killed, and
+    a resumed sweep runs it again in its place), moved whole into ``attempt-N/`` there: never
+    written over or appended to. Where they went, if anywhere."""
+    earlier = [output_dir / a for a in Artifact if (output_dir / a).exists()]
+    if not earlier:
+        return None
+    number = 1
+    while (output_dir / f"attempt-{number}").exists():
+        number += 1
+    aside = output_dir / f"attempt-{number}"
+    aside.mkdir()
+    for path in earlier:
+        path.rename(aside / path.name)
+    return aside
+
+
 def open_session(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
     """Check what the job needs, write its files and start its tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     check_prerequisites(job, launch)
+    aside = set_aside_earlier_attempt(output_dir)
+    if aside:
+        terminal.console.print(f"an earlier attempt's files in {output_dir} are kept in {aside}")
     files = write_job_files(job, launch, output_dir)
     tracker = start_tracking(job, output_dir)
     result = JobResult(
