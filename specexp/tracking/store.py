@@ -217,9 +217,9 @@ class TrackingStore:
         problem = uri_problem(self.uri)
         if problem:
             raise ConfigError(problem)
-        self.client = MlflowClient(tracking_uri=self.uri)
         self.experiment_name = experiment
-        with creating(self.uri):  # the first call creates and migrates a new store
+        with creating(self.uri):  # the client creates and migrates a new store
+            self.client = MlflowClient(tracking_uri=self.uri)
             existing = self.client.get_experiment_by_name(experiment)
             if existing is not None:
                 self.experiment_id = existing.experiment_id

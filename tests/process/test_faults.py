@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from specexp.core.schemas import ConfigError
 from specexp.host.job import prepare
 from tests.conftest import (
     CONFIG_DIR,
+    REPO,
     TINY,
     compose_run,
     is_sweep,
@@ -396,3 +398,47 @@ def test_a_type_error_on_the_command_line_is_a_message_not_a_traceback(tmp_path)
     assert (
         "workload.max_tokens" in result.stderr and "Traceback" not in result.stderr + result.stdout
     )
+
+
+# Issue 45's fault matrix: each test names the row of docs/notes/faults.md it checks.
+
+STORE_USER = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from specexp.tracking.store import TrackingStore\n"
+    "go = Path(sys.argv[2])\n"
+    "while not go.exists():\n"
+    "    time.sleep(0.005)\n"
+    "store = TrackingStore(sys.argv[1], 'specexp')\n"
+    "run = store.start_run(sys.argv[3], {})\n"
+    "run.log_metrics({'tok_per_s': 1.0})\n"
+    "run.end()\n"
+)
+
+
+def test_two_processes_starting_on_one_new_sqlite_store_both_work(tmp_path):
+    """Issue 45: two sweeps started at once on a new SQLite store both crashed in MLflow's
+    schema migration and broke the store for good. Two processes, released together, each
+    open the new store, create the experiment and log a run: both succeed, and the store
+    holds both runs. Two rounds, each on a store of its own."""
+    for round_index in range(2):
+        uri = f"sqlite:///{tmp_path / f'new{round_index}' / 'mlflow.db'}"
+        go = tmp_path / f"go{round_index}"
+        users = [
+            subprocess.Popen(
+                [sys.executable, "-c", STORE_USER, uri, str(go), f"run{i}"],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        time.sleep(1.0)  # both waiting at the gate (their imports done)
+        go.touch()
+        outputs = [u.communicate(timeout=300)[0] for u in users]
+        assert [u.returncode for u in users] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+        runs = runs_in(uri)
+        assert sorted(r.info.run_name for r in runs) == ["run0", "run1"]
+        assert all(r.info.status == "FINISHED" for r in runs)
