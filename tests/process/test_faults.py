@@ -442,3 +442,67 @@ def test_two_processes_starting_on_one_new_sqlite_store_both_work(tmp_path):
         runs = runs_in(uri)
         assert sorted(r.info.run_name for r in runs) == ["run0", "run1"]
         assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def files_under(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+def statuses(uri: str) -> dict[str, list[str]]:
+    """Each run name's statuses, sorted."""
+    found: dict[str, list[str]] = {}
+    for run in runs_in(uri):
+        found.setdefault(run.info.run_name, []).append(run.info.status)
+    return {name: sorted(s) for name, s in found.items()}
+
+
+def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path, tracking_env):
+    """Issue 45: a sweep killed with SIGKILL and resumed into the same directory wrote its
+    first resumed job into finished job 0's folder (config, command, environment replaced,
+    requests.jsonl appended), and left the parent and the job in flight RUNNING for good.
+    Killed while job 1 measures: the resumed sweep leaves job 0's folder byte-identical, keeps
+    job 1's first attempt whole in attempt-1/, ends the killed runs KILLED, runs each
+    unfinished job once, and leaves no run RUNNING and no server behind."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    sweep = (
+        "-m",
+        *TINY,
+        "stats.measured_runs=6",
+        "multirun.order=blocked",
+        "replicate=0,1,2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )
+    process = start_cli(*sweep, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
+    in_flight = tmp_path / "sweep" / "1" / "requests.jsonl"
+    deadline = time.monotonic() + 300
+    while not (in_flight.exists() and in_flight.read_text().count("\n") >= 1):
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+        time.sleep(0.1)
+    process.kill()
+    process.communicate(timeout=60)
+    finished = files_under(tmp_path / "sweep" / "0")
+    earlier_attempt = in_flight.read_bytes()
+    assert statuses(uri)["replicate=0"] == ["FINISHED"]
+    deadline = time.monotonic() + 30  # the server follows its parent (PR_SET_PDEATHSIG)
+    while server_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server_pids() == set()
+
+    resumed = run_cli(*sweep, cwd=tmp_path, env=tracking_env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert files_under(tmp_path / "sweep" / "0") == finished
+    assert (
+        tmp_path / "sweep" / "1" / "attempt-1" / "requests.jsonl"
+    ).read_bytes() == earlier_attempt
+    for job in ("1", "2"):
+        lines = (tmp_path / "sweep" / job / "requests.jsonl").read_text().splitlines()
+        assert len(lines) == 6 and all(json.loads(line)["ok"] for line in lines)
+    assert statuses(uri) == {
+        "sweep (3 jobs)": ["FINISHED", "KILLED"],
+        "replicate=0": ["FINISHED"],
+        "replicate=1": ["FINISHED", "KILLED"],
+        "replicate=2": ["FINISHED"],
+    }
+    assert server_pids() == set()
