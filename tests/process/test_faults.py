@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -19,13 +20,18 @@ from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
 from specexp.analysis.results import Tag
+from specexp.core.durable import read_json_lines
 from specexp.core.schemas import ConfigError
+from specexp.core.tinymodels import ensure_pair
 from specexp.host.job import prepare
+from specexp.output import failure
 from tests.conftest import (
     CONFIG_DIR,
     REPO,
     TINY,
+    compose_job,
     compose_run,
+    fake_llama_server,
     is_sweep,
     mlflow_process,
     nothing_tracked,
@@ -485,7 +491,7 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     finished = files_under(tmp_path / "sweep" / "0")
     earlier_attempt = in_flight.read_bytes()
     assert statuses(uri)["replicate=0"] == ["FINISHED"]
-    deadline = time.monotonic() + 30  # the server follows its parent (PR_SET_PDEATHSIG)
+    deadline = time.monotonic() + 90  # the server follows its parent (PR_SET_PDEATHSIG)
     while server_pids() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert server_pids() == set()
@@ -562,3 +568,64 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
     assert "replicate" in published.data.tags["mlflow.note.content"]
     assert sorted(r.info.status for r in runs if not is_sweep(r)) == ["FINISHED", "FINISHED"]
     assert (sweep_dir / "mlflow_offline_report.uploaded.json").exists()
+
+
+def full_disk_at(size: int) -> None:
+    """In the child before exec: every write past ``size`` bytes of a file fails (EFBIG), as
+    a full disk fails it with ENOSPC - on every writer, the server's log included."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_path):
+    """Issue 45: the disk filling during a run left the journal at 0 bytes, requests.jsonl
+    cut mid-line, the run RUNNING and three chained tracebacks; upload then crashed on the
+    journal. Files past 32 kB cannot grow here (the journal and the requests cross it
+    mid-run; the fake llama-server writes no log, which would cross it first): the run fails
+    with one line and exit 74 (EX_IOERR), every file holds whole records, and the upload
+    ends the run FAILED with every request that was written."""
+    job = compose_job(*TINY)
+    assert job.config.model.generate is not None
+    ensure_pair(job.config.model.generate, job.engine.model_format)  # not made under the limit
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specexp",
+            *TINY,
+            f"stack.bin_dir={bin_dir}",
+            "stats.measured_runs=100",
+        ],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: full_disk_at(32_000),
+    )
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == failure.DISK, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "File too large" in output
+    (job_dir,) = tmp_path.glob("outputs/*/*")
+    requests = read_json_lines(job_dir / "requests.jsonl")
+    assert not requests.torn and len(requests.records) >= 2
+    journal = json.loads((job_dir / "mlflow_offline.json").read_text())  # whole
+    assert journal["calls"]
+    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    upload = run_cli(str(job_dir), "--tracking-uri", uri, cwd=tmp_path, module="specexp.upload")
+    assert upload.returncode == 0, upload.stdout + upload.stderr
+    (run,) = runs_in(uri)
+    assert run.info.status == "FAILED"
+    stored = Path(
+        MlflowClient(uri).download_artifacts(
+            run.info.run_id, "requests.jsonl", str(tmp_path / "dl")
+        )
+    )
+    assert stored.read_bytes() == (job_dir / "requests.jsonl").read_bytes()
+    assert server_pids() == set()
