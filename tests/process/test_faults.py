@@ -629,3 +629,47 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
     )
     assert stored.read_bytes() == (job_dir / "requests.jsonl").read_bytes()
     assert server_pids() == set()
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_a_malformed_tracking_uri_is_refused_before_anything_runs(tmp_path, sweep):
+    """Issue 45: a malformed tracking URI was taken for a store that is down: the run went
+    on into a journal, exit 0, and the typo surfaced only at upload, as a traceback."""
+    result = run_cli(
+        *(["-m", "replicate=0,1"] if sweep else []),
+        *TINY,
+        "tracking.uri=htp://127.0.0.1:5000",
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "no MLflow store has the scheme 'htp'" in result.stdout
+    assert not list(tmp_path.rglob("requests.jsonl")) and server_pids() == set()
+
+
+def test_a_run_killed_before_its_server_is_ready_is_ended_killed_by_the_next_command(
+    tmp_path, tracking_env
+):
+    """A run killed with SIGKILL (nothing of it can end its run) as soon as its run exists,
+    before its server is ready: the server goes with it, and the next specexp command ends
+    the abandoned run KILLED, saying why."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    process = start_cli(*TINY, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not [r for r in runs_in(uri) if r.info.status == "RUNNING"]:
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    process.kill()
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 90
+    while server_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server_pids() == set()
+    (killed,) = runs_in(uri)
+    assert killed.info.status == "RUNNING"  # nothing of it could end it
+    result = run_cli(*TINY, cwd=tmp_path, env=tracking_env)
+    assert result.returncode == 0, result.stdout[-2000:]
+    runs = {r.info.run_id: r for r in runs_in(uri)}
+    assert runs[killed.info.run_id].info.status == "KILLED"
+    assert "abandoned" in runs[killed.info.run_id].data.tags[Tag.failure]
+    assert sorted(r.info.status for r in runs.values()) == ["FINISHED", "KILLED"]
