@@ -1,4 +1,5 @@
-"""Faults and bad input: every row of the fault tables in README.md and docs/notes/faults.md, against real processes."""
+"""Faults and bad input: every row of the fault tables in README.md and docs/notes/faults.md,
+against real processes."""
 
 from __future__ import annotations
 
