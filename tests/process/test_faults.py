@@ -674,3 +674,22 @@ def test_a_run_killed_before_its_server_is_ready_is_ended_killed_by_the_next_com
     assert runs[killed.info.run_id].info.status == "KILLED"
     assert "abandoned" in runs[killed.info.run_id].data.tags[Tag.failure]
     assert sorted(r.info.status for r in runs.values()) == ["FINISHED", "KILLED"]
+
+
+def test_a_sweep_whose_store_is_down_at_its_start_is_refused_in_one_line(tmp_path):
+    """A sweep's report is read back from its store: with the store unreachable at the start
+    it launches nothing and says so in one line (exit 69, EX_UNAVAILABLE), no traceback."""
+    result = run_cli(
+        "-m",
+        *TINY,
+        "replicate=0,1",
+        cwd=tmp_path,
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == failure.STORE_DOWN, output[-2000:]
+    assert "Traceback" not in output
+    (line,) = [line for line in result.stdout.splitlines() if "MLflow store unreachable" in line]
+    assert "nothing was launched" in line
+    assert not list(tmp_path.rglob("requests.jsonl")) and server_pids() == set()
