@@ -173,9 +173,8 @@ def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: s
     if log_tail:
         terminal.console.print(f"[dim]{escape(redact_text(log_tail))}[/]")
     if session.tracker:
+        # Neither store nor journal may take it (a full disk under both): ended all the same.
         try:
             session.tracker.set_tags({Tag.failure: reason})
-        except (
-            Exception
-        ) as exc:  # neither store nor journal takes it (a full disk): ended all the same
+        except Exception as exc:
             failure.log_traceback(exc)
