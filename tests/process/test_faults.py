@@ -648,18 +648,26 @@ def test_a_malformed_tracking_uri_is_refused_before_anything_runs(tmp_path, swee
     assert not list(tmp_path.rglob("requests.jsonl")) and server_pids() == set()
 
 
-def test_a_run_killed_before_its_server_is_ready_is_ended_killed_by_the_next_command(
-    tmp_path, tracking_env
+@pytest.mark.parametrize("step", ["before-launch", "warm-up"])
+def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
+    tmp_path, tracking_env, step
 ):
-    """A run killed with SIGKILL (nothing of it can end its run) as soon as its run exists,
-    before its server is ready: the server goes with it, and the next specexp command ends
-    the abandoned run KILLED, saying why."""
+    """A run killed with SIGKILL (nothing of it can end its run) as soon as its run exists
+    (before its server is up), or once its server runs and its warm-ups go on: the server
+    goes with it, and the next specexp command ends the abandoned run KILLED, saying why."""
     uri = tracking_env["MLFLOW_TRACKING_URI"]
-    process = start_cli(*TINY, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not [r for r in runs_in(uri) if r.info.status == "RUNNING"]:
+    process = start_cli(
+        *TINY, "stats.warmup_runs=20", cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 180
+    while not (
+        [r for r in runs_in(uri) if r.info.status == "RUNNING"]
+        and (step == "before-launch" or server_pids())
+    ):
         assert process.poll() is None and time.monotonic() < deadline
         time.sleep(0.05)
+    if step == "warm-up":
+        time.sleep(2)  # into its warm-up runs
     process.kill()
     process.communicate(timeout=60)
     deadline = time.monotonic() + 90
@@ -668,6 +676,9 @@ def test_a_run_killed_before_its_server_is_ready_is_ended_killed_by_the_next_com
     assert server_pids() == set()
     (killed,) = runs_in(uri)
     assert killed.info.status == "RUNNING"  # nothing of it could end it
+    written = [read_json_lines(path) for path in tmp_path.rglob("requests.jsonl")]
+    assert all(r["warmup"] for w in written for r in w.records)  # killed before it measured
+    assert not any(w.torn for w in written)
     result = run_cli(*TINY, cwd=tmp_path, env=tracking_env)
     assert result.returncode == 0, result.stdout[-2000:]
     runs = {r.info.run_id: r for r in runs_in(uri)}
