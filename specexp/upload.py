@@ -18,12 +18,7 @@ from specexp.core.redaction import REDACTED
 from specexp.output import failure
 from specexp.output.terminal import console
 from specexp.sweep.report import replay_sweep_end
-from specexp.tracking.store import replay, uri_problem
-
-
-def _uploaded(journal: Path) -> Path:
-    """Where a journal goes once uploaded, so that it is not uploaded twice."""
-    return journal.with_name(journal.name.replace(".json", ".uploaded.json"))
+from specexp.tracking.store import replay, uploaded, uri_problem
 
 
 def _requests_note(directory: Path) -> str:
@@ -90,11 +85,10 @@ def run(args: argparse.Namespace) -> int:
                 return 2
             if name == Artifact.report_journal:
                 parent = replay_sweep_end(journal, args.tracking_uri)
-                journal.rename(_uploaded(journal))
                 console.print(f"published the report of sweep {journal.parent} on run {parent}")
                 continue
             done = replay(journal, args.tracking_uri)
-            journal.rename(_uploaded(journal))
+            journal.rename(uploaded(journal))
             cut = (
                 "; the journal stopped before the run's end, so the run is ended FAILED"
                 if done.cut_short

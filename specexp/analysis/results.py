@@ -61,6 +61,9 @@ class Tag(StrEnum):
     client_cpus = "client_cpus"  # the cores the client measured from, off the server's
     warnings = "warnings"
     failure = "failure"
+    # The offline journal a run was uploaded from (its id): an upload cut short and run again
+    # completes that run rather than making another.
+    journal = "specexp.journal"
     not_engaged = "not_engaged"
     # Every requested setting at once: "yes", "NO: <settings>", or "unknown: <settings>".
     engaged = "engaged"

@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from specexp.analysis.arms import calibrations
 from specexp.analysis.report import SweepFacts
-from specexp.analysis.results import RunKind, RunStatus, Tag
+from specexp.analysis.results import Artifact, RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
@@ -43,7 +43,13 @@ from specexp.sweep.plan import (
     overrides_for,
     plan_steps,
 )
-from specexp.sweep.report import end_sweep, journal_sweep_end, sweep_facts, sweep_view
+from specexp.sweep.report import (
+    end_sweep,
+    journal_sweep_end,
+    replay_sweep_end,
+    sweep_facts,
+    sweep_view,
+)
 from specexp.sweep.sequential import (
     budget_power,
     run_sequences,
@@ -51,7 +57,7 @@ from specexp.sweep.sequential import (
     sequential_summary,
     with_launch_budget,
 )
-from specexp.tracking.store import RunLog, TrackingStore, uri_in_force, uri_problem
+from specexp.tracking.store import RunLog, TrackingStore, now_ms, uri_in_force, uri_problem
 
 
 def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
@@ -188,6 +194,7 @@ def run_sweep(
             _refuse(plan, plan.errors, len(job_overrides))
     if store:
         store.end_abandoned()  # an earlier sweep's runs, left RUNNING by a kill
+        _publish_left_report(store, sweep_dir)
     if store and settings.resume:
         mark_finished(plan, store)
         pairs = [
@@ -295,12 +302,20 @@ def _end_sweep(
     end_children: bool,
     sweep_dir: Path,
 ) -> None:
-    """The report and the parent's end in the store; journaled beside the jobs' directories
-    when the store fails now, for `python -m specexp.upload` to publish later."""
+    """The report and the parent's end in the store, journaled beside the jobs' directories
+    first: kept there when the store fails now or the sweep is killed while publishing, for
+    `python -m specexp.upload` (or the sweep resumed here) to publish later."""
+    at_ms = now_ms()
     try:
-        end_sweep(store, parent, facts, status, end_children)
+        journal = journal_sweep_end(sweep_dir, store, facts, status, end_children, at_ms)
+    except OSError as exc:  # a full disk: the store may still take the report
+        failure.log_traceback(exc)
+        journal = None
+    try:
+        end_sweep(store, parent, facts, status, end_children, at_ms)
     except Exception as exc:  # whatever the store's failure, the sweep's results are kept
-        journal = journal_sweep_end(sweep_dir, store, facts, status, end_children)
+        if journal is None:
+            raise
         failure.log_traceback(exc)
         terminal.console.print(
             f"[bold yellow]MLflow store failed at the sweep's end[/] ({redact_text(store.uri)}: "
@@ -308,3 +323,31 @@ def _end_sweep(
             f"under the same parent run with: python -m specexp.upload {sweep_dir} "
             "[--tracking-uri URI]"
         )
+    else:
+        if journal is not None:
+            journal.unlink()
+
+
+def _publish_left_report(store: TrackingStore, sweep_dir: Path) -> None:
+    """A report an earlier run of this sweep journaled and did not publish (its store down,
+    or the sweep killed while publishing), published before this run journals its own."""
+    journal = sweep_dir / Artifact.report_journal
+    if not journal.exists():
+        return
+    try:
+        parent = replay_sweep_end(journal, store.uri)
+    except Exception as exc:  # kept for `specexp.upload`; this sweep goes on
+        failure.log_traceback(exc)
+        # Out of the way of this run's journal, where the upload still finds it.
+        aside = sweep_dir / f"unpublished-{now_ms()}"
+        aside.mkdir()
+        kept = journal.rename(aside / journal.name)
+        terminal.console.print(
+            f"[yellow]the report an earlier run of this sweep left could not be published "
+            f"({escape(failure.one_line(exc))}); kept as {kept}: publish it with "
+            f"python -m specexp.upload {sweep_dir}[/]"
+        )
+        return
+    terminal.console.print(
+        f"published the report an earlier run of this sweep left unpublished, on run {parent}"
+    )

@@ -18,7 +18,14 @@ from specexp.output import terminal
 from specexp.output.markdown import sweep_description
 from specexp.sweep.plan import Plan
 from specexp.tracking.publish import log_sweep_report
-from specexp.tracking.store import MAX_TAG, RESULT_COLUMNS, RunLog, TrackingStore
+from specexp.tracking.store import (
+    MAX_TAG,
+    RESULT_COLUMNS,
+    RunLog,
+    TrackingStore,
+    now_ms,
+    uploaded,
+)
 
 
 def ui_address(uri: str) -> str:
@@ -71,10 +78,18 @@ def sweep_facts(
 
 
 def end_sweep(
-    store: TrackingStore, parent: RunLog, facts: SweepFacts, status: str, end_children: bool
+    store: TrackingStore,
+    parent: RunLog,
+    facts: SweepFacts,
+    status: str,
+    end_children: bool,
+    at_ms: int,
 ) -> None:
     """The sweep's end in the store: its children still open ended (``end_children``: not
-    Slurm's, which outlive the sweep's process), the report, the parent ended."""
+    Slurm's, which outlive the sweep's process), the report, the parent ended. Its metrics
+    are logged at ``at_ms``, so that publishing it again logs the same points."""
+    store.metric_time_ms = at_ms
+    store.unabandon(parent.run_id)  # a kill while it was published: published now
     if end_children:
         # A job process that was killed could not end its run; its server is gone.
         store.end_children(parent.run_id, RunStatus.failed if status == "FINISHED" else status)
@@ -83,10 +98,16 @@ def end_sweep(
 
 
 def journal_sweep_end(
-    directory: Path, store: TrackingStore, facts: SweepFacts, status: str, end_children: bool
+    directory: Path,
+    store: TrackingStore,
+    facts: SweepFacts,
+    status: str,
+    end_children: bool,
+    at_ms: int,
 ) -> Path:
-    """The sweep's end, for `python -m specexp.upload` to publish under the same parent when
-    the store cannot take it now."""
+    """The sweep's end, for `python -m specexp.upload` (or the sweep resumed in
+    ``directory``) to publish under the same parent when the store cannot take it now, or
+    the sweep is killed while it publishes it."""
     path = directory / Artifact.report_journal
     write_atomic(
         path,
@@ -96,6 +117,7 @@ def journal_sweep_end(
                 "experiment": store.experiment_name,
                 "status": status,
                 "end_children": end_children,
+                "at_ms": at_ms,
                 "facts": facts.to_json(),
             },
             indent=1,
@@ -106,13 +128,19 @@ def journal_sweep_end(
 
 def replay_sweep_end(path: Path, uri: Optional[str] = None) -> str:
     """Publish a journaled sweep end (:func:`journal_sweep_end`) in the store at ``uri`` (its
-    own, else); the parent run's id."""
+    own, else), then set the journal aside as uploaded; the parent run's id."""
     journal = json.loads(path.read_text())
     store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
     facts = SweepFacts.from_json(journal["facts"])
     end_sweep(
-        store, store.run(facts.parent_run_id), facts, journal["status"], journal["end_children"]
+        store,
+        store.run(facts.parent_run_id),
+        facts,
+        journal["status"],
+        journal["end_children"],
+        journal.get("at_ms") or now_ms(),
     )
+    path.rename(uploaded(path))
     return facts.parent_run_id
 
 

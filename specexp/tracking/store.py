@@ -14,6 +14,7 @@ import os
 import re
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
@@ -34,6 +35,12 @@ from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import ConfigError
 from specexp.host import owner
+
+# The failure tag of a run ended by the next command because its process was killed; an
+# upload of the run's journal replaces it with what the journal says.
+ABANDONED = (
+    "abandoned: its process ended without ending it (killed); ended by the next specexp command"
+)
 
 # The folder of a sweep parent's artifacts that holds its report (markdown, JSON, plot).
 SWEEP_REPORT = "sweep_report"
@@ -200,6 +207,15 @@ def view_state(columns: Sequence[str], search_filter: str = "", order_by: str = 
     return json.dumps(state)
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def uploaded(journal: Path) -> Path:
+    """Where a journal goes once uploaded, so that it is not uploaded twice."""
+    return journal.with_name(journal.name.replace(".json", ".uploaded.json"))
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict):
         items: dict[str, Any] = {}
@@ -218,7 +234,13 @@ def _client_defaults() -> None:
 
 
 class TrackingStore:
-    """One experiment of an MLflow store: starts runs, hands out their logs, reads runs back."""
+    """One experiment of an MLflow store: starts runs, hands out their logs, reads runs back.
+
+    ``metric_time_ms``, when set, is the time every metric is logged at rather than now: a
+    report published again (its first try killed) logs the same points, which MLflow keeps
+    once."""
+
+    metric_time_ms: Optional[int] = None
 
     def __init__(self, uri: Optional[str], experiment: str, create: bool = True):
         _client_defaults()
@@ -363,15 +385,21 @@ class TrackingStore:
             f"attributes.status = 'RUNNING' and tags.`{Tag.process}` LIKE '{owner.host_prefix()}%'"
         ):
             if owner.gone(run.data.tags[Tag.process]):
-                self.client.set_tag(
-                    run.info.run_id,
-                    Tag.failure,
-                    "abandoned: its process ended without ending it (killed); ended by the "
-                    "next specexp command",
-                )
+                self.client.set_tag(run.info.run_id, Tag.failure, ABANDONED)
                 self.client.set_terminated(run.info.run_id, status=RunStatus.killed)
                 ended.append(run.info.run_id)
         return ended
+
+    def unabandon(self, run_id: str) -> None:
+        """Take back :meth:`end_abandoned`'s failure tag: the run's journal, being uploaded,
+        says how it ended."""
+        if self.client.get_run(run_id).data.tags.get(Tag.failure) == ABANDONED:
+            self.client.delete_tag(run_id, Tag.failure)
+
+    def journaled_run(self, journal_id: str) -> Optional[str]:
+        """The run an earlier upload of the journal ``journal_id`` made, if one did."""
+        runs = self._search(f"tags.`{Tag.journal}` = '{journal_id}'", max_results=1)
+        return runs[0].info.run_id if runs else None
 
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
@@ -458,10 +486,13 @@ class RunLog:
         for i in range(0, len(batch), 100):  # MLflow caps params per batch at 100
             self.client.log_batch(self.run_id, params=batch[i : i + 100])
 
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        now = int(time.time() * 1000)
+    def log_metrics(
+        self, metrics: dict[str, float], step: int = 0, timestamp_ms: Optional[int] = None
+    ) -> None:
+        """``timestamp_ms``: when the metrics were measured (a journal's replay), else now."""
+        at = timestamp_ms or self.store.metric_time_ms or now_ms()
         batch = [
-            Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None and v == v
+            Metric(k, float(v), at, step) for k, v in metrics.items() if v is not None and v == v
         ]
         for i in range(0, len(batch), 1000):
             self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
@@ -503,6 +534,7 @@ class OfflineRun:
             "tracking_uri": uri,
             "experiment": experiment,
             "reason": reason,
+            "id": uuid.uuid4().hex,  # the run an upload makes of it is tagged with it
             **(
                 {"continues": continues}
                 if continues
@@ -524,8 +556,10 @@ class OfflineRun:
     def log_params(self, params: dict[str, Any]) -> None:
         self._record("log_params", {k: str(v) for k, v in params.items()})
 
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        self._record("log_metrics", metrics, step)
+    def log_metrics(
+        self, metrics: dict[str, float], step: int = 0, timestamp_ms: Optional[int] = None
+    ) -> None:
+        self._record("log_metrics", metrics, step, timestamp_ms or now_ms())
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._record("set_tags", {k: str(v) for k, v in tags.items()})
@@ -569,7 +603,9 @@ class FailoverRun:
         self._call("log_params", params)
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        self._call("log_metrics", metrics, step)
+        # One time for both: a batch the store took before failing, journaled too, is
+        # uploaded as the same points, which MLflow keeps once.
+        self._call("log_metrics", metrics, step, now_ms())
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         self._call("set_tags", tags)
@@ -594,15 +630,22 @@ class Replayed:
 def replay(journal_path: Path, uri: Optional[str] = None) -> Replayed:
     """Upload an offline journal to MLflow (its own URI, or ``uri``): a new run, or the rest
     of the run it continues. A journal that stops before the run's end ends it FAILED,
-    saying so; files it logged are found beside it if they were moved with it."""
+    saying so; files it logged are found beside it if they were moved with it. Uploading it
+    again (the first upload killed) completes the same run: the run is found by the
+    journal's id, and every call logs what it logged the first time."""
     journal = json.loads(journal_path.read_text())
     store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
     store.end_abandoned()
-    run = (
-        store.run(journal["continues"])
-        if "continues" in journal
-        else store.start_run(*journal["start"])
-    )
+    journal_id = journal.get("id")
+    run_id = journal.get("continues") or (journal_id and store.journaled_run(journal_id))
+    if run_id:
+        run = store.run(run_id)
+        store.unabandon(run_id)
+    else:
+        name, tags, parent = journal["start"]
+        run = store.start_run(
+            name, {**tags, **({Tag.journal: journal_id} if journal_id else {})}, parent
+        )
     calls = journal["calls"]
     for name, args in calls:
         if name == "log_artifacts":

@@ -393,7 +393,7 @@ def test_the_sweep_facts_a_report_journal_keeps_come_back_as_they_were(tmp_path)
     class Store:
         uri, experiment_name = "http://u:secret@host:5000", "specexp"
 
-    path = journal_sweep_end(tmp_path, Store(), facts, RunStatus.finished, True)  # type: ignore[arg-type]
+    path = journal_sweep_end(tmp_path, Store(), facts, RunStatus.finished, True, 0)  # type: ignore[arg-type]
     kept = json.loads(path.read_text())
     assert "secret" not in kept["tracking_uri"] and kept["facts"]["parent_run_id"] == "p"
 
