@@ -22,6 +22,7 @@ from specexp import upload
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, Metric, RunStatus, Tag
 from specexp.core.schemas import StatsConfig
+from specexp.run import tracked
 from specexp.run.tracked import TrackedRun, start_tracking
 from specexp.sweep import launch, report
 from specexp.tracking.store import OfflineRun, TrackingStore
@@ -97,8 +98,20 @@ class Store:
         return wrapped
 
 
+@pytest.fixture(scope="module")
+def gone() -> str:
+    return dead_owner()
+
+
 @pytest.fixture
-def reference(tmp_path_factory) -> dict[str, Any]:
+def killed_job(monkeypatch, gone) -> None:
+    """The job's run owned by a process that is gone by the upload, as a job's is: the
+    upload's first step ends the run KILLED, and the journal's replay takes that back."""
+    monkeypatch.setattr(tracked.owner, "this_process", lambda: gone)
+
+
+@pytest.fixture
+def reference(tmp_path_factory, killed_job) -> dict[str, Any]:
     """The run a job makes with its store up all along."""
     directory = tmp_path_factory.mktemp("reference")
     uri = store_env(directory)["MLFLOW_TRACKING_URI"]
@@ -114,12 +127,13 @@ def reference(tmp_path_factory) -> dict[str, Any]:
     ids=[f"{step}-down" for step in JOB_STEPS] + [f"{s}-reply-lost" for s in JOB_STEPS[1:]],
 )
 def test_a_store_down_at_any_step_of_a_job_loses_nothing_and_upload_restores_the_run(
-    tmp_path, monkeypatch, capsys, reference, step, replies_lost
+    tmp_path, monkeypatch, capsys, killed_job, reference, step, replies_lost
 ):
     """The store goes down as ``step`` begins (or takes that step's first call and loses
     the reply): the job completes, its journal holds every call from there on, and the
     upload makes the store's run what it would have been had the store stayed up - one run,
-    every metric point once, FINISHED."""
+    every metric point once, FINISHED, no failure said (the job's process, gone by then,
+    had the run ended KILLED by the upload's first step)."""
     uri = store_env(tmp_path)["MLFLOW_TRACKING_URI"]
     store = Store(monkeypatch)
 
