@@ -522,7 +522,7 @@ STORE_DOWN_AT_THE_REPORT = (
     "import specexp.tracking.store as store\n"
     "def down(*args, **kwargs):\n"
     "    raise ConnectionError('Connection refused: the tracking server is down')\n"
-    "store.TrackingStore.job_runs = down  # read by the report only\n"
+    "store.TrackingStore.job_prompts = down  # read by the report only\n"
     "from specexp.__main__ import main\n"
     "sys.exit(main())\n"
 )

@@ -301,3 +301,31 @@ def test_a_sweep_killed_while_publishing_its_report_loses_and_doubles_nothing(
     for run_id, key in [(parent.run_id, "jobs_compared"), (child.run_id, Metric.speedup_pct)]:
         assert len(store.client.get_metric_history(run_id, key)) == 1
     assert {r.info.status for r in runs(uri)} == {RunStatus.finished}
+
+
+def test_a_left_report_the_resumed_sweep_cannot_publish_is_kept_where_upload_finds_it(
+    tmp_path, monkeypatch, capsys
+):
+    """The store failing as a resumed sweep publishes the report an earlier run left: the
+    sweep goes on, the journal is moved out of the way of this run's own (which would
+    replace it) into a folder `specexp.upload SWEEP_DIR` searches, and published from there."""
+    uri = store_env(tmp_path)["MLFLOW_TRACKING_URI"]
+    store = TrackingStore(uri, "specexp")
+    parent = store.start_run("sweep", {Tag.process: dead_owner()})
+    sweep_dir = tmp_path / "sweep"
+    sweep_dir.mkdir()
+    report.journal_sweep_end(sweep_dir, store, facts(parent.run_id), "FINISHED", True, 1)
+
+    def down(*args: Any) -> None:
+        raise ConnectionError("store down")
+
+    monkeypatch.setattr(report, "sweep_report", down)
+    launch._publish_left_report(store, sweep_dir)
+    assert "could not be published" in capsys.readouterr().out
+    assert not (sweep_dir / Artifact.report_journal).exists()
+    (kept,) = sweep_dir.glob(f"unpublished-*/{Artifact.report_journal}")
+
+    monkeypatch.setattr(report, "sweep_report", publish_half_then(lambda: None))
+    assert upload.main([str(sweep_dir), "--tracking-uri", uri]) == 0
+    assert store.client.get_run(parent.run_id).info.status == RunStatus.finished
+    assert not kept.exists()
