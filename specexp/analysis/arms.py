@@ -362,11 +362,16 @@ class Calibration:
     measured_unix: float = math.nan  # when its newest value was measured
     stack: Mapping[str, str] = field(default_factory=dict)  # the captured stack of its runs
 
-    def mean_var(self, runs: int) -> float:
-        """Variance of the mean of one launch with ``runs`` measured runs, its launch-to-launch
-        part at LAUNCH_VARIANCE_MARGIN times the calibrated."""
+    @property
+    def offset_var(self) -> float:
+        """Variance of one launch's offset, as single launches use it: LAUNCH_VARIANCE_MARGIN
+        times the calibrated (single launches cannot show their own launch variance)."""
         between = max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
-        return LAUNCH_VARIANCE_MARGIN * between + self.within_var / runs
+        return LAUNCH_VARIANCE_MARGIN * between
+
+    def mean_var(self, runs: int) -> float:
+        """Variance of the mean of one launch with ``runs`` measured runs."""
+        return self.offset_var + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
