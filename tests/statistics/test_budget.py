@@ -61,7 +61,8 @@ def test_the_default_budget_finds_what_it_says_and_not_the_readmes_two_percent()
     headline - they find with power 0.39 (SE 0.024): the defaults do not reach 0.8 there.
     With 60 launches per arm the printed effect is the design effect, 2%, found with power
     0.86 (SE 0.017). (Each look reads its t on the least favourable df of the variance
-    ratio's 80% interval; the line reads the last look on max_launches - 1 df, fewer.)"""
+    ratio's 80% interval, never below max_launches - 1, which the line reads its last look
+    on.)"""
     design = default_design(DEFAULTS.sequential.max_launches)
     printed = sequential_detectable(design, ASSUMED.launch_var(DEFAULTS.measured_runs))
     assert 0.02 < printed < 0.04
