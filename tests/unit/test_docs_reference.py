@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+
 from specexp.analysis import results
 from specexp.analysis.results import SERVER_ACCOUNTING, Artifact, Metric, Tag
 from specexp.analysis.summary import run_metrics, summarize_job
