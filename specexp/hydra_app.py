@@ -22,12 +22,13 @@ from omegaconf import DictConfig, EnumNode, OmegaConf
 from rich.markup import escape
 
 from specexp.analysis.results import RunStatus
+from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 from specexp.engines import engines
 from specexp.host import interrupt
 from specexp.host.job import prepare
-from specexp.output import terminal
+from specexp.output import failure, terminal
 from specexp.run import launchers
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
@@ -91,7 +92,7 @@ def run_one(cfg: DictConfig) -> str:
     for listener in on_result:
         listener(result)
     if result.status == RunStatus.failed and hydra_config.mode == RunMode.RUN:
-        sys.exit(1)
+        sys.exit(result.exit_status)
     return result.status
 
 
@@ -109,11 +110,18 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
     except ConfigError as exc:
         terminal.console.print(f"[red]config error:[/] {escape(str(exc))}")
         sys.exit(2)
+    except Exception as exc:  # its runs are ended: one line here, the traceback in specexp.log
+        failure.log_traceback(exc)
+        terminal.console.print(
+            f"[red]failed:[/] {escape(failure.one_line(exc))} (traceback: specexp.log)"
+        )
+        sys.exit(failure.exit_status(exc))
     except BaseException:
         terminal.log_traceback()
         raise
     if result.run_id:
-        (output_dir / RUN_FILE).write_text(
+        write_atomic(
+            output_dir / RUN_FILE,
             json.dumps(
                 {
                     "run_id": result.run_id,
@@ -121,7 +129,7 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
                     "experiment": cfg.tracking.experiment,
                     "tracking_uri": redact_text(uri_in_force(cfg.tracking.uri)[0]),
                 }
-            )
+            ),
         )
     return result
 

@@ -1,5 +1,7 @@
-"""``specexp upload OUTPUT_DIR [...] [--tracking-uri URI]``: log runs that were
-measured while the MLflow store was unreachable (their ``mlflow_offline.json`` journals)."""
+"""``specexp upload OUTPUT_DIR [...] [--tracking-uri URI]``: log runs that were measured
+while the MLflow store was unreachable (their ``mlflow_offline.json`` journals), then the
+reports of sweeps whose store failed at their end (``mlflow_offline_report.json``), under the
+same parent runs."""
 
 from __future__ import annotations
 
@@ -8,10 +10,31 @@ import json
 import sys
 from pathlib import Path
 
+from rich.markup import escape
+
 from specexp.analysis.results import Artifact
+from specexp.core.durable import read_json_lines
 from specexp.core.redaction import REDACTED
+from specexp.output import failure
 from specexp.output.terminal import console
-from specexp.tracking.store import replay
+from specexp.sweep.report import replay_sweep_end
+from specexp.tracking.store import replay, uri_problem
+
+
+def _uploaded(journal: Path) -> Path:
+    """Where a journal goes once uploaded, so that it is not uploaded twice."""
+    return journal.with_name(journal.name.replace(".json", ".uploaded.json"))
+
+
+def _requests_note(directory: Path) -> str:
+    """What the job's requests.jsonl holds, a line cut short at its end said."""
+    path = directory / Artifact.requests
+    if not path.exists():
+        return ""
+    read = read_json_lines(path)
+    return f"; {len(read.records)} request record(s)" + (
+        f", its last line cut short ({len(read.torn)} bytes), skipped" if read.torn else ""
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,26 +58,53 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """``specexp upload``: each journal under the directories replayed into its store."""
-    journals = [j for d in args.directories for j in sorted(d.rglob(str(Artifact.offline_journal)))]
-    if not journals:
+    problem = uri_problem(args.tracking_uri) if args.tracking_uri else None
+    if problem:
+        console.print(f"[red]{escape(problem)}[/]")
+        return 2
+    found = {
+        name: [j for d in args.directories for j in sorted(d.rglob(str(name)))]
+        for name in (Artifact.offline_journal, Artifact.report_journal)
+    }
+    if not any(found.values()):
         console.print(
-            f"[red]no mlflow_offline.json under {', '.join(map(str, args.directories))}[/]"
+            f"[red]no {Artifact.offline_journal} or {Artifact.report_journal} under "
+            f"{', '.join(map(str, args.directories))}[/]"
         )
         return 2
-    for journal in journals:
-        if (
-            args.tracking_uri is None
-            and REDACTED in json.loads(journal.read_text())["tracking_uri"]
-        ):
-            console.print(
-                f"[red]{journal}: the run was meant for a store whose URI had credentials, which "
-                "were not written down; give it with --tracking-uri[/]"
+    unreadable = 0
+    # The jobs first: a sweep's report is read back from its jobs' runs.
+    for name, journals in found.items():
+        for journal in journals:
+            try:
+                meant_for = json.loads(journal.read_text())["tracking_uri"]
+            except (ValueError, KeyError) as exc:
+                console.print(f"[red]{journal}: not a whole journal ({exc}); left as it is[/]")
+                unreadable += 1
+                continue
+            if args.tracking_uri is None and REDACTED in meant_for:
+                console.print(
+                    f"[red]{journal}: the run was meant for a store whose URI had credentials, "
+                    "which were not written down; give it with --tracking-uri[/]"
+                )
+                return 2
+            if name == Artifact.report_journal:
+                parent = replay_sweep_end(journal, args.tracking_uri)
+                journal.rename(_uploaded(journal))
+                console.print(f"published the report of sweep {journal.parent} on run {parent}")
+                continue
+            done = replay(journal, args.tracking_uri)
+            journal.rename(_uploaded(journal))
+            cut = (
+                "; the journal stopped before the run's end, so the run is ended FAILED"
+                if done.cut_short
+                else ""
             )
-            return 2
-        run_id = replay(journal, args.tracking_uri)
-        journal.rename(journal.with_name("mlflow_offline.uploaded.json"))  # not uploaded twice
-        console.print(f"uploaded {journal.parent} as run {run_id}")
-    return 0
+            console.print(
+                f"uploaded {journal.parent} as run {done.run_id}: {done.calls} call(s)"
+                f"{_requests_note(journal.parent)}{cut}"
+            )
+    return failure.RUN_FAILED if unreadable else 0
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 the load client's limits and for faults. It never stands in for a measurement.
 
     python -m tests.fake_server --port P [--itl-ms 10] [--stall-after N] [--die-after N]
-        [--slowdown-per-request F] [--at-once N]
+        [--slowdown-per-request F] [--at-once N] [--event JSON] [--no-headers]
 
 ``--slowdown-per-request`` injects a known drift: each request is paced ``1 + F * served``
 times slower than the first, ``served`` counting the requests before it. ``--at-once N``
 serves N requests at once and queues the rest in arrival order (0: no limit), so that a
 request's wait - and the load a server of known service time takes - is known.
+``--event JSON`` sends that payload as every event (a shape no engine sends, e.g. ``[1, 2, 3]``);
+``--no-headers`` takes the request and never answers, not even its headers.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def make_app(
     tokens_per_event: int = 1,
     slowdown_per_request: float = 0.0,
     at_once: int = 0,
+    event_payload: str = "",
+    no_headers: bool = False,
 ) -> web.Application:
     served = 0
     free = asyncio.Semaphore(at_once) if at_once else None
@@ -51,8 +55,15 @@ def make_app(
         body = await request.json()
         n_predict = int(body.get("n_predict", 16))
         prompt = body.get("prompt")
+        if no_headers:
+            await asyncio.sleep(3600)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if event_payload:
+            for _ in range(n_predict):
+                await response.write(f"data: {event_payload}\n\n".encode())
+            await response.write_eof()
+            return response
         produced = 0
         start = asyncio.get_running_loop().time()
         while produced < n_predict:
@@ -106,6 +117,8 @@ def main() -> None:
     parser.add_argument("--die-after", type=int, default=-1)
     parser.add_argument("--slowdown-per-request", type=float, default=0.0)
     parser.add_argument("--at-once", type=int, default=0)
+    parser.add_argument("--event", default="")
+    parser.add_argument("--no-headers", action="store_true")
     # Started in llama-server's place, it is given llama-server's flags: only these matter.
     args = parser.parse_known_args()[0]
     web.run_app(
@@ -116,6 +129,8 @@ def main() -> None:
             args.tokens_per_event,
             args.slowdown_per_request,
             args.at_once,
+            args.event,
+            args.no_headers,
         ),
         host=args.host,
         port=args.port,

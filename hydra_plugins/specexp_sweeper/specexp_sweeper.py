@@ -14,6 +14,8 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
+from specexp.core.durable import write_atomic
+
 
 @dataclass
 class SpecexpSweeperConf:
@@ -57,7 +59,7 @@ class SpecexpSweeper(Sweeper):
         loader = self.hydra_context.config_loader
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        write_atomic(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
         return run_sweep(
             loader,
             self.config,

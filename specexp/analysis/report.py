@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from omegaconf import OmegaConf
+
 from specexp.analysis import acceptance, crossover
 from specexp.analysis.acceptance import Efficiency
 from specexp.analysis.arms import (
@@ -230,6 +232,35 @@ class SweepFacts:
     # Each job's model path, by its config fingerprint: an arm that serves a draft model
     # alone gives the draft's cost against the bound (acceptance.Efficiency).
     models: Mapping[str, str] = field(default_factory=dict)
+    # Finished runs of the sweep's jobs from before it resumed.
+    resumed: Sequence[str] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **{k: getattr(self, k) for k in _FACT_VALUES},
+            "stats": dataclasses.asdict(self.stats),
+            "speculative": {k: dataclasses.asdict(v) for k, v in self.speculative.items()},
+            "sequences": [s.to_json() for s in self.sequences],
+            "resumed": list(self.resumed),
+            "models": dict(self.models),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepFacts:
+        def typed(schema: type, values: dict[str, Any]) -> Any:
+            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
+
+        return cls(
+            **{k: data[k] for k in _FACT_VALUES},
+            stats=typed(StatsConfig, data["stats"]),
+            speculative={k: typed(SpeculativeConfig, v) for k, v in data["speculative"].items()},
+            sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
+            resumed=data["resumed"],
+            models=data.get("models", {}),
+        )
+
+
+_FACT_VALUES = ("parent_run_id", "engine", "order", "baseline", "crossover_factor")
 
 
 def _crossovers(

@@ -44,6 +44,7 @@ class RunStatus(StrEnum):
 
 class Tag(StrEnum):
     kind = "specexp.kind"
+    process = "specexp.process"  # the process that owns a run: HOST PID START (host.owner)
     factors = "specexp.factors"  # JSON {factor: value} of the settings the sweep varied
     config_fingerprint = "config_fingerprint"
     server_fingerprint = "server_fingerprint"
@@ -242,6 +243,8 @@ class Artifact(StrEnum):
     offline_journal = (
         "mlflow_offline.json"  # the run's tracking calls while the store was unreachable
     )
+    # A sweep's report that the store could not take at the sweep's end (its directory).
+    report_journal = "mlflow_offline_report.json"
 
 
 class Unit(StrEnum):

@@ -25,13 +25,14 @@ from specexp.analysis.results import (
     steady_state_tag,
 )
 from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
+from specexp.core.durable import write_atomic
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import SpeculativeMethod
 from specexp.core.traces import trace_stats
 from specexp.host.job import Job
-from specexp.output import terminal
+from specexp.output import failure, terminal
 from specexp.run.measure import measure_part
 from specexp.run.session import JobResult, JobSession, close_session, open_session
 from specexp.serving.server import ServerError
@@ -124,7 +125,9 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         session.result.status, session.result.error = RunStatus.killed, "interrupted"
         raise
     except Exception as exc:  # the run is marked failed; what was measured stays on disk
+        failure.log_traceback(exc)
         error = f"{type(exc).__name__}: {exc}"
+        session.result.exit_status = failure.exit_status(exc, failure.RUN_FAILED)
         _failed(session, "run failed", error, error[:500])
     finally:
         if not (open_jobs and open_jobs.holds(output_dir)):
@@ -163,7 +166,7 @@ def _finish(session: JobSession) -> None:
     )
     if summary.prompts:
         path = session.log_path.parent / Artifact.prompts
-        path.write_text(json.dumps(summary.prompts.to_json(), indent=1))
+        write_atomic(path, json.dumps(summary.prompts.to_json(), indent=1))
         session.files[Artifact.prompts] = path
     result.summary = summary = _with_acceptance(session, summary, measured)
     if tracker:
@@ -245,4 +248,8 @@ def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: s
     if log_tail:
         terminal.console.print(f"[dim]{escape(redact_text(log_tail))}[/]")
     if session.tracker:
-        session.tracker.set_tags({Tag.failure: reason})
+        # Neither store nor journal may take it (a full disk under both): ended all the same.
+        try:
+            session.tracker.set_tags({Tag.failure: reason})
+        except Exception as exc:
+            failure.log_traceback(exc)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Optional, Sequence
 
 from specexp.analysis.results import Artifact, Metric, Tag, launch_metric
 from specexp.analysis.summary import run_metrics
 from specexp.core.capacity import next_rate, rate_points
+from specexp.core.durable import append_whole, write_atomic
 from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import run_requests
@@ -169,10 +169,11 @@ def _announce_server(
             f"reusing the sweep's server {server.base_url} (log: {server.log_path})"
         )
     else:
-        (session.log_path.parent / Artifact.command).write_text(
+        write_atomic(
+            session.log_path.parent / Artifact.command,
             f"# not started by specexp: measured the running server at {server.base_url}\n"
             if isinstance(server, ExternalServer)
-            else LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n"
+            else LaunchSpec(server.launch.argv, redact_env(server.launch.env)).shell_line() + "\n",
         )
         terminal.console.print(
             f"{label}[green]server ready[/] at {server.base_url} after {ready_s:.1f} s"
@@ -281,7 +282,6 @@ async def _measure(
     )
     results: list[RunResult] = []
     with (
-        open(records_path, "a", buffering=1) as sink,
         terminal.run_progress(
             warmups + len(runs), run_requests(cfg.workload, cfg.concurrency)
         ) as progress,
@@ -312,9 +312,7 @@ async def _measure(
                         tracker.set_tags({Tag.energy_source: str(energy.source)})
                 # Written between runs, never during one: a write's cost would land in the
                 # timestamps of the streams still running.
-                sink.writelines(json.dumps(r.to_json()) + "\n" for r in result.records)
-                sink.flush()
-                os.fsync(sink.fileno())
+                append_whole(records_path, (json.dumps(r.to_json()) + "\n" for r in result.records))
                 results.append(result)
                 if not warmup and tracker:
                     accounting = job.engine.server_accounting(result.accounting_deltas)

@@ -18,7 +18,7 @@ from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensur
 from specexp.engines.base import LaunchSpec, Setting, host_cpus
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
-from specexp.output import terminal
+from specexp.output import failure, terminal
 from specexp.run.tracked import (
     TrackedRun,
     earlier_duration_s,
@@ -28,6 +28,7 @@ from specexp.run.tracked import (
     write_job_files,
 )
 from specexp.serving.server import ServerProcess, port_in_use
+from specexp.tracking.store import uri_in_force, uri_problem
 
 
 @dataclass
@@ -38,6 +39,7 @@ class JobResult:
     runs: list[RunResult] = field(default_factory=list)
     error: Optional[str] = None
     output_dir: Optional[Path] = None
+    exit_status: int = failure.RUN_FAILED  # a single run's, when it failed
 
 
 @dataclass
@@ -95,6 +97,9 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         raise ConfigError(
             f"model file not found: {', '.join(missing)}; check model.path / model.draft_path"
         )
+    uri_error = uri_problem(uri_in_force(cfg.tracking.uri)[0]) if cfg.tracking.enabled else None
+    if uri_error:
+        raise ConfigError(uri_error)
     if cfg.engine.url:
         job.request_headers()  # its key must be there before anything is tracked
     elif not os.access(launch.argv[0], os.X_OK):
@@ -109,11 +114,31 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
+def set_aside_earlier_attempt(output_dir: Path) -> Optional[Path]:
+    """The files an earlier attempt of this job left in ``output_dir`` (it was killed, and
+    a resumed sweep runs it again in its place), moved whole into ``attempt-N/`` there: never
+    written over or appended to. Where they went, if anywhere."""
+    earlier = [output_dir / a for a in Artifact if (output_dir / a).exists()]
+    if not earlier:
+        return None
+    number = 1
+    while (output_dir / f"attempt-{number}").exists():
+        number += 1
+    aside = output_dir / f"attempt-{number}"
+    aside.mkdir()
+    for path in earlier:
+        path.rename(aside / path.name)
+    return aside
+
+
 def open_session(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
     """Check what the job needs, write its files and start its tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     check_prerequisites(job, launch)
     terminal.print_expected(job.config, earlier_duration_s(job))
+    aside = set_aside_earlier_attempt(output_dir)
+    if aside:
+        terminal.console.print(f"an earlier attempt's files in {output_dir} are kept in {aside}")
     files = write_job_files(job, launch, output_dir)
     tracker = start_tracking(job, output_dir)
     result = JobResult(
@@ -144,11 +169,27 @@ def stop_own_server(session: JobSession) -> None:
 
 
 def close_session(session: JobSession) -> None:
-    """Stop the job's own server if it still runs, log its files, end its run."""
-    if session.server is not None:
-        stop_own_server(session)
-    for log in session.server_logs:
-        redact_file(log)
-    if session.tracker:
-        session.tracker.log_artifacts([*session.files.values(), *session.server_logs])
-        session.tracker.end(session.result.status)
+    """Stop the job's own server if it still runs, log its files, end its run: each step
+    tried whatever the one before did (a full disk fails the redaction, not the run's end);
+    the first error raised after."""
+    tracker = session.tracker
+    steps = [
+        *([lambda: stop_own_server(session)] if session.server is not None else []),
+        *[lambda log=log: redact_file(log) for log in session.server_logs],
+        *(
+            [
+                lambda: tracker.log_artifacts([*session.files.values(), *session.server_logs]),
+                lambda: tracker.end(session.result.status),
+            ]
+            if tracker
+            else []
+        ),
+    ]
+    errors = []
+    for step in steps:
+        try:
+            step()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

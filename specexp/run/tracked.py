@@ -24,10 +24,11 @@ from specexp.analysis.results import (
     factor_tags,
     factors_tag,
 )
+from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_env, redact_text, redact_tree
 from specexp.core.schemas import RunConfig
 from specexp.engines.base import Engagement, LaunchSpec, Setting
-from specexp.host import capture
+from specexp.host import capture, owner
 from specexp.host.job import Job
 from specexp.host.leases import command_output
 from specexp.output import terminal
@@ -57,6 +58,7 @@ def run_tags(job: Job) -> dict[str, str]:
     cfg, engine = job.config, job.engine
     return {
         Tag.kind: RunKind.job,
+        Tag.process: owner.this_process(),
         "engine": engine.name,
         "engine_version": engine.version(job.server)[0] or "unknown",
         "stack": cfg.stack.name,
@@ -121,6 +123,7 @@ def _online(job: Job, output_dir: Path, name: str, tags: dict[str, str]) -> Trac
             + _upload_hint(output_dir)
         )
 
+    store.end_abandoned()
     run = store.start_run(name, tags, parent_run_id=cfg.multirun.parent_run_id)
     return FailoverRun(run, journal, failed_over)
 
@@ -186,7 +189,7 @@ def log_stack(job: Job, tracker: TrackedRun, output_dir: Path) -> None:
     url = job.config.engine.url
     # A server specexp did not start runs on a stack it cannot see: nothing is guessed.
     info = {"external_server": url} if url else capture.stack(job.server, job.engine)
-    (output_dir / Artifact.stack).write_text(json.dumps(info, indent=2, sort_keys=True))
+    write_atomic(output_dir / Artifact.stack, json.dumps(info, indent=2, sort_keys=True))
     tracker.set_tags({f"stack.{k}": v[:5000] for k, v in info.items()})
     tracker.log_artifacts([output_dir / Artifact.stack])
 
@@ -195,8 +198,9 @@ def record_effective(
     effective: Mapping[str, Setting], tracker: Optional[TrackedRun], output_dir: Path
 ) -> None:
     """Say loudly when a requested setting did not engage; record every setting's status."""
-    (output_dir / Artifact.effective).write_text(
-        json.dumps({k: s.to_json() for k, s in effective.items()}, indent=2, sort_keys=True)
+    write_atomic(
+        output_dir / Artifact.effective,
+        json.dumps({k: s.to_json() for k, s in effective.items()}, indent=2, sort_keys=True),
     )
     for name, s in effective.items():
         if s.status == Engagement.not_engaged:
@@ -214,18 +218,19 @@ def write_job_files(job: Job, launch: LaunchSpec, output_dir: Path) -> dict[Arti
         a: output_dir / a
         for a in (Artifact.config, Artifact.command, Artifact.environment, Artifact.requests)
     }
-    files[Artifact.config].write_text(
-        OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config)))
+    write_atomic(
+        files[Artifact.config], OmegaConf.to_yaml(OmegaConf.create(redacted_config(job.config)))
     )
-    files[Artifact.command].write_text(
-        LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n"
+    write_atomic(
+        files[Artifact.command], LaunchSpec(launch.argv, redact_env(launch.env)).shell_line() + "\n"
     )
-    files[Artifact.environment].write_text(
+    write_atomic(
+        files[Artifact.environment],
         json.dumps(
             {"set_by_specexp": redact_env(launch.env), "inherited": redact_env(dict(os.environ))},
             indent=2,
             sort_keys=True,
-        )
+        ),
     )
     return files
 

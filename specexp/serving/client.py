@@ -159,7 +159,14 @@ class StreamTimer:
             if payload == b"[DONE]":
                 self._time(tokens, now, carriers)
                 return True
-            carried = self._event(orjson.loads(payload))
+            event = orjson.loads(payload)
+            try:
+                if not isinstance(event, dict):
+                    raise TypeError(type(event).__name__)
+                carried = self._event(event)
+            except (AttributeError, TypeError, KeyError, IndexError):
+                # Valid JSON of a shape the engine does not send: the record says so.
+                raise ValueError(f"unexpected event from the server: {payload[:200]!r}") from None
             tokens += carried
             carriers += carried > 0
         self._time(tokens, now, carriers)
@@ -293,7 +300,13 @@ class LoadClient:
             body.update(self.engine.stream_fields(self.server, record.stream))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
             timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
-            async with session.post(self.base_url + path, json=body, timeout=timeout) as response:
+            try:
+                response = await session.post(self.base_url + path, json=body, timeout=timeout)
+            except TimeoutError:
+                raise StallError(
+                    f"no response headers for {stall:.0f} s (workload.stall_timeout_s)"
+                ) from None
+            async with response:
                 if response.status != 200:
                     text = (await response.text())[:500]
                     raise RuntimeError(f"HTTP {response.status}: {text}")

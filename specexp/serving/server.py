@@ -23,6 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import psutil
 
+from specexp.core.durable import write_atomic
 from specexp.engines.base import LaunchSpec, is_local, urlopen
 from specexp.host.leases import Lease
 
@@ -278,8 +279,8 @@ class ExternalServer(ServerProcess):
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log_path.write_text(
-            f"{self.base_url} was not started by specexp: no log of its own here\n"
+        write_atomic(
+            self.log_path, f"{self.base_url} was not started by specexp: no log of its own here\n"
         )
         self.started_at = time.time()
 

@@ -11,6 +11,7 @@ the experiment.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hydra.core.config_loader import ConfigLoader
@@ -19,12 +20,13 @@ from omegaconf import DictConfig
 from rich.markup import escape
 
 from specexp.analysis.arms import calibrations
+from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
-from specexp.host import capture, interrupt
-from specexp.output import terminal
+from specexp.host import capture, interrupt, owner
+from specexp.output import failure, terminal
 from specexp.run import launchers
 from specexp.run.job_run import OpenJobs
 from specexp.run.launchers import LauncherKind, launcher_kind
@@ -41,7 +43,7 @@ from specexp.sweep.plan import (
     overrides_for,
     plan_steps,
 )
-from specexp.sweep.report import sweep_report, sweep_view
+from specexp.sweep.report import end_sweep, journal_sweep_end, sweep_facts, sweep_view
 from specexp.sweep.sequential import (
     budget_power,
     run_sequences,
@@ -49,7 +51,7 @@ from specexp.sweep.sequential import (
     sequential_summary,
     with_launch_budget,
 )
-from specexp.tracking.store import RunLog, TrackingStore, uri_in_force
+from specexp.tracking.store import RunLog, TrackingStore, uri_in_force, uri_problem
 
 
 def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
@@ -78,11 +80,27 @@ def _refuse(plan: Plan, errors: list[str], jobs: int) -> None:
     sys.exit(2)
 
 
+def _open_store(first: RunConfig) -> TrackingStore:
+    """The sweep's store; one that cannot be reached is refused before anything launches (a
+    sweep's report is read back from its store)."""
+    try:
+        return TrackingStore(first.tracking.uri, first.tracking.experiment)
+    except Exception as exc:
+        failure.log_traceback(exc)
+        terminal.console.print(
+            f"[red]MLflow store unreachable[/] ({escape(redact_text(uri_in_force(first.tracking.uri)[0]))}: "
+            f"{escape(failure.one_line(exc))}); nothing was launched. Start it, or sweep "
+            "untracked with tracking.enabled=false"
+        )
+        sys.exit(failure.STORE_DOWN)
+
+
 def _start_parent(store: TrackingStore, plan: Plan, first: RunConfig) -> RunLog:
     parent = store.start_run(
         f"sweep ({len(plan.jobs)} jobs)",
         {
             Tag.kind: RunKind.sweep,
+            Tag.process: owner.this_process(),
             Tag.jobs: str(len(plan.jobs)),
             Tag.jobs_to_run: str(len(plan.to_run)),
             Tag.planned_server_launches: str(plan.server_launches),
@@ -102,19 +120,30 @@ def _launch(
     parent: Optional[RunLog],
     batch: int,
 ) -> list[Any]:
-    """Every step through the launcher, ``batch`` at a time."""
-    numbers = {id(j): i for i, j in enumerate(plan.to_run)}
+    """Every step through the launcher, ``batch`` at a time. Hydra numbers a job's directory
+    from the batch's first: a job's number is its place in the whole plan, finished jobs
+    included, so a resumed sweep never writes into a finished job's directory (a batch ends
+    where the numbers skip one); every part of a job goes to the same one."""
+    numbers = {id(j): i for i, j in enumerate(plan.jobs)}
     returns: list[Any] = []
-    for start in range(0, len(steps), batch):
+    start = 0
+    while start < len(steps):
+        first = numbers[id(steps[start].planned)]
+        stop = start + 1
+        while (
+            stop < min(start + batch, len(steps))
+            and numbers[id(steps[stop].planned)] == first + stop - start
+        ):
+            stop += 1
         returns += launcher.launch(
             [
                 overrides_for(s.planned, parent.run_id if parent else None, s.part) + overrides
-                for s in steps[start : start + batch]
+                for s in steps[start:stop]
             ],
-            # Hydra numbers the job's directory; every part of a job goes to the same one.
-            initial_job_idx=numbers[id(steps[start].planned)],
+            initial_job_idx=first,
         )
         interrupt.stop_if_received()  # Hydra keeps a job's error as its return value
+        start = stop
     return returns
 
 
@@ -129,10 +158,14 @@ def run_sweep(
     time; launchers may run a batch in parallel), report."""
     terminal.hide_internal_overrides()
     plan = compose_jobs(config_loader, sweep_config, job_overrides)
+    sweep_dir = Path(sweep_config.hydra.sweep.dir)
     first = plan.jobs[0].job.config if plan.jobs else None
     uri = uri_in_force(first.tracking.uri)[0] if first else ""
     configs = [j.job.config for j in plan.jobs]
     errors = plan.errors + launchers.check(launcher, configs, uri, max_batch_size)
+    uri_error = uri_problem(uri) if first and first.tracking.enabled else None
+    if uri_error:
+        errors.append(uri_error)
     if errors:
         _refuse(plan, errors, len(job_overrides))
     if first is None:
@@ -146,13 +179,15 @@ def run_sweep(
         dry_run_elsewhere(plan, launcher)
         return []
     tracked = first.tracking.enabled and not first.dry_run
-    store = TrackingStore(first.tracking.uri, first.tracking.experiment) if tracked else None
+    store = _open_store(first) if tracked else None
     in_process = kind == LauncherKind.in_process
     pairs = sequential_pairs(plan, baseline, settings.order, in_process)
     if pairs:
         pairs = with_launch_budget(plan, pairs, config_loader, sweep_config)
         if plan.errors:
             _refuse(plan, plan.errors, len(job_overrides))
+    if store:
+        store.end_abandoned()  # an earlier sweep's runs, left RUNNING by a kill
     if store and settings.resume:
         mark_finished(plan, store)
         pairs = [
@@ -188,6 +223,7 @@ def run_sweep(
         steps, pairs = [Step(planned) for planned in plan.to_run], []
     parent = _start_parent(store, plan, first) if store else None
     status, returns = RunStatus.failed, []
+    failed_with = 0
     batch = 1 if in_process else max_batch_size or len(steps) or 1
     overrides = launchers.job_overrides(launcher, store.uri if store else uri)
     sequences: list[SequentialComparison] = []
@@ -208,22 +244,29 @@ def run_sweep(
             # A signal can land inside code that turns it into an error of its own (Hydra
             # composing the next job): the signal received, not the exception, says killed.
             if not isinstance(stopped, KeyboardInterrupt) and interrupt.received() is None:
+                if not isinstance(stopped, Exception):
+                    raise
+                failure.log_traceback(stopped)
+                terminal.console.print(
+                    f"[red]sweep failed:[/] {escape(failure.one_line(stopped))} "
+                    "(traceback: specexp.log); its runs are ended FAILED"
+                )
+                failed_with = failure.exit_status(stopped)
+            else:
+                status = RunStatus.killed
+                if kind == LauncherKind.local:
+                    launchers.stop_local_jobs()
+                interrupt.stop_if_received()
                 raise
-            status = RunStatus.killed
-            if kind == LauncherKind.local:
-                launchers.stop_local_jobs()
-            interrupt.stop_if_received()
-            raise
         finally:
             ended = RunStatus.failed if status == RunStatus.finished else status
             open_jobs.end_all(ended)
             POOL.close()
             if store and parent:
-                if kind != LauncherKind.slurm:  # Slurm jobs outlive the sweep's process
-                    # A job process that was killed could not end its run; its server is gone.
-                    store.end_children(parent.run_id, ended)
-                sweep_report(store, parent, plan, baseline, order, sequences)
-                parent.end(status)
+                facts = sweep_facts(plan, parent.run_id, baseline, order, sequences)
+                _end_sweep(store, parent, facts, status, kind != LauncherKind.slurm, sweep_dir)
+    if failed_with:
+        sys.exit(failed_with)
     failed = failed_jobs(returns)
     if failed:
         terminal.console.print(
@@ -242,3 +285,26 @@ def failed_jobs(returns: Sequence[JobReturn]) -> list[str]:
         if r.status == JobStatus.FAILED or r.return_value == RunStatus.failed
     ]
     return list(dict.fromkeys(failed))
+
+
+def _end_sweep(
+    store: TrackingStore,
+    parent: RunLog,
+    facts: SweepFacts,
+    status: str,
+    end_children: bool,
+    sweep_dir: Path,
+) -> None:
+    """The report and the parent's end in the store; journaled beside the jobs' directories
+    when the store fails now, for `python -m specexp.upload` to publish later."""
+    try:
+        end_sweep(store, parent, facts, status, end_children)
+    except Exception as exc:  # whatever the store's failure, the sweep's results are kept
+        journal = journal_sweep_end(sweep_dir, store, facts, status, end_children)
+        failure.log_traceback(exc)
+        terminal.console.print(
+            f"[bold yellow]MLflow store failed at the sweep's end[/] ({redact_text(store.uri)}: "
+            f"{escape(failure.one_line(exc))}): the report is kept in {journal}; publish it "
+            f"under the same parent run with: python -m specexp.upload {sweep_dir} "
+            "[--tracking-uri URI]"
+        )

@@ -4,11 +4,14 @@ report artifacts, each job's verdict - and a saved view of the runs table to rea
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Optional, Sequence
 
 from specexp.analysis.arms import calibrations
 from specexp.analysis.report import SweepFacts, compile_sweep_report
-from specexp.analysis.results import FACTOR, Metric
+from specexp.analysis.results import FACTOR, Artifact, Metric, RunStatus
+from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.core.sequential import SequentialComparison
 from specexp.output import terminal
@@ -44,20 +47,17 @@ def sweep_view(store: TrackingStore, parent_run_id: str, plan: Plan) -> str:
     )
 
 
-def sweep_report(
-    store: TrackingStore,
-    parent: RunLog,
+def sweep_facts(
     plan: Plan,
+    parent_run_id: str,
     baseline: Optional[str],
     order: str,
     sequences: Sequence[SequentialComparison] = (),
-) -> None:
-    """The sweep's report on its parent run: every job's run (resumed ones too), compared
-    with the baseline when one is configured, and how their runs were ordered in time.
-    Written also when jobs failed."""
+) -> SweepFacts:
+    """What the report needs of the sweep beside its runs."""
     config = plan.jobs[0].job.config
-    facts = SweepFacts(
-        parent_run_id=parent.run_id,
+    return SweepFacts(
+        parent_run_id=parent_run_id,
         engine=plan.jobs[0].job.engine.name,
         order=order,
         baseline=baseline,
@@ -66,8 +66,61 @@ def sweep_report(
         speculative={j.fingerprint: j.job.config.speculative for j in plan.jobs},
         models={j.fingerprint: str(j.job.config.model.path) for j in plan.jobs},
         sequences=sequences,
+        resumed=[j.finished_run_id for j in plan.jobs if j.finished_run_id],
     )
-    resumed = [j.finished_run_id for j in plan.jobs if j.finished_run_id]
+
+
+def end_sweep(
+    store: TrackingStore, parent: RunLog, facts: SweepFacts, status: str, end_children: bool
+) -> None:
+    """The sweep's end in the store: its children still open ended (``end_children``: not
+    Slurm's, which outlive the sweep's process), the report, the parent ended."""
+    if end_children:
+        # A job process that was killed could not end its run; its server is gone.
+        store.end_children(parent.run_id, RunStatus.failed if status == "FINISHED" else status)
+    sweep_report(store, parent, facts)
+    parent.end(status)
+
+
+def journal_sweep_end(
+    directory: Path, store: TrackingStore, facts: SweepFacts, status: str, end_children: bool
+) -> Path:
+    """The sweep's end, for `python -m specexp.upload` to publish under the same parent when
+    the store cannot take it now."""
+    path = directory / Artifact.report_journal
+    write_atomic(
+        path,
+        json.dumps(
+            {
+                "tracking_uri": redact_text(store.uri),
+                "experiment": store.experiment_name,
+                "status": status,
+                "end_children": end_children,
+                "facts": facts.to_json(),
+            },
+            indent=1,
+        ),
+    )
+    return path
+
+
+def replay_sweep_end(path: Path, uri: Optional[str] = None) -> str:
+    """Publish a journaled sweep end (:func:`journal_sweep_end`) in the store at ``uri`` (its
+    own, else); the parent run's id."""
+    journal = json.loads(path.read_text())
+    store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
+    facts = SweepFacts.from_json(journal["facts"])
+    end_sweep(
+        store, store.run(facts.parent_run_id), facts, journal["status"], journal["end_children"]
+    )
+    return facts.parent_run_id
+
+
+def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> None:
+    """The sweep's report on its parent run: every job's run (resumed ones too), compared
+    with the baseline when one is configured, and how their runs were ordered in time.
+    Written also when jobs failed."""
+    resumed = list(facts.resumed)
     children = store.job_runs(parent=parent.run_id)
     resumed_runs = store.job_runs(run_ids=resumed) if resumed else []
     under_slo = facts.crossover_factor and any(

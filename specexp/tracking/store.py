@@ -7,13 +7,17 @@ it, as everywhere in MLflow.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from urllib.parse import urlparse
 
 try:
     from mlflow.entities import Metric, Param, RunTag
@@ -26,7 +30,10 @@ from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
+from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
+from specexp.core.schemas import ConfigError
+from specexp.host import owner
 
 # The folder of a sweep parent's artifacts that holds its report (markdown, JSON, plot).
 SWEEP_REPORT = "sweep_report"
@@ -95,6 +102,56 @@ def uri_in_force(configured: Optional[str]) -> tuple[str, Optional[str]]:
     for a SQLite store, its artifact root beside the database."""
     uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or default_store()[0]
     return uri, artifacts_beside(uri)
+
+
+# Schemes of the stores MLflow's tracking client takes (a database's with its driver, as
+# in postgresql+psycopg2); a plain path is a file store.
+_NETWORK_SCHEMES = ("http", "https", "postgresql", "mysql", "mssql")
+_SCHEMES = (*_NETWORK_SCHEMES, "sqlite", "file", "", "databricks", "databricks-uc")
+# A scheme with its colon or slashes lost, which would otherwise be taken for a path.
+_SCHEME_TYPO = re.compile(r"(https?|sqlite|file|postgresql|mysql|mssql)(/|:[^/])")
+
+
+def uri_problem(uri: str) -> Optional[str]:
+    """Why ``uri`` cannot be a tracking store's address (a typo), or None: refused before
+    anything runs rather than taken for a store that is down."""
+    try:
+        parsed = urlparse(uri)
+        parsed.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        return f"tracking URI {redact_text(uri)!r} is malformed ({exc})"
+    scheme = parsed.scheme.split("+")[0]
+    if scheme not in _SCHEMES or _SCHEME_TYPO.match(uri):
+        return (
+            f"tracking URI {redact_text(uri)!r}: no MLflow store has the scheme "
+            f"{parsed.scheme!r} (http://HOST:PORT, sqlite:///PATH, or a database URL)"
+        )
+    if scheme in _NETWORK_SCHEMES and not parsed.hostname:
+        return f"tracking URI {redact_text(uri)!r} names no host ({scheme}://HOST:PORT)"
+    if scheme == "sqlite" and not parsed.path.strip("/"):
+        return f"tracking URI {redact_text(uri)!r} names no database file (sqlite:///PATH)"
+    return None
+
+
+@contextlib.contextmanager
+def creating(uri: str) -> Iterator[None]:
+    """Held while a store is opened and its experiment found or made: one process at a time
+    per SQLite file, so that two starting on a new store do not both run MLflow's schema
+    migration (the loser's half-done migration breaks the store for good). SQLite takes one
+    writer at a time after that too; a write that finds it busy past SQLite's wait fails
+    over to the run's journal (:class:`FailoverRun`), and jobs that run side by side must
+    log to a tracking server (specexp.run.launchers.check)."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(database.with_name(database.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
@@ -168,18 +225,22 @@ class TrackingStore:
         self.uri, artifact_root = tracking_uri(uri)
         if MlflowClient is None:
             raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow")
-        self.client = MlflowClient(tracking_uri=self.uri)
+        problem = uri_problem(self.uri)
+        if problem:
+            raise ConfigError(problem)
         self.experiment_name = experiment
-        existing = self.client.get_experiment_by_name(experiment)
-        if existing is not None:
-            self.experiment_id = existing.experiment_id
-        elif not create:
-            raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
-        else:
-            self.experiment_id = self.client.create_experiment(
-                experiment, artifact_location=artifact_root
-            )
-        self._present(existing.tags if existing is not None else {})
+        with creating(self.uri):  # the client creates and migrates a new store
+            self.client = MlflowClient(tracking_uri=self.uri)
+            existing = self.client.get_experiment_by_name(experiment)
+            if existing is not None:
+                self.experiment_id = existing.experiment_id
+            elif not create:
+                raise ValueError(f"no experiment named {experiment!r} in {self.uri}")
+            else:
+                self.experiment_id = self.client.create_experiment(
+                    experiment, artifact_location=artifact_root
+                )
+            self._present(existing.tags if existing is not None else {})
 
     def _present(self, tags: dict[str, str]) -> None:
         """The experiment as the UI should open it: the runs table (unless someone chose
@@ -292,6 +353,25 @@ class TrackingStore:
             return None
         info = self.client.get_run(run_id).info
         return (info.end_time - info.start_time) / 1000 if info.end_time else None
+
+    def end_abandoned(self) -> list[str]:
+        """End as KILLED the runs of the experiment left RUNNING by a process of this host
+        that is gone (a sweep or job killed with SIGKILL: nothing of it could end them),
+        saying why; their ids."""
+        ended = []
+        for run in self._search(
+            f"attributes.status = 'RUNNING' and tags.`{Tag.process}` LIKE '{owner.host_prefix()}%'"
+        ):
+            if owner.gone(run.data.tags[Tag.process]):
+                self.client.set_tag(
+                    run.info.run_id,
+                    Tag.failure,
+                    "abandoned: its process ended without ending it (killed); ended by the "
+                    "next specexp command",
+                )
+                self.client.set_terminated(run.info.run_id, status=RunStatus.killed)
+                ended.append(run.info.run_id)
+        return ended
 
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
@@ -435,7 +515,7 @@ class OfflineRun:
         self._write()
 
     def _write(self) -> None:
-        self.path.write_text(json.dumps(self.journal, indent=1, default=str))
+        write_atomic(self.path, json.dumps(self.journal, indent=1, default=str))
 
     def _record(self, name: str, *args: Any) -> None:
         self.journal["calls"].append([name, list(args)])
@@ -501,18 +581,38 @@ class FailoverRun:
         self._call("end", status)
 
 
-def replay(journal_path: Path, uri: Optional[str] = None) -> str:
+@dataclass
+class Replayed:
+    """What an upload of a journal did: its run, the calls replayed, and whether the
+    journal stopped before the run ended (its process killed, its disk full)."""
+
+    run_id: str
+    calls: int
+    cut_short: bool
+
+
+def replay(journal_path: Path, uri: Optional[str] = None) -> Replayed:
     """Upload an offline journal to MLflow (its own URI, or ``uri``): a new run, or the rest
-    of the run it continues; returns the run id."""
+    of the run it continues. A journal that stops before the run's end ends it FAILED,
+    saying so; files it logged are found beside it if they were moved with it."""
     journal = json.loads(journal_path.read_text())
     store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
+    store.end_abandoned()
     run = (
         store.run(journal["continues"])
         if "continues" in journal
         else store.start_run(*journal["start"])
     )
-    for name, args in journal["calls"]:
+    calls = journal["calls"]
+    for name, args in calls:
         if name == "log_artifacts":
-            args = [[Path(p) for p in args[0]], args[1]]
+            here = [Path(p) for p in args[0]]
+            args = [[p if p.exists() else journal_path.parent / p.name for p in here], args[1]]
         getattr(run, name)(*args)
-    return run.run_id
+    cut_short = not calls or calls[-1][0] != "end"
+    if cut_short:
+        run.set_tags(
+            {Tag.failure: "its journal stops before the run's end (killed, or a full disk)"}
+        )
+        run.end(RunStatus.failed)
+    return Replayed(run.run_id, len(calls), cut_short)

@@ -161,6 +161,33 @@ def test_a_stalled_stream_is_ended_by_the_stall_timeout_and_says_so():
     assert 1 <= record.e2e_s < 10
 
 
+def test_an_event_of_a_shape_no_engine_sends_fails_the_request_and_keeps_its_record():
+    """Valid JSON that is not an event object (issue 45: AttributeError, the run lost)."""
+    process, url = fake_server("--event", "[1, 2, 3]")
+    try:
+        result = run_against(url, "workload.max_tokens=5")
+    finally:
+        process.kill()
+        process.wait()
+    (record,) = result.records
+    assert not record.ok
+    assert record.error == "ValueError: unexpected event from the server: b'[1, 2, 3]'"
+
+
+def test_a_server_that_never_sends_headers_is_a_stall_naming_its_setting():
+    """Issue 45: a SocketTimeoutError after 132 s, naming no setting."""
+    process, url = fake_server("--no-headers")
+    try:
+        result = run_against(url, "workload.max_tokens=5", "workload.stall_timeout_s=1")
+    finally:
+        process.kill()
+        process.wait()
+    (record,) = result.records
+    assert not record.ok and record.stalled
+    assert record.error == "StallError: no response headers for 1 s (workload.stall_timeout_s)"
+    assert 1 <= record.e2e_s < 10
+
+
 def test_a_server_dying_mid_stream_fails_the_request_with_partial_timings():
     process, url = fake_server("--die-after", "5", "--itl-ms", "5")
     try:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,12 +20,18 @@ from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
 from specexp.analysis.results import Tag
+from specexp.core.durable import read_json_lines
 from specexp.core.schemas import ConfigError
+from specexp.core.tinymodels import ensure_pair
 from specexp.host.job import prepare
+from specexp.output import failure
 from tests.conftest import (
     CONFIG_DIR,
+    REPO,
     TINY,
+    compose_job,
     compose_run,
+    fake_llama_server,
     is_sweep,
     mlflow_process,
     nothing_tracked,
@@ -399,3 +407,302 @@ def test_a_type_error_on_the_command_line_is_a_message_not_a_traceback(tmp_path)
     assert (
         "workload.max_tokens" in result.stdout and "Traceback" not in result.stderr + result.stdout
     )
+
+
+# Issue 45's fault matrix: each test names the row of docs/notes/faults.md it checks.
+
+STORE_USER = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from specexp.tracking.store import TrackingStore\n"
+    "go = Path(sys.argv[2])\n"
+    "while not go.exists():\n"
+    "    time.sleep(0.005)\n"
+    "store = TrackingStore(sys.argv[1], 'specexp')\n"
+    "run = store.start_run(sys.argv[3], {})\n"
+    "run.log_metrics({'tok_per_s': 1.0})\n"
+    "run.end()\n"
+)
+
+
+def test_two_processes_starting_on_one_new_sqlite_store_both_work(tmp_path):
+    """Issue 45: two sweeps started at once on a new SQLite store both crashed in MLflow's
+    schema migration and broke the store for good. Two processes, released together, each
+    open the new store, create the experiment and log a run: both succeed, and the store
+    holds both runs. Two rounds, each on a store of its own."""
+    for round_index in range(2):
+        uri = f"sqlite:///{tmp_path / f'new{round_index}' / 'mlflow.db'}"
+        go = tmp_path / f"go{round_index}"
+        users = [
+            subprocess.Popen(
+                [sys.executable, "-c", STORE_USER, uri, str(go), f"run{i}"],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        time.sleep(1.0)  # both waiting at the gate (their imports done)
+        go.touch()
+        outputs = [u.communicate(timeout=300)[0] for u in users]
+        assert [u.returncode for u in users] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+        runs = runs_in(uri)
+        assert sorted(r.info.run_name for r in runs) == ["run0", "run1"]
+        assert all(r.info.status == "FINISHED" for r in runs)
+
+
+def files_under(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+def statuses(uri: str) -> dict[str, list[str]]:
+    """Each run name's statuses, sorted."""
+    found: dict[str, list[str]] = {}
+    for run in runs_in(uri):
+        found.setdefault(run.info.run_name, []).append(run.info.status)
+    return {name: sorted(s) for name, s in found.items()}
+
+
+def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path, tracking_env):
+    """Issue 45: a sweep killed with SIGKILL and resumed into the same directory wrote its
+    first resumed job into finished job 0's folder (config, command, environment replaced,
+    requests.jsonl appended), and left the parent and the job in flight RUNNING for good.
+    Killed while job 1 measures: the resumed sweep leaves job 0's folder byte-identical, keeps
+    job 1's first attempt whole in attempt-1/, ends the killed runs KILLED, runs each
+    unfinished job once, and leaves no run RUNNING and no server behind."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    sweep = (
+        "-m",
+        *TINY,
+        "stats.measured_runs=6",
+        "multirun.order=blocked",
+        "replicate=0,1,2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+    )
+    process = start_cli(*sweep, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
+    in_flight = tmp_path / "sweep" / "1" / "requests.jsonl"
+    deadline = time.monotonic() + 300
+    while not (in_flight.exists() and in_flight.read_text().count("\n") >= 1):
+        assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+        time.sleep(0.1)
+    process.kill()
+    process.communicate(timeout=60)
+    finished = files_under(tmp_path / "sweep" / "0")
+    earlier_attempt = in_flight.read_bytes()
+    assert statuses(uri)["replicate=0"] == ["FINISHED"]
+    deadline = time.monotonic() + 90  # the server follows its parent (PR_SET_PDEATHSIG)
+    while server_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server_pids() == set()
+
+    resumed = run_cli(*sweep, cwd=tmp_path, env=tracking_env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert files_under(tmp_path / "sweep" / "0") == finished
+    assert (
+        tmp_path / "sweep" / "1" / "attempt-1" / "requests.jsonl"
+    ).read_bytes() == earlier_attempt
+    for job in ("1", "2"):
+        lines = (tmp_path / "sweep" / job / "requests.jsonl").read_text().splitlines()
+        assert len(lines) == 6 and all(json.loads(line)["ok"] for line in lines)
+    assert statuses(uri) == {
+        "sweep (3 jobs)": ["FINISHED", "KILLED"],
+        "replicate=0": ["FINISHED"],
+        "replicate=1": ["FINISHED", "KILLED"],
+        "replicate=2": ["FINISHED"],
+    }
+    assert server_pids() == set()
+
+
+STORE_DOWN_AT_THE_REPORT = (
+    "import sys\n"
+    "import specexp.tracking.store as store\n"
+    "def down(*args, **kwargs):\n"
+    "    raise ConnectionError('Connection refused: the tracking server is down')\n"
+    "store.TrackingStore.job_runs = down  # read by the report only\n"
+    "from specexp.__main__ import main\n"
+    "sys.exit(main())\n"
+)
+
+
+def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env):
+    """Issue 45: the store down when a sweep ends gave ~60 lines of traceback, exit 1 and a
+    parent RUNNING with no report, which came back only by re-running the whole sweep. Now
+    one line says so and gives the upload command, the report is journaled beside the jobs,
+    and `specexp.upload` publishes it under the same parent, which it ends."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    sweep_dir = tmp_path / "sweep"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            STORE_DOWN_AT_THE_REPORT,
+            "-m",
+            *TINY,
+            "replicate=0,1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, **tracking_env, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    (line,) = [line for line in output.splitlines() if "failed at the sweep's end" in line]
+    assert "ConnectionError: Connection refused" in line
+    assert f"python -m specexp.upload {sweep_dir}" in " ".join(output.split())
+    assert (sweep_dir / "mlflow_offline_report.json").exists()
+    (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
+    assert Tag.failed_jobs not in parent.data.tags
+
+    upload = run_cli(str(sweep_dir), cwd=tmp_path, env=tracking_env, module="specexp.upload")
+    assert upload.returncode == 0, upload.stdout + upload.stderr
+    assert f"on run {parent.info.run_id}" in upload.stdout
+    runs = runs_in(uri)
+    (published,) = [r for r in runs if is_sweep(r)]
+    assert published.info.run_id == parent.info.run_id and published.info.status == "FINISHED"
+    assert published.data.tags[Tag.failed_jobs] == "0"
+    assert "replicate" in published.data.tags["mlflow.note.content"]
+    assert sorted(r.info.status for r in runs if not is_sweep(r)) == ["FINISHED", "FINISHED"]
+    assert (sweep_dir / "mlflow_offline_report.uploaded.json").exists()
+
+
+def full_disk_at(size: int) -> None:
+    """In the child before exec: every write past ``size`` bytes of a file fails (EFBIG), as
+    a full disk fails it with ENOSPC - on every writer, the server's log included."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_path):
+    """Issue 45: the disk filling during a run left the journal at 0 bytes, requests.jsonl
+    cut mid-line, the run RUNNING and three chained tracebacks; upload then crashed on the
+    journal. Files past 32 kB cannot grow here (the journal and the requests cross it
+    mid-run; the fake llama-server writes no log, which would cross it first): the run fails
+    with one line and exit 74 (EX_IOERR), every file holds whole records, and the upload
+    ends the run FAILED with every request that was written."""
+    job = compose_job(*TINY)
+    assert job.config.model.generate is not None
+    ensure_pair(job.config.model.generate, job.engine.model_format)  # not made under the limit
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specexp",
+            *TINY,
+            f"stack.bin_dir={bin_dir}",
+            "stats.measured_runs=100",
+        ],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: full_disk_at(32_000),
+    )
+    output = process.communicate(timeout=600)[0]
+    assert process.returncode == failure.DISK, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "File too large" in output
+    (job_dir,) = tmp_path.glob("outputs/*/*")
+    requests = read_json_lines(job_dir / "requests.jsonl")
+    assert not requests.torn and len(requests.records) >= 2
+    journal = json.loads((job_dir / "mlflow_offline.json").read_text())  # whole
+    assert journal["calls"]
+    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    upload = run_cli(str(job_dir), "--tracking-uri", uri, cwd=tmp_path, module="specexp.upload")
+    assert upload.returncode == 0, upload.stdout + upload.stderr
+    (run,) = runs_in(uri)
+    assert run.info.status == "FAILED"
+    stored = Path(
+        MlflowClient(uri).download_artifacts(
+            run.info.run_id, "requests.jsonl", str(tmp_path / "dl")
+        )
+    )
+    assert stored.read_bytes() == (job_dir / "requests.jsonl").read_bytes()
+    assert server_pids() == set()
+
+
+@pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
+def test_a_malformed_tracking_uri_is_refused_before_anything_runs(tmp_path, sweep):
+    """Issue 45: a malformed tracking URI was taken for a store that is down: the run went
+    on into a journal, exit 0, and the typo surfaced only at upload, as a traceback."""
+    result = run_cli(
+        *(["-m", "replicate=0,1"] if sweep else []),
+        *TINY,
+        "tracking.uri=htp://127.0.0.1:5000",
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "no MLflow store has the scheme 'htp'" in result.stdout
+    assert not list(tmp_path.rglob("requests.jsonl")) and server_pids() == set()
+
+
+@pytest.mark.parametrize("step", ["before-launch", "warm-up"])
+def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
+    tmp_path, tracking_env, step
+):
+    """A run killed with SIGKILL (nothing of it can end its run) as soon as its run exists
+    (before its server is up), or once its server runs and its warm-ups go on: the server
+    goes with it, and the next specexp command ends the abandoned run KILLED, saying why."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    process = start_cli(
+        *TINY, "stats.warmup_runs=20", cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT
+    )
+    deadline = time.monotonic() + 180
+    while not (
+        [r for r in runs_in(uri) if r.info.status == "RUNNING"]
+        and (step == "before-launch" or server_pids())
+    ):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    if step == "warm-up":
+        time.sleep(2)  # into its warm-up runs
+    process.kill()
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + 90
+    while server_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server_pids() == set()
+    (killed,) = runs_in(uri)
+    assert killed.info.status == "RUNNING"  # nothing of it could end it
+    written = [read_json_lines(path) for path in tmp_path.rglob("requests.jsonl")]
+    assert all(r["warmup"] for w in written for r in w.records)  # killed before it measured
+    assert not any(w.torn for w in written)
+    result = run_cli(*TINY, cwd=tmp_path, env=tracking_env)
+    assert result.returncode == 0, result.stdout[-2000:]
+    runs = {r.info.run_id: r for r in runs_in(uri)}
+    assert runs[killed.info.run_id].info.status == "KILLED"
+    assert "abandoned" in runs[killed.info.run_id].data.tags[Tag.failure]
+    assert sorted(r.info.status for r in runs.values()) == ["FINISHED", "KILLED"]
+
+
+def test_a_sweep_whose_store_is_down_at_its_start_is_refused_in_one_line(tmp_path):
+    """A sweep's report is read back from its store: with the store unreachable at the start
+    it launches nothing and says so in one line (exit 69, EX_UNAVAILABLE), no traceback."""
+    result = run_cli(
+        "-m",
+        *TINY,
+        "replicate=0,1",
+        cwd=tmp_path,
+        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == failure.STORE_DOWN, output[-2000:]
+    assert "Traceback" not in output
+    (line,) = [line for line in result.stdout.splitlines() if "MLflow store unreachable" in line]
+    assert "nothing was launched" in line
+    assert not list(tmp_path.rglob("requests.jsonl")) and server_pids() == set()

@@ -1,0 +1,54 @@
+"""A failure as the user sees it: one line on the terminal, the traceback in the job's log
+(``specexp.log``, Hydra's log file in the output directory), and an exit status that says
+which kind of failure it was."""
+
+from __future__ import annotations
+
+import errno
+import logging
+
+from specexp.core.redaction import redact_text
+
+# Exit statuses (sysexits.h where one fits; 2 is a usage error, 128+N a signal).
+RUN_FAILED = 1  # a job's run failed (its server, its requests); its record says why
+STORE_DOWN = 69  # EX_UNAVAILABLE: the tracking store could not be reached, nothing launched
+BUG = 70  # EX_SOFTWARE: an error specexp did not expect
+DISK = 74  # EX_IOERR: specexp's own files could not be written (disk full, I/O error)
+
+# Errors of the disk under specexp's files, not of its logic (EFBIG: a file-size limit).
+_DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+_log = logging.getLogger("specexp.failure")
+
+
+def one_line(exc: BaseException) -> str:
+    """The exception as one line, credentials redacted."""
+    text = str(exc).strip().splitlines()
+    return redact_text(f"{type(exc).__name__}: {text[0][:300]}" if text else repr(exc))
+
+
+def is_disk_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS
+
+
+def exit_status(exc: BaseException, otherwise: int = BUG) -> int:
+    return DISK if is_disk_error(exc) else otherwise
+
+
+def log_traceback(exc: BaseException) -> None:
+    """The traceback to the log files (never the terminal: it gets :func:`one_line`)."""
+    record = _log.makeRecord(
+        _log.name,
+        logging.ERROR,
+        __file__,
+        0,
+        one_line(exc),
+        (),
+        (type(exc), exc, exc.__traceback__),
+    )
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            try:
+                handler.handle(record)
+            except OSError:  # the disk that failed holds the log too
+                pass
