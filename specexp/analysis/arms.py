@@ -362,11 +362,20 @@ class Calibration:
     measured_unix: float = math.nan  # when its newest value was measured
     stack: Mapping[str, str] = field(default_factory=dict)  # the captured stack of its runs
 
+    @property
+    def between_var(self) -> float:
+        """Variance of one launch's offset, as calibrated (what plans and budgets assume)."""
+        return max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
+
+    @property
+    def offset_var(self) -> float:
+        """Variance of one launch's offset, as single launches are tested with it:
+        LAUNCH_VARIANCE_MARGIN times the calibrated (they cannot show their own)."""
+        return LAUNCH_VARIANCE_MARGIN * self.between_var
+
     def mean_var(self, runs: int) -> float:
-        """Variance of the mean of one launch with ``runs`` measured runs, its launch-to-launch
-        part at LAUNCH_VARIANCE_MARGIN times the calibrated."""
-        between = max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
-        return LAUNCH_VARIANCE_MARGIN * between + self.within_var / runs
+        """Variance of the mean of one launch with ``runs`` measured runs."""
+        return self.offset_var + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
@@ -624,7 +633,7 @@ def launch_spread(
         return None
     cals = [f for f in families if f is not None]
     within = sum(c.within_var for c in cals) / 2
-    between = sum(max(c.launch_var - c.within_var / c.runs_per_launch, 0.0) for c in cals) / 2
+    between = sum(c.between_var for c in cals) / 2
     return math.sqrt(within), math.sqrt(between)
 
 

@@ -175,8 +175,9 @@ def _can_draw(values: np.ndarray, scale: Scale) -> bool:
 @dataclass(frozen=True)
 class LaunchOffset:
     """How much one arm's single-launch means move from launch to launch (variance of log
-    throughput beyond the runs', from calibration runs, with its degrees of freedom);
-    ``shared``: the arm's levels ran on one server, so one offset moves all of them."""
+    throughput beyond the runs', from calibration runs at Calibration.offset_var's margin,
+    with its degrees of freedom); ``shared``: the arm's levels ran on one server, so one
+    offset moves all of them."""
 
     var: float
     df: float
@@ -493,8 +494,7 @@ def launch_offsets(
         ):
             return None
         shared = all(same_server(a, b) for a, b in pairwise(runs))
-        between = max(known.launch_var - known.within_var / known.runs_per_launch, 0.0)
-        found.append((LaunchOffset(between, known.df, shared), known.runs))
+        found.append((LaunchOffset(known.offset_var, known.df, shared), known.runs))
     names = sorted({r[:8] for _, runs in found for r in runs})
     return (found[0][0], found[1][0]), f"calibration runs {', '.join(names)}"
 

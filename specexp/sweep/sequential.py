@@ -230,9 +230,8 @@ def known_spreads(
     found = known.get((job.job.engine.name, config.model.name, config.stack.name, hardware))
     if found is None:
         return ASSUMED
-    between = max(found.launch_var - found.within_var / found.runs_per_launch, 0.0)
     return Spreads(
-        math.sqrt(between),
+        math.sqrt(found.between_var),
         math.sqrt(found.within_var),
         f"spreads of calibration runs {', '.join(r[:8] for r in found.runs)}",
     )

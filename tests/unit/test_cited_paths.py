@@ -10,9 +10,8 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-# The texts checked: the code, its configs and tests, the docs. (README.md is being
-# rewritten into docs/; it joins this list when it is.)
-TEXTS = [
+# The texts checked: the README, the code, its configs and tests, the docs.
+TEXTS = [REPO / "README.md"] + [
     p
     for folder in ("specexp", "conf", "tests", "docs", "hydra_plugins", "scripts", "benchmarks")
     for p in sorted((REPO / folder).rglob("*"))

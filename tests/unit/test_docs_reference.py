@@ -14,6 +14,8 @@ import ast
 import re
 from pathlib import Path
 
+import numpy as np
+
 from specexp.analysis import results
 from specexp.analysis.results import SERVER_ACCOUNTING, Artifact, Metric, Tag
 from specexp.analysis.summary import run_metrics, summarize_job
@@ -25,6 +27,8 @@ from tests.conftest import REPO
 PAGE = REPO / "docs" / "reference" / "results.md"
 # Markdown links and images: ``[text](target)``.
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# Requests per synthetic run.
+REQUESTS = 200
 
 
 def family(name: str) -> str:
@@ -68,8 +72,10 @@ def code_tags() -> set[str]:
 
 
 def synthetic_job() -> list[RunResult]:
-    """Two measured runs with every figure a run can have."""
+    """Two measured runs with every figure a run can have: enough requests, with latencies
+    in no order, for every tail percentile's interval (p99 needs 368 effective values)."""
     gpu = telemetry.GpuSample(0, 1980.0, 3201.0, 300.0, 60.0, 90.0, 1000.0)
+    latencies = np.random.default_rng(0).uniform(0.05, 0.15, size=(2, REQUESTS, 10))
     runs = []
     for index in range(2):
         records = [
@@ -79,15 +85,15 @@ def synthetic_job() -> list[RunResult]:
                 warmup=False,
                 start_unix=100.0 + index,
                 ok=True,
-                ttft_s=0.1,
+                ttft_s=float(latencies[index, k, 0]),
                 e2e_s=1.0 + index / 10,
                 output_tokens=10,
-                itl_s=[0.1] * 9,
-                chunk_gaps_s=[0.1] * 9,
+                itl_s=latencies[index, k, 1:].tolist(),
+                chunk_gaps_s=latencies[index, k, 1:].tolist(),
                 due_s=float(k),
                 send_lag_s=0.0,
             )
-            for k in range(3)
+            for k in range(REQUESTS)
         ]
         runs.append(
             RunResult(
@@ -150,10 +156,12 @@ def test_every_artifact_is_on_the_reference_page_and_no_other():
 
 
 def test_the_sweep_artifacts_the_page_names_are_written_by_the_code():
-    """The parent run's files are named where they are written (specexp/tracking/publish.py):
-    each one the page names is a literal there, or a report's ``f"{folder}.<ext>"``, under a
-    folder named as a literal."""
-    source = (REPO / "specexp/tracking/publish.py").read_text()
+    """The parent run's files are named where they are written (specexp/tracking/publish.py,
+    with the folder names store.py shares with the reader): each one the page names is a
+    literal there, or a report's ``f"{folder}.<ext>"``, under a folder named as a literal."""
+    source = "".join(
+        (REPO / "specexp/tracking" / name).read_text() for name in ("publish.py", "store.py")
+    )
     named = page_names("Artifacts of a sweep or comparison")
     assert len(named) >= 10
     for name in named:
