@@ -295,6 +295,8 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
         f"{requests} request(s) of up to {workload.max_tokens} tokens"
         if requests and not level.open_loop
         else f"{requests} arrivals at {level.rate:g} req/s"
+        if requests and level.rate is not None
+        else f"{requests} arrivals at the rates the capacity search picks"
         if requests
         else f"{level.duration_s:g} s"
     )

@@ -17,6 +17,22 @@ QUICK = [*BASE, "workload.max_tokens=64", "stats.warmup_runs=0", "stats.measured
 FA_SILENTLY_OFF = ["attention_backend=flash_attn", "engine.extra_args=[--flash-attn,off]"]
 
 
+def doctor_rows(stdout: str) -> list[tuple[str, str]]:
+    """The doctor's table as (check, "result detail") rows, each with its wrapped lines joined
+    (the table fits 100 columns, so long details wrap onto lines with an empty check cell)."""
+    rows: list[tuple[str, list[list[str]]]] = []
+    for line in stdout.splitlines():
+        if line.count("\u2502") < 3:
+            continue
+        cells = [c.strip() for c in line.split("\u2502")[1:-1]]
+        if cells[0] or not rows:
+            rows.append((cells[0], [[] for _ in cells[1:]]))
+        for part, cell in zip(rows[-1][1], cells[1:], strict=False):
+            if cell:
+                part.append(cell)
+    return [(name, " ".join(" ".join(part) for part in parts)) for name, parts in rows]
+
+
 def test_run_records_stack_and_what_engaged(tmp_path, tracking_env):
     result = run_cli(
         *QUICK, "speculative=draft", "attention_backend=flash_attn", cwd=tmp_path, env=tracking_env
@@ -141,15 +157,11 @@ def test_doctor_on_this_machine(tmp_path):
         timeout=300,
     )
     assert result.returncode == 1
-    lines = {
-        line.split("│")[1].strip(): line
-        for line in result.stdout.splitlines()
-        if line.count("│") >= 3
-    }
+    lines = dict(doctor_rows(result.stdout))
     assert "pass" in lines["flags"] and "sglang 0.5.9's own parser" in lines["flags"]
     assert "fail" in lines["GPUs"] and "0 visible, tensor parallel 8 needs 8" in lines["GPUs"]
     assert "skip" in lines["compute capability for flashinfer_fusion"]
-    assert "sglang would change --speculative-num-steps 8 -> 2" in " ".join(result.stdout.split())
+    assert "sglang would change --speculative-num-steps 8 -> 2" in " ".join(lines.values())
 
 
 def test_doctor_failure_paths_with_fake_stacks(tmp_path):
@@ -176,9 +188,8 @@ def test_doctor_failure_paths_with_fake_stacks(tmp_path):
     sweep = run_cli("+sweep=cuda13_upgrade", cwd=tmp_path, module="specexp.doctor")
     assert sweep.returncode == 1
     assert sweep.stdout.count("│ stack interpreter ") == 5
-    assert (
-        "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there"
-        in sweep.stdout
+    assert "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there" in (
+        " ".join(text for _, text in doctor_rows(sweep.stdout))
     )
 
 
@@ -223,11 +234,7 @@ def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path):
         env=env,
         module="specexp.doctor",
     )
-    lines = {
-        line.split("│")[1].strip(): " ".join(line.split())
-        for line in result.stdout.splitlines()
-        if line.count("│") >= 3
-    }
+    lines = dict(doctor_rows(result.stdout))
     assert "pass" in lines["GPUs"] and "4 visible, engine.gpus=4 needs 4" in lines["GPUs"]
     links = lines["GPU links"]
     assert "fail" in links and "host.gpu_interconnect=nvlink, but nvidia-smi says pcie" in links

@@ -264,7 +264,7 @@ def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("hydra.launcher.timeout_min=10", "hydra.launcher.timeout_min=10; raise it to 59"),
+        ("hydra.launcher.timeout_min=10", "hydra.launcher.timeout_min=10; raise it to 39"),
         (
             "hydra.launcher.gpus_per_node=4",
             "a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4",
