@@ -191,3 +191,13 @@ def test_the_expected_duration_is_said_before_a_run_with_its_basis(screen):
     assert first.startswith("expected: about 1 s of measuring - 2 runs of 1 request(s) of up")
     assert "32 tokens, at an assumed 50 tok/s per stream" in first
     assert second == "expected: about 4 min (an earlier run of this configuration took that long)"
+
+
+def test_the_expected_duration_of_a_capacity_search_names_no_rate(screen):
+    """A capacity search's rate is the search's to pick (None in the config): the line once
+    raised TypeError formatting it, failing every capacity job before it started."""
+    cfg = compose_job(*TINY, "concurrency=capacity", "slo=interactive").config
+    assert cfg.concurrency.rate is None
+    terminal.print_expected(cfg, None)
+    (line,) = screen.export_text().splitlines()
+    assert "arrivals at the rates the capacity search picks" in line
