@@ -150,6 +150,8 @@ def quiet_libraries() -> None:
     verbose = bool(os.environ.get(VERBOSE))
     if not verbose:
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+        # MLflow's tqdm bar ("Downloading artifacts") as a sweep reads its jobs' prompts back.
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
 

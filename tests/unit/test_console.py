@@ -11,6 +11,7 @@ import time
 
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
+from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
 from omegaconf import OmegaConf
 from rich.console import Console
 
@@ -102,8 +103,11 @@ def test_an_unbounded_interval_is_written_one_way_everywhere():
 
 def test_third_party_info_lines_are_hidden_unless_verbose(monkeypatch):
     monkeypatch.delenv(terminal.VERBOSE, raising=False)
+    monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
     terminal.quiet_libraries()
     assert not logging.getLogger("mlflow").isEnabledFor(logging.INFO)
+    # MLflow's own switch for its "Downloading artifacts" bar, read when it downloads.
+    assert MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.get() is False
     assert not logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
     monkeypatch.setenv(terminal.VERBOSE, "1")
     terminal.quiet_libraries()
