@@ -256,6 +256,12 @@ class Unit(StrEnum):
     launch = "launch"  # the mean of one server launch's measured runs
     run = "run"  # one measured run (a single launch)
 
+    def counted(self, n: int) -> str:
+        """``n`` of them, in words: "5 launches", "1 run"."""
+        if n == 1:
+            return f"1 {self}"
+        return f"{n} {self}{'es' if self == Unit.launch else 's'}"
+
 
 # Prefixes of per-setting tags: what was captured of the stack, what each requested setting
 # ran as, and whether it engaged; and of the settings a sweep varied, one tag each.

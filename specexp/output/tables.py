@@ -11,6 +11,7 @@ from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
+from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
 from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison
@@ -125,7 +126,7 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
         s, c = arm.summary, by_label.get(arm.label)
         row = [
             arm.label + (" (baseline)" if arm.label in baselines else ""),
-            f"{s.n} {arm.unit}s",
+            Unit(arm.unit).counted(s.n),
             fmt(s.mean),
             arm_interval(arm),
             f"{s.cv:.1%}",

@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison, CapacityVerdict
-from specexp.analysis.results import RunStatus
+from specexp.analysis.results import RunStatus, Unit
 from specexp.core.capacity import Bracket, Capacity
 from specexp.core.measurements import RequestRecord
 from specexp.output import terminal
@@ -205,3 +205,9 @@ def test_the_expected_duration_of_a_capacity_search_names_no_rate(screen):
     terminal.print_expected(cfg, None)
     (line,) = screen.export_text().splitlines()
     assert "arrivals at the rates the capacity search picks" in line
+
+
+def test_an_arms_independent_values_are_counted_in_words():
+    """The comparison table once printed "5 launchs"."""
+    assert Unit.launch.counted(5) == "5 launches"
+    assert Unit.run.counted(1) == "1 run" and Unit.run.counted(3) == "3 runs"
