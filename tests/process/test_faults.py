@@ -493,13 +493,15 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
         time.sleep(0.1)
     process.kill()
     process.communicate(timeout=60)
-    finished = files_under(tmp_path / "sweep" / "0")
-    earlier_attempt = in_flight.read_bytes()
-    assert statuses(uri)["replicate=0"] == ["FINISHED"]
     deadline = time.monotonic() + 90  # the server follows its parent (PR_SET_PDEATHSIG)
     while server_pids() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert server_pids() == set()
+    # Taken once the server is gone: the sweep's shared server writes to job 0's server.log
+    # until it exits, and its last lines come as it dies.
+    finished = files_under(tmp_path / "sweep" / "0")
+    earlier_attempt = in_flight.read_bytes()
+    assert statuses(uri)["replicate=0"] == ["FINISHED"]
 
     resumed = run_cli(*sweep, cwd=tmp_path, env=tracking_env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
