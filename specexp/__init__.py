@@ -15,7 +15,7 @@ module (``specexp.core.stats``) does not import the API and all it runs on::
 import importlib
 from typing import Any
 
-BANDS = ("core", "engines", "host", "serving", "analysis", "output", "tracking", "run", "sweep")
+BANDS = ("core", "engines", "host", "serving", "analysis", "run", "output", "tracking", "sweep")
 
 __all__ = [
     "ComparisonReport",

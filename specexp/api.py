@@ -15,7 +15,18 @@ Run a job (the overrides are those of ``specexp run``)::
     >>> result.summary.tok_per_s.n
     2
 
-``quiet=True`` prints nothing: the run's lines still go to its ``specexp.log``.
+``quiet=True`` prints nothing: the run's lines still go to its ``specexp.log``. A job's
+observers are chosen with ``observers``: its files, its MLflow run and the console by
+default; ``observers=["files"]`` keeps the files and tracks nothing; ``observers=[]`` prints,
+writes and tracks nothing, and returns the typed result alone::
+
+    >>> result = specexp.run_job(
+    ...     ["model=tiny-pair-small", "workload=short", "workload.max_tokens=16",
+    ...      "stats.warmup_runs=0", "stats.measured_runs=2"],
+    ...     observers=[],
+    ... )
+    >>> result.summary.tok_per_s.n, result.output_dir, result.run_id
+    (2, None, None)
 """
 
 from __future__ import annotations
@@ -23,9 +34,10 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Collection, Iterator, Optional, Sequence
 
 import hydra
 from hydra.core.global_hydra import GlobalHydra
@@ -37,9 +49,11 @@ from specexp import hydra_app
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag
 from specexp.compare import ComparisonReport, compare_runs
+from specexp.hydra_app import Observe
 from specexp.options import UsageError, unknown
 from specexp.output import terminal
 from specexp.run.session import JobResult
+from specexp.tracking.observer import RUN_FILE
 from specexp.tracking.store import TrackingStore
 
 __all__ = [
@@ -47,6 +61,7 @@ __all__ = [
     "JobResult",
     "LoadedRun",
     "NotRun",
+    "Observe",
     "SweepResult",
     "UsageError",
     "check_overrides",
@@ -94,44 +109,71 @@ class LoadedRun:
 
 
 @contextlib.contextmanager
-def _hydra_session(quiet: bool) -> Iterator[list[JobResult]]:
+def _hydra_session(
+    observers: Optional[Collection[str]], quiet: bool
+) -> Iterator[tuple[list[JobResult], frozenset[Observe]]]:
     """Hydra as ``python -m specexp`` runs it, inside this process: each job's result
-    collected, Hydra's global state put back after (a notebook or test may hold its own),
-    the console silent when ``quiet``."""
+    collected, its observers those chosen (all by default), Hydra's global state put back
+    after (a notebook or test may hold its own), the terminal silent when ``quiet`` or
+    without the console observer."""
     held = GlobalHydra.instance().hydra
     GlobalHydra.instance().clear()
     collected: list[JobResult] = []
     hydra_app.on_result.append(collected.append)
-    argv, was_quiet = sys.argv, terminal.console.quiet
-    terminal.console.quiet = quiet or was_quiet
+    argv, was_quiet, was_observing = sys.argv, terminal.console.quiet, hydra_app.observing
+    chosen = frozenset(Observe) if observers is None else frozenset(map(Observe, observers))
+    hydra_app.observing = chosen
+    terminal.console.quiet = quiet or Observe.console not in chosen or was_quiet
     try:
-        yield collected
+        yield collected, chosen
     finally:
         sys.argv = argv
         terminal.console.quiet = was_quiet
+        hydra_app.observing = was_observing
         hydra_app.on_result.remove(collected.append)
         GlobalHydra.instance().hydra = held
 
 
-def _launch(args: list[str], quiet: bool) -> int:
-    """``python -m specexp ARGS`` in this process; its exit status."""
+def _launch(args: list[str], observers: Collection[Observe], quiet: bool) -> int:
+    """``python -m specexp ARGS`` in this process; its exit status. Without the files
+    observer, Hydra's own files and the server's log go to a directory removed after."""
     hydra_app.register()
-    # Hydra configures logging for its job; quiet, it leaves the process's logging alone.
-    logging_args = ["hydra/job_logging=none", "hydra/hydra_logging=none"] if quiet else []
-    sys.argv = ["specexp", *args, *logging_args]
-    try:
-        hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
-            hydra_app.run_one
-        )()
-    except SystemExit as stopped:
-        return stopped.code if isinstance(stopped.code, int) else 1
+    with contextlib.ExitStack() as stack:
+        # Hydra configures logging for its job; quiet, it leaves the process's logging alone.
+        extra = (
+            ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+            if quiet or Observe.console not in observers
+            else []
+        )
+        if Observe.files not in observers:
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="specexp-"))
+            extra += [
+                f"hydra.run.dir={scratch}",
+                f"hydra.sweep.dir={scratch}",
+                "hydra.output_subdir=null",
+            ]
+        sys.argv = ["specexp", *args, *extra]
+        try:
+            hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
+                hydra_app.run_one
+            )()
+        except SystemExit as stopped:
+            return stopped.code if isinstance(stopped.code, int) else 1
     return 0
 
 
-def run_job(overrides: Sequence[str] = (), *, quiet: bool = False) -> JobResult:
+def run_job(
+    overrides: Sequence[str] = (),
+    *,
+    observers: Optional[Collection[str]] = None,
+    quiet: bool = False,
+) -> JobResult:
     """Run one job, as ``specexp run OVERRIDES`` does, and return its typed result: its
     status, MLflow run id, summary (tok/s with its interval, latencies, notes), every
-    measured run and its output directory. A failed job is returned with its error, not
+    measured run and its output directory. ``observers`` chooses who hears the job (see
+    :class:`Observe`: its files, its MLflow run, the console; all by default, none with
+    ``[]``); ``quiet`` keeps the terminal silent (the console's lines still go to the job's
+    ``specexp.log``). A failed job is returned with its error, not
     raised; a usage error raises :class:`UsageError`, a config the job refused :class:`NotRun`.
 
     Example (the small generated model, two short runs; nothing printed)::
@@ -140,17 +182,23 @@ def run_job(overrides: Sequence[str] = (), *, quiet: bool = False) -> JobResult:
         print(result.summary.tok_per_s.mean, result.summary.tok_per_s.ci_low)
     """
     check_overrides(overrides)
-    with _hydra_session(quiet) as collected:
-        code = _launch(list(overrides), quiet)
+    with _hydra_session(observers, quiet) as (collected, chosen):
+        code = _launch(list(overrides), chosen, quiet)
     if collected:
         return collected[-1]
     raise NotRun(code, f"the job did not run (exit status {code}; its reason is said above)")
 
 
-def run_sweep(overrides: Sequence[str], *, quiet: bool = False) -> SweepResult:
+def run_sweep(
+    overrides: Sequence[str],
+    *,
+    observers: Optional[Collection[str]] = None,
+    quiet: bool = False,
+) -> SweepResult:
     """Run a sweep, as ``specexp sweep OVERRIDES`` does (comma lists and ``+sweep=NAME``
     expand into jobs), and return each job's result, the failed ones and the sweep's report
-    (read back from the store when the sweep was tracked).
+    (read back from the store when the sweep was tracked: without the MLflow observer it is
+    not). ``observers`` and ``quiet`` as for :func:`run_job`.
 
     Example::
 
@@ -159,8 +207,9 @@ def run_sweep(overrides: Sequence[str], *, quiet: bool = False) -> SweepResult:
             print(job.run_id, job.summary.tok_per_s.mean if job.summary else job.error)
     """
     check_overrides(overrides)
-    with _hydra_session(quiet) as collected:
-        code = _launch(["-m", *overrides], quiet)
+    with _hydra_session(observers, quiet) as (collected, chosen):
+        untracked = [] if Observe.mlflow in chosen else ["tracking.enabled=false"]
+        code = _launch(["-m", *overrides, *untracked], chosen, quiet)
     parent = _parent_of(collected)
     record = _run_record(collected[0].output_dir) if collected else None
     report = (
@@ -183,8 +232,8 @@ def _parent_of(results: Sequence[JobResult]) -> Optional[str]:
 
 
 def _run_record(directory: Optional[Path]) -> Optional[dict[str, str]]:
-    """What a tracked job's output directory says of its run (hydra_app.RUN_FILE)."""
-    path = directory / hydra_app.RUN_FILE if directory else None
+    """What a tracked job's output directory says of its run (RUN_FILE)."""
+    path = directory / RUN_FILE if directory else None
     if path is None or not path.is_file():
         return None
     record: dict[str, str] = json.loads(path.read_text())
@@ -219,7 +268,7 @@ def _load_directory(path: Path, tracking_uri: Optional[str], experiment: str) ->
     parent run, as the jobs wrote them down."""
     records = [r for d in (path, *sorted(path.iterdir())) if (r := _run_record(d))]
     if not records:
-        raise UsageError(f"{path} holds no tracked job's {hydra_app.RUN_FILE}")
+        raise UsageError(f"{path} holds no tracked job's {RUN_FILE}")
     sweep = (path / "multirun.yaml").is_file()
     record = records[0]
     run_id = record["parent_run_id"] if sweep and record.get("parent_run_id") else record["run_id"]

@@ -7,9 +7,10 @@ processes get the same state with Hydra's singletons."""
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import signal
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -22,24 +23,39 @@ from omegaconf import DictConfig, EnumNode, OmegaConf
 from rich.markup import escape
 
 from specexp.analysis.results import RunStatus
-from specexp.core.durable import write_atomic
-from specexp.core.redaction import redact_text
 from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
 from specexp.engines import engines
-from specexp.host import interrupt
-from specexp.host.job import prepare
-from specexp.output import failure, terminal
+from specexp.host import failure, interrupt
+from specexp.host.job import Job, prepare
+from specexp.output import terminal
+from specexp.output.console import ConsoleObserver
+from specexp.output.files import FilesObserver
 from specexp.run import launchers
+from specexp.run.events import Observer
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
-from specexp.tracking.store import uri_in_force
+from specexp.tracking.observer import MlflowObserver, earlier_duration_s
+from specexp.tracking.store import uri_in_force, uri_problem
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
-# Where a tracked job's output directory says which run it is (specexp.api.load reads it).
-RUN_FILE = "run.json"
-# Called with each job's result in this process (the Python API collects them: Hydra
-# discards what its task returns).
+
+
+class Observe(StrEnum):
+    """The observers a job may have: its files, its MLflow run, the console."""
+
+    files = "files"
+    mlflow = "mlflow"
+    console = "console"
+
+
+# The observers of the jobs Hydra runs in this process (the Python API chooses them; the
+# command line, and jobs in other processes, take all), and each job's result, as it is
+# returned (the Python API collects them: Hydra discards what its task returns).
+observing: frozenset[Observe] = frozenset(Observe)
 on_result: list[Callable[[JobResult], None]] = []
+# The MLflow observers of the jobs open in this process (a job measured part by part is
+# opened once), by output directory: its result carries its run's id.
+_tracked: dict[Path, MlflowObserver] = {}
 
 
 def register() -> None:
@@ -87,7 +103,8 @@ def run_one(cfg: DictConfig) -> str:
     terminal.quiet_libraries()  # after Hydra configured the job's logging
     hydra_config = HydraConfig.get()
     output_dir = Path(hydra_config.runtime.output_dir)
-    with terminal.logged_to(output_dir / f"{hydra_config.job.name}.log"):
+    log = output_dir / f"{hydra_config.job.name}.log"
+    with terminal.logged_to(log) if Observe.files in observing else contextlib.nullcontext():
         result = _run_logged(cfg, output_dir)
     for listener in on_result:
         listener(result)
@@ -106,7 +123,10 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
                 f"(python -m specexp -m ...), or measure one level with concurrency.streams=N "
                 f"concurrency.levels=[]"
             )
-        result = run_job(prepare(cfg), output_dir)
+        job = prepare(cfg)
+        if not job.config.dry_run:
+            _check_store(job)
+        result = _with_run_id(run_job(job, output_dir, _observers), output_dir)
     except ConfigError as exc:
         terminal.console.print(f"[red]config error:[/] {escape(str(exc))}")
         sys.exit(2)
@@ -119,19 +139,46 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
     except BaseException:
         terminal.log_traceback()
         raise
-    if result.run_id:
-        write_atomic(
-            output_dir / RUN_FILE,
-            json.dumps(
-                {
-                    "run_id": result.run_id,
-                    "parent_run_id": cfg.multirun.parent_run_id,
-                    "experiment": cfg.tracking.experiment,
-                    "tracking_uri": redact_text(uri_in_force(cfg.tracking.uri)[0]),
-                }
-            ),
-        )
     return result
+
+
+def _check_store(job: Job) -> None:
+    """A tracking URI the store cannot take is refused before anything is written."""
+    if Observe.mlflow in observing and job.config.tracking.enabled:
+        problem = uri_problem(uri_in_force(job.config.tracking.uri)[0])
+        if problem:
+            raise ConfigError(problem)
+
+
+def _observers(job: Job, output_dir: Path) -> list[Observer]:
+    """The observers chosen for this process's jobs (:data:`observing`), in the order they
+    hear each event: the console, then the files, then MLflow (which logs the files)."""
+    console = Observe.console in observing
+    say = terminal.console.print if console else terminal.console.log_only
+    chosen: list[Observer] = []
+    if console:
+        chosen.append(ConsoleObserver(None if job.config.dry_run else earlier_duration_s(job)))
+    if Observe.files in observing:
+        chosen.append(FilesObserver(say))
+    if Observe.mlflow in observing:
+        _tracked[output_dir] = tracker = MlflowObserver(say)
+        chosen.append(tracker)
+    return chosen
+
+
+def _with_run_id(result: JobResult, output_dir: Path) -> JobResult:
+    """The result with its MLflow run's id, if it has one; the output directory only when
+    its files are kept."""
+    tracker = (
+        _tracked.get(output_dir)
+        if result.status == RunStatus.measuring
+        else _tracked.pop(output_dir, None)
+    )
+    return dataclasses.replace(
+        result,
+        run_id=tracker.run_id if tracker else None,
+        output_dir=result.output_dir if Observe.files in observing else None,
+    )
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from rich.markup import escape
 from specexp.analysis.results import Artifact
 from specexp.core.durable import read_json_lines
 from specexp.core.redaction import REDACTED
-from specexp.output import failure
+from specexp.host import failure
 from specexp.output.terminal import console
 from specexp.sweep.report import replay_sweep_end
 from specexp.tracking.store import replay, uploaded, uri_problem

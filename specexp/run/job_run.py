@@ -1,41 +1,31 @@
-"""One job end to end: resolve the config, open the job (files, tracked run), measure it -
-in one go, or part by part between other jobs' parts - then summarise, report and close it.
-The server log, the exact command and every request are logged with the run."""
+"""One job end to end: open it, measure it - in one go, or part by part between other
+jobs' parts - then summarise and close it, saying each step as an event to the observers
+its caller chose (:mod:`specexp.run.events`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from contextvars import ContextVar, Token
 from pathlib import Path
-from typing import Any, Optional
-
-from rich.markup import escape
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from specexp.analysis import acceptance
-from specexp.analysis.results import (
-    Artifact,
-    Metric,
-    RunStatus,
-    Tag,
-    capacity_points_tag,
-    position_metric,
-    rate_curve_tag,
-    steady_state_tag,
-)
+from specexp.analysis.results import Metric, RunStatus, position_metric
 from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
-from specexp.core.durable import write_atomic
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.redaction import redact_text
 from specexp.core.schemas import SpeculativeMethod
 from specexp.core.traces import trace_stats
+from specexp.host import failure
 from specexp.host.job import Job
-from specexp.output import failure, terminal
+from specexp.run.events import DryRunPlanned, Emitter, JobFailed, JobFinished, Observer
 from specexp.run.measure import measure_part
 from specexp.run.session import JobResult, JobSession, close_session, open_session
 from specexp.serving.server import ServerError
+
+# The observers of a job, made when it opens (a job measured part by part opens once).
+ObserversFor = Callable[[Job, Path], Sequence[Observer]]
 
 
 class OpenJobs:
@@ -89,13 +79,15 @@ class OpenJobs:
 _IN_FORCE: ContextVar[Optional[OpenJobs]] = ContextVar("open_jobs", default=None)
 
 
-def run_job(job: Job, output_dir: Path) -> JobResult:
+def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResult:
     """Run a job, or with ``multirun.part`` set one part of it (see ``StatsConfig.parts``):
-    the first part opens the job, the last one summarises and ends it."""
+    the first part opens the job (with the observers ``observers_for`` makes), the last one
+    summarises and ends it."""
     cfg = job.config
     launch = job.planned_launch()
     if cfg.dry_run:
-        terminal.print_dry_run(job, launch, job.predicted_resolution(launch))
+        emit = Emitter(observers_for(job, output_dir))
+        emit(DryRunPlanned(job, launch, job.predicted_resolution(launch)))
         return JobResult(status=RunStatus.dry_run, output_dir=output_dir)
     part, open_jobs = cfg.multirun.part, _IN_FORCE.get()
     if part is not None and open_jobs is None:
@@ -108,7 +100,8 @@ def run_job(job: Job, output_dir: Path) -> JobResult:
         if session is None:  # it ended in an earlier part, which said why
             return JobResult(status=RunStatus.skipped, output_dir=output_dir)
     else:
-        session = open_session(job, launch, output_dir)
+        emit = Emitter(observers_for(job, output_dir))
+        session = open_session(job, launch, output_dir, emit)
     parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
     try:
         _measure_parts(session, parts, cfg.multirun.part_runs)
@@ -149,11 +142,11 @@ def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) 
 
 
 def _finish(session: JobSession) -> None:
-    """Summarise the measured runs, log and print the summary."""
-    job, result, tracker = session.job, session.result, session.tracker
+    """Summarise the measured runs, and say so."""
+    job, result = session.job, session.result
     cfg = job.config
     measured = [r for r in result.runs if not r.warmup]
-    result.summary = summary = summarize_job(
+    summary = summarize_job(
         measured,
         confidence=cfg.stats.confidence,
         cv_warn=cfg.stats.cv_warn,
@@ -164,36 +157,27 @@ def _finish(session: JobSession) -> None:
         slo=cfg.slo,
         capacity_search=cfg.concurrency.search is not None,
     )
-    if summary.prompts:
-        path = session.log_path.parent / Artifact.prompts
-        write_atomic(path, json.dumps(summary.prompts.to_json(), indent=1))
-        session.files[Artifact.prompts] = path
-    result.summary = summary = _with_acceptance(session, summary, measured)
-    if tracker:
-        tracker.log_metrics(dict(summary.metrics))
-        if summary.capacity:
-            tracker.set_tags({Tag.capacity_points: capacity_points_tag(summary.capacity.points)})
-        if summary.curve:
-            tracker.set_tags({Tag.rate_curve: rate_curve_tag(summary.curve)})
-        if summary.steady:
-            tracker.set_tags({Tag.steady_state: steady_state_tag(summary.steady)})
-        if cfg.workload.trace is not None:
-            tracker.log_metrics(trace_stats(cfg.workload.trace.replay()).as_dict())
-        if summary.notes:
-            tracker.set_tags({Tag.warnings: " | ".join(n.message for n in summary.notes)[:5000]})
+    summary, profile = _with_acceptance(job, summary, measured)
+    trace = cfg.workload.trace
+    result.summary = summary
+    session.emit(
+        JobFinished(
+            summary,
+            tuple(result.runs),
+            profile,
+            trace_stats(trace.replay()).as_dict() if trace is not None else {},
+        )
+    )
     result.status = RunStatus.finished
-    terminal.print_summary(cfg, summary, result.runs)
-    if tracker:
-        terminal.console.print(f"MLflow: run {tracker.run_id} in {redact_text(tracker.uri)}")
 
 
 def _with_acceptance(
-    session: JobSession, summary: JobSummary, measured: list[RunResult]
-) -> JobSummary:
-    """A speculative job's acceptance per draft position: written as
-    ``speculation_profile.json``; its marginal rates and per-request length as metrics, and
-    runs whose counts fail the acceptance identity as notes."""
-    cfg = session.job.config
+    job: Job, summary: JobSummary, measured: list[RunResult]
+) -> tuple[JobSummary, Optional[Mapping[str, Any]]]:
+    """A speculative job's acceptance per draft position: its marginal rates and
+    per-request length as metrics, runs whose counts fail the acceptance identity as notes,
+    and the profile as a document (``speculation_profile.json``)."""
+    cfg = job.config
     spec = cfg.speculative
     found = (
         acceptance.profile(measured, spec.num_draft_tokens, cfg.stats.confidence)
@@ -201,9 +185,9 @@ def _with_acceptance(
         else None
     )
     if found is None:
-        return summary
+        return summary, None
     conditions: dict[str, Any] = {
-        "engine": session.job.engine.name,
+        "engine": job.engine.name,
         "concurrency": cfg.concurrency.streams,
         "workload": cfg.workload.name,
         "temperature": cfg.workload.temperature,
@@ -217,39 +201,31 @@ def _with_acceptance(
             spec.num_draft_tokens,
             spec.synthetic_acceptance_length,
             cfg.stats.confidence,
-            session.job.engine.pinned_marginals(
-                spec.synthetic_acceptance_length, spec.num_draft_tokens
-            ),
+            job.engine.pinned_marginals(spec.synthetic_acceptance_length, spec.num_draft_tokens),
         )
         conditions["synthetic_acceptance"] = pinned.describe()
         metrics[Metric.synthetic_acceptance_agrees] = float(pinned.agrees)
         if not pinned.agrees:
             notes.append(Note(NoteKind.synthetic_acceptance, pinned.describe()))
-    path = session.log_path.parent / Artifact.speculation_profile
-    profile_json = found.to_json(spec.method, cfg.model.path, spec.draft_model, conditions)
-    path.write_text(json.dumps(profile_json, indent=1))
-    session.files[Artifact.speculation_profile] = path
+    profile = found.to_json(spec.method, cfg.model.path, spec.draft_model, conditions)
     metrics[Metric.acceptance_identity_failures] = float(
         len(found.failed_runs) + (not found.identity.passed)
     )
     if found.per_request is not None:
         metrics[Metric.acceptance_length_per_request] = found.per_request
-    return dataclasses.replace(
+    summary = dataclasses.replace(
         summary,
         metrics={**summary.metrics, **metrics},
         notes=summary.notes + tuple(notes),
     )
+    return summary, profile
 
 
 def _failed(session: JobSession, what: str, error: str, reason: str, log_tail: str = "") -> None:
     """The run is marked failed with its reason; what was measured stays on disk."""
     session.result.error = error
-    terminal.console.print(f"[red]{what}:[/] {escape(redact_text(error))}")
-    if log_tail:
-        terminal.console.print(f"[dim]{escape(redact_text(log_tail))}[/]")
-    if session.tracker:
-        # Neither store nor journal may take it (a full disk under both): ended all the same.
-        try:
-            session.tracker.set_tags({Tag.failure: reason})
-        except Exception as exc:
-            failure.log_traceback(exc)
+    # Neither store nor journal may take it (a full disk under both): ended all the same.
+    try:
+        session.emit(JobFailed(what, error, reason, log_tail))
+    except Exception as exc:
+        failure.log_traceback(exc)

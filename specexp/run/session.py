@@ -1,6 +1,6 @@
-"""A job being measured: its files, tracking run, result so far and server, from opening
-(checks, files, tracking run) to closing (server stopped, logs redacted and logged, run
-ended). Measured in one go, or part by part between other jobs' parts."""
+"""A job being measured: its result so far, its server and the observers that hear it,
+from opening (checks, then :class:`JobOpened`) to closing (server stopped, then
+:class:`JobClosed`). Measured in one go, or part by part between other jobs' parts."""
 
 from __future__ import annotations
 
@@ -9,26 +9,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from specexp.analysis.results import Artifact, RunStatus, Tag
+from specexp.analysis.results import Artifact, RunStatus
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
 from specexp.engines.base import LaunchSpec, Setting, host_cpus
+from specexp.host import failure
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
-from specexp.output import failure, terminal
-from specexp.run.tracked import (
-    TrackedRun,
-    earlier_duration_s,
-    log_stack,
-    redact_file,
-    start_tracking,
-    write_job_files,
-)
+from specexp.run.events import Emitter, JobClosed, JobOpened, Preparing, ServerStopped
 from specexp.serving.server import ServerProcess, port_in_use
-from specexp.tracking.store import uri_in_force, uri_problem
 
 
 @dataclass
@@ -48,8 +40,7 @@ class JobSession:
     interleaved sweep), staying open in between."""
 
     job: Job
-    files: dict[Artifact, Path]
-    tracker: Optional[TrackedRun]
+    emit: Emitter
     result: JobResult
     log_path: Path
     server_logs: set[Path]  # a sweep's shared server writes to its first job's log
@@ -58,100 +49,91 @@ class JobSession:
     server: Optional[ServerProcess] = None
 
 
-def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
+def check_prerequisites(job: Job, launch: LaunchSpec, emit: Emitter) -> None:
     """What the job needs before anything is written: its model files (generated ones made),
     the server's executable or credentials, enough GPUs and cores on this host."""
+    _check_port(job)
+    _ensure_models(job, emit)
     cfg, engine = job.config, job.engine
-    # A fixed port already taken is refused before anything is written or tracked (a
-    # sweep's shared server holds its own port between its jobs).
+    missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
+    if missing:
+        raise ConfigError(
+            f"model file not found: {', '.join(missing)}; check model.path / model.draft_path"
+        )
+    if cfg.engine.url:
+        job.request_headers()  # its key must be there before anything is tracked
+    else:
+        _check_host(job, launch)
+
+
+def _check_port(job: Job) -> None:
+    """A fixed port already taken is refused before anything is written or tracked (a
+    sweep's shared server holds its own port between its jobs)."""
+    cfg = job.config
     port, host = cfg.engine.port, cfg.engine.host
     alone = cfg.multirun.server_launch is None
     if port and alone and not cfg.engine.url and port_in_use(host, port):
         raise ConfigError(
             f"engine.port={port} on {host} is already in use: choose another, or 0 for a free one"
         )
-    if cfg.model.generate is not None:
-        with terminal.status(f"generating model {cfg.model.name} (cached after the first time)"):
-            ensure_pair(cfg.model.generate, engine.model_format)
+
+
+def _ensure_models(job: Job, emit: Emitter) -> None:
+    """A generated pair made, a packaged model assembled and checked, a self-draft written
+    (only for a job that loads the draft, not for speculative=none)."""
+    model = job.config.model
+    if model.generate is not None:
+        emit(Preparing(f"generating model {model.name} (cached after the first time)"))
+        ensure_pair(model.generate, job.engine.model_format)
     try:
-        if cfg.model.package is not None:
-            with terminal.status(f"checking model {cfg.model.name} (assembled once, SHA-256)"):
-                ensure_packaged(cfg.model.package)
-        # Written only for a job that loads the draft (not for speculative=none).
-        draft = cfg.model.draft_path
+        if model.package is not None:
+            emit(Preparing(f"checking model {model.name} (assembled once, SHA-256)"))
+            ensure_packaged(model.package)
+        draft = model.draft_path
         if (
-            cfg.model.self_draft_layers is not None
-            and cfg.model.path
+            model.self_draft_layers is not None
+            and model.path
             and draft
-            and str(draft) in engine.local_files(job.server)
+            and str(draft) in job.engine.local_files(job.server)
         ):
-            with terminal.status(
-                f"writing the self-draft: {cfg.model.name}'s first {cfg.model.self_draft_layers} "
-                "blocks (cached after the first time)"
-            ):
-                ensure_self_draft(Path(cfg.model.path), cfg.model.self_draft_layers, Path(draft))
+            emit(
+                Preparing(
+                    f"writing the self-draft: {model.name}'s first {model.self_draft_layers} "
+                    "blocks (cached after the first time)"
+                )
+            )
+            ensure_self_draft(Path(model.path), model.self_draft_layers, Path(draft))
     except (ModelPackageError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-    missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
-    if missing:
-        raise ConfigError(
-            f"model file not found: {', '.join(missing)}; check model.path / model.draft_path"
-        )
-    uri_error = uri_problem(uri_in_force(cfg.tracking.uri)[0]) if cfg.tracking.enabled else None
-    if uri_error:
-        raise ConfigError(uri_error)
-    if cfg.engine.url:
-        job.request_headers()  # its key must be there before anything is tracked
-    elif not os.access(launch.argv[0], os.X_OK):
+
+
+def _check_host(job: Job, launch: LaunchSpec) -> None:
+    """The server's executable, and enough GPUs and cores on this host."""
+    cfg, engine = job.config, job.engine
+    if not os.access(launch.argv[0], os.X_OK):
         raise ConfigError(
             f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
             "create the stack's environment, or set stack.python / stack.bin_dir"
         )
-    if cfg.engine.gpus and not cfg.engine.url and "CUDA_VISIBLE_DEVICES" not in launch.env:
+    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     cores = engine.cpu_cores(job.server)
-    if not cfg.engine.url and cores:
+    if cores:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
-def set_aside_earlier_attempt(output_dir: Path) -> Optional[Path]:
-    """The files an earlier attempt of this job left in ``output_dir`` (it was killed, and
-    a resumed sweep runs it again in its place), moved whole into ``attempt-N/`` there: never
-    written over or appended to. Where they went, if anywhere."""
-    earlier = [output_dir / a for a in Artifact if (output_dir / a).exists()]
-    if not earlier:
-        return None
-    number = 1
-    while (output_dir / f"attempt-{number}").exists():
-        number += 1
-    aside = output_dir / f"attempt-{number}"
-    aside.mkdir()
-    for path in earlier:
-        path.rename(aside / path.name)
-    return aside
-
-
-def open_session(job: Job, launch: LaunchSpec, output_dir: Path) -> JobSession:
-    """Check what the job needs, write its files and start its tracked run."""
+def open_session(job: Job, launch: LaunchSpec, output_dir: Path, emit: Emitter) -> JobSession:
+    """Check what the job needs, then open it: its observers make its files and tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_prerequisites(job, launch)
-    terminal.print_expected(job.config, earlier_duration_s(job))
-    aside = set_aside_earlier_attempt(output_dir)
-    if aside:
-        terminal.console.print(f"an earlier attempt's files in {output_dir} are kept in {aside}")
-    files = write_job_files(job, launch, output_dir)
-    tracker = start_tracking(job, output_dir)
-    result = JobResult(
-        status=RunStatus.failed, run_id=tracker.run_id if tracker else None, output_dir=output_dir
-    )
+    check_prerequisites(job, launch, emit)
     log_path = output_dir / Artifact.server_log
-    session = JobSession(job, files, tracker, result, log_path, {log_path})
-    if tracker:
-        try:
-            log_stack(job, tracker, output_dir)
-        except BaseException:
-            close_session(session)
-            raise
+    result = JobResult(status=RunStatus.failed, output_dir=output_dir)
+    session = JobSession(job, emit, result, log_path, {log_path})
+    try:
+        emit(JobOpened(job, launch, output_dir))
+    except BaseException:
+        close_session(session)
+        raise
     return session
 
 
@@ -159,37 +141,22 @@ def stop_own_server(session: JobSession) -> None:
     server, session.server = session.server, None
     assert server is not None
     server.stop()
-    if session.tracker and server.started_at:
-        session.tracker.set_tags(
-            {
-                Tag.server_started_at: f"{server.started_at:.3f}",
-                Tag.server_stopped_at: f"{server.stopped_at:.3f}",
-            }
-        )
+    if server.started_at and server.stopped_at:
+        session.emit(ServerStopped(server.started_at, server.stopped_at))
 
 
 def close_session(session: JobSession) -> None:
-    """Stop the job's own server if it still runs, log its files, end its run: each step
-    tried whatever the one before did (a full disk fails the redaction, not the run's end);
-    the first error raised after."""
-    tracker = session.tracker
-    steps = [
-        *([lambda: stop_own_server(session)] if session.server is not None else []),
-        *[lambda log=log: redact_file(log) for log in session.server_logs],
-        *(
-            [
-                lambda: tracker.log_artifacts([*session.files.values(), *session.server_logs]),
-                lambda: tracker.end(session.result.status),
-            ]
-            if tracker
-            else []
-        ),
-    ]
+    """Stop the job's own server if it still runs, then say the job is closed (its observers
+    log its files and end its run) whatever the stop did; the first error raised after."""
     errors = []
-    for step in steps:
+    if session.server is not None:
         try:
-            step()
+            stop_own_server(session)
         except Exception as exc:
             errors.append(exc)
+    try:
+        session.emit(JobClosed(session.result.status, tuple(sorted(session.server_logs))))
+    except Exception as exc:
+        errors.append(exc)
     if errors:
         raise errors[0]

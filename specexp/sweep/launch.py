@@ -25,8 +25,8 @@ from specexp.analysis.results import Artifact, RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
-from specexp.host import capture, interrupt, owner
-from specexp.output import failure, terminal
+from specexp.host import capture, failure, interrupt, owner
+from specexp.output import terminal
 from specexp.run import launchers
 from specexp.run.job_run import OpenJobs
 from specexp.run.launchers import LauncherKind, launcher_kind

@@ -53,6 +53,22 @@ def test_a_notebook_runs_a_job_and_gets_its_typed_summary_with_nothing_printed(i
     assert not (in_tmp / "mlruns").exists()
 
 
+def test_a_job_with_no_observers_prints_writes_and_tracks_nothing(in_tmp, capfd):
+    """The job as the core runs it: its events heard by no one, its typed summary returned."""
+    before = {p for p in in_tmp.rglob("*")}
+    result = specexp.run_job(list(TINY), observers=[])
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert result.status == RunStatus.finished
+    assert result.summary is not None and result.summary.tok_per_s.n == 2
+    assert [r.tok_per_s > 0 for r in result.runs if not r.warmup] == [True, True]
+    assert result.output_dir is None and result.run_id is None
+    assert {p for p in in_tmp.rglob("*")} == before  # no output directory, no store
+    assert not MlflowClient(os.environ["MLFLOW_TRACKING_URI"]).search_experiments(
+        filter_string="name = 'specexp'"
+    )
+
+
 def test_the_apis_examples_run():
     """The module's docstring example, as a notebook would run it."""
     failures, tried = doctest.testmod(api, optionflags=doctest.ELLIPSIS)

@@ -23,8 +23,8 @@ from specexp.analysis.results import Tag
 from specexp.core.durable import read_json_lines
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
+from specexp.host import failure
 from specexp.host.job import prepare
-from specexp.output import failure
 from tests.conftest import (
     CONFIG_DIR,
     REPO,

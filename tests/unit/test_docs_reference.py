@@ -66,7 +66,7 @@ def code_tags() -> set[str]:
     return (
         {str(t) for t in Tag}
         | {f"{p}<>" for p in prefixes}
-        | literal_keys(REPO / "specexp/run/tracked.py", "run_tags")
+        | literal_keys(REPO / "specexp/tracking/observer.py", "run_tags")
         | literal_keys(REPO / "specexp/host/capture.py", "hardware")
     )
 

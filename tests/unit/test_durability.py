@@ -28,10 +28,10 @@ from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core import durable
 from specexp.core.durable import append_whole, read_json_lines, write_atomic
 from specexp.core.schemas import ConfigError, SpeculativeConfig, StatsConfig
-from specexp.host import owner
-from specexp.output import failure
-from specexp.run import session as session_module
-from specexp.run.session import JobResult, JobSession, close_session, set_aside_earlier_attempt
+from specexp.host import failure, owner
+from specexp.output.files import set_aside_earlier_attempt
+from specexp.run.events import Emitter, JobClosed, JobEvent
+from specexp.run.session import JobResult, JobSession, close_session
 from specexp.sweep.launch import _launch
 from specexp.sweep.plan import Plan, PlannedJob, Step
 from specexp.sweep.report import journal_sweep_end
@@ -328,26 +328,24 @@ def test_an_earlier_attempts_files_are_set_aside_whole(tmp_path):
     assert set_aside_earlier_attempt(tmp_path) is None
 
 
-def test_closing_a_job_tries_every_step_and_ends_the_run_whatever_failed(tmp_path, monkeypatch):
+def test_closing_a_job_tries_every_step_and_ends_the_run_whatever_failed(tmp_path):
+    """Every observer hears the job's end whatever an earlier one raised (the files
+    observer's disk failing), and the first error is raised after."""
     ended = []
 
+    class FailingDisk:
+        def notify(self, event: JobEvent) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
     class Tracker:
-        run_id, uri = "r", "u"
+        def notify(self, event: JobEvent) -> None:
+            if isinstance(event, JobClosed):
+                ended.append(event.status)
+                raise OSError(errno.ENOSPC, "No space left on device")
 
-        def log_artifacts(self, paths: object, artifact_path: object = None) -> None:
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        def end(self, status: str = RunStatus.finished) -> None:
-            ended.append(status)
-
-    def redact(path: Path) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(session_module, "redact_file", redact)
     session = JobSession(
         compose_job("dry_run=true"),
-        {},
-        Tracker(),  # type: ignore[arg-type]
+        Emitter([FailingDisk(), Tracker()]),
         JobResult(RunStatus.failed),
         tmp_path / "server.log",
         {tmp_path / "server.log"},

@@ -22,9 +22,10 @@ from specexp import upload
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, Metric, RunStatus, Tag
 from specexp.core.schemas import StatsConfig
-from specexp.run import tracked
-from specexp.run.tracked import TrackedRun, start_tracking
+from specexp.output import terminal
 from specexp.sweep import launch, report
+from specexp.tracking import observer as tracked
+from specexp.tracking.observer import TrackedRun, start_tracking
 from specexp.tracking.store import OfflineRun, TrackingStore
 from tests.conftest import REPO, compose_job, store_env
 from tests.unit.test_durability import dead_owner
@@ -60,7 +61,8 @@ def run_job(job_dir: Path, uri: str, before: Callable[[str], None]) -> TrackedRu
     """A job's calls on its run, ``before(step)`` called as each step begins."""
     job_dir.mkdir()
     before("start")
-    tracker = start_tracking(compose_job("dry_run=true", f"tracking.uri={uri}"), job_dir)
+    job = compose_job("dry_run=true", f"tracking.uri={uri}")
+    tracker = start_tracking(job, job_dir, terminal.console.print)
     assert tracker is not None
     before("warm-up")
     tracker.set_tags({"stack.engine": "llama.cpp"})

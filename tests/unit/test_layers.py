@@ -8,8 +8,13 @@ import json
 import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
+from specexp.output.console import ConsoleObserver
+from specexp.output.files import FilesObserver
+from specexp.run import events
+from specexp.tracking.observer import MlflowObserver
 from tests.conftest import REPO
 
 
@@ -144,6 +149,40 @@ def test_imports_go_down_only_and_form_no_cycle():
     for node in graph:
         if node not in state:
             visit(node, [])
+
+
+def test_measuring_imports_neither_the_console_nor_the_store():
+    """run/ emits events and never prints, tags or writes: output/ and tracking/ are above it."""
+    below = {m: imports(path)[0] | imports(path)[1] for m, path in modules().items()}
+    for name, imported in below.items():
+        if name.startswith("specexp.run."):
+            above = sorted(
+                m for m in imported if m.startswith(("specexp.output", "specexp.tracking"))
+            )
+            assert not above, f"{name} imports {above}"
+    assert bands().index("run") < bands().index("output") < bands().index("tracking")
+
+
+def test_the_design_page_events_table_is_the_events_and_what_each_observer_hears():
+    """docs/design.md's events table: one row per event class of run/events.py, and a mark
+    in an observer's column exactly where that observer handles the event."""
+    text = (REPO / "docs" / "design.md").read_text()
+    section = text[text.index("## A job's events") :].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line]
+    table = {}
+    for row in rows[1:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = cells[2:]
+    assert list(table) == [e.__name__ for e in typing.get_args(events.JobEvent)]
+    observers = {
+        0: ConsoleObserver(),
+        1: FilesObserver(print),
+        2: MlflowObserver(print),
+    }
+    for column, observer in observers.items():
+        listed = {name for name, cells in table.items() if cells[column] != "-"}
+        handled = {cls.__name__ for cls in observer._handlers}
+        assert listed == handled, type(observer).__name__
 
 
 def test_no_import_hides_in_a_function_without_its_reason():

@@ -1,0 +1,196 @@
+"""What a job says as it goes: typed, frozen events. The measuring code in ``run/`` emits
+them and prints, tags and writes nothing itself; observers the caller chooses hear them - the
+files observer (``output/files.py``), the MLflow observer (``tracking/observer.py``), the
+console observer (``output/console.py``) - or none at all.
+
+Events come between a job's runs, never during one (a write's cost would land in the
+timestamps of the streams still running), except :class:`RequestDone`, which only moves a
+progress bar."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Protocol, Sequence, Union
+
+from specexp.analysis.results import RunStatus
+from specexp.analysis.summary import JobSummary
+from specexp.core.measurements import RequestRecord, RunResult
+from specexp.engines.base import LaunchSpec, Resolution, Setting
+from specexp.host.job import Job
+
+
+@dataclass(frozen=True)
+class DryRunPlanned:
+    """A dry run: the server command the job would launch; nothing else happens."""
+
+    job: Job
+    launch: LaunchSpec
+    resolution: Optional[Resolution]
+
+
+@dataclass(frozen=True)
+class Preparing:
+    """Something that takes a while before the job measures (a model generated, a lease
+    waited for, a server starting); it lasts until the next event."""
+
+    what: str
+
+
+@dataclass(frozen=True)
+class JobOpened:
+    """The job's checks passed: its files and tracking run may be made now, in
+    ``output_dir``; ``launch`` is the server command as planned (its environment)."""
+
+    job: Job
+    launch: LaunchSpec
+    output_dir: Path
+
+
+@dataclass(frozen=True)
+class ServerStarting:
+    """A server for the job is being started: ``command`` is its real launch (None: a
+    server specexp does not start, measured at ``url``)."""
+
+    label: str  # "launch 2/5: " with several launches, else empty
+    engine: str
+    host: str
+    url: str
+    log_path: Path
+    command: Optional[LaunchSpec]
+
+
+@dataclass(frozen=True)
+class ServerReady:
+    """The server the job measures on: a new one, or the sweep's shared one (``reused``)."""
+
+    launch_index: int
+    label: str  # "launch 2/5: " with several launches, else empty
+    url: str
+    log_path: Path
+    reused: bool
+    ready_s: float
+    started_at: Optional[float]
+    cores: tuple[str, ...]
+    gpus: Optional[str]
+
+
+@dataclass(frozen=True)
+class MeasuringStarted:
+    """``runs`` runs (warm-ups included) of ``requests`` requests each (None: not known
+    ahead) begin, measured from ``client_cores`` (empty: not pinned)."""
+
+    runs: int
+    requests: Optional[int]
+    client_cores: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RequestDone:
+    """One request ended (the load client's per-request hook)."""
+
+    record: RequestRecord
+
+
+@dataclass(frozen=True)
+class RunMeasured:
+    """A warm-up or measured run ended: its requests and figures, the server's accounting of
+    it, and where its energy was read (None: not read)."""
+
+    result: RunResult
+    accounting: Mapping[str, float]
+    energy_source: Optional[str]
+
+
+@dataclass(frozen=True)
+class LaunchMeasured:
+    """The measured runs of one launch of the job's server, when the job has several."""
+
+    launch_index: int
+    runs: tuple[RunResult, ...]
+
+
+@dataclass(frozen=True)
+class SettingsReadBack:
+    """How each requested setting ran, as the live server says, after a launch's runs."""
+
+    effective: Mapping[str, Setting]
+
+
+@dataclass(frozen=True)
+class ServerStopped:
+    started_at: float
+    stopped_at: float
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    """The job's summary, its runs, and what else its measurements gave: the acceptance per
+    draft position as a document, the replayed trace's statistics."""
+
+    summary: JobSummary
+    runs: tuple[RunResult, ...]
+    speculation_profile: Optional[Mapping[str, Any]]
+    trace_metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    """What failed (``what``: "server failed", "run failed"), why in full and in short (the
+    reason a store keeps), and the server log's last lines."""
+
+    what: str
+    why: str
+    reason: str
+    log_tail: str = ""
+
+
+@dataclass(frozen=True)
+class JobClosed:
+    """The job's end: its status, and the server logs it wrote to."""
+
+    status: RunStatus
+    server_logs: tuple[Path, ...]
+
+
+JobEvent = Union[
+    DryRunPlanned,
+    Preparing,
+    JobOpened,
+    ServerStarting,
+    ServerReady,
+    MeasuringStarted,
+    RequestDone,
+    RunMeasured,
+    LaunchMeasured,
+    SettingsReadBack,
+    ServerStopped,
+    JobFinished,
+    JobFailed,
+    JobClosed,
+]
+
+
+class Observer(Protocol):
+    """Hears a job's events, in the order they come."""
+
+    def notify(self, event: JobEvent) -> None: ...
+
+
+class Emitter:
+    """A job's events to its observers, in the order they were given: every observer hears
+    every event whatever an earlier one raised (a full disk under the files observer still
+    lets the MLflow observer end its run), and the first error is raised after."""
+
+    def __init__(self, observers: Sequence[Observer] = ()):
+        self.observers = tuple(observers)
+
+    def __call__(self, event: JobEvent) -> None:
+        errors = []
+        for observer in self.observers:
+            try:
+                observer.notify(event)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
