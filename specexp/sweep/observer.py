@@ -1,0 +1,207 @@
+"""A sweep as events, and the observer that hears them: the plan said in lines (its jobs,
+the baseline chosen, the order, the budget's power), the parent run and its saved view
+started, and at the end the report journaled, published and printed - or kept for
+``specexp upload`` when the store fails. :func:`specexp.sweep.launch.run_sweep` emits and
+launches; this module prints and writes."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from rich.markup import escape
+
+from specexp.analysis.report import SweepFacts
+from specexp.analysis.results import Artifact, RunKind, RunStatus, Tag
+from specexp.core.redaction import redact_text
+from specexp.core.schemas import JobOrder
+from specexp.core.sequential import SequentialComparison
+from specexp.host import failure, owner
+from specexp.output import terminal
+from specexp.sweep.plan import Plan, PlannedJob, describe
+from specexp.sweep.report import (
+    end_sweep,
+    journal_sweep_end,
+    replay_sweep_end,
+    sweep_facts,
+    sweep_view,
+)
+from specexp.sweep.sequential import BudgetPower
+from specexp.tracking.store import RunLog, TrackingStore, now_ms
+
+
+@dataclass(frozen=True)
+class SweepPlanned:
+    """The sweep is about to launch: its plan, the jobs measured until decided, the
+    baseline (``chosen``: by specexp, not configured), how its runs are ordered, and what
+    its budget can detect."""
+
+    plan: Plan
+    until_decided: tuple[PlannedJob, ...]
+    baseline: Optional[str]
+    baseline_chosen: bool
+    order: str
+    budget: Optional[BudgetPower]
+
+
+@dataclass(frozen=True)
+class SweepEnded:
+    """The sweep's launches are over: its status, its comparisons measured until decided,
+    whether its job runs still open are to be ended (not Slurm's, which outlive it), the
+    error that stopped it (one line), if one did, and the jobs that failed of those it ran."""
+
+    status: str
+    sequences: tuple[SequentialComparison, ...]
+    end_children: bool
+    error: Optional[str]
+    failed_jobs: tuple[str, ...]
+    jobs_to_run: int
+
+
+SweepEvent = Union[SweepPlanned, SweepEnded]
+
+
+class SweepObserver:
+    """Says the plan, holds the sweep's parent run (when tracked: ``store``), and publishes
+    its report at the end, journaled first beside the jobs' directories (``sweep_dir``)."""
+
+    def __init__(self, store: Optional[TrackingStore], sweep_dir: Path, order: JobOrder):
+        self.store, self.sweep_dir, self.order = store, sweep_dir, order
+        self.parent: Optional[RunLog] = None
+        self._planned: Optional[SweepPlanned] = None
+
+    @property
+    def parent_run_id(self) -> Optional[str]:
+        return self.parent.run_id if self.parent else None
+
+    def _planned_sweep(self, event: SweepPlanned) -> None:
+        self._planned = event
+        chosen = (
+            [
+                f"baseline: {event.baseline} (the swept factor's first value; "
+                "multirun.baseline sets another)"
+            ]
+            if event.baseline and event.baseline_chosen
+            else []
+        )
+        for line in [*describe(event.plan, event.until_decided), *chosen, f"order: {event.order}"]:
+            terminal.console.print(line)
+        if event.budget is not None:
+            terminal.print_budget(event.budget.statement, event.budget.short)
+        if self.store is not None:
+            self.parent = self._start_parent(self.store, event.plan)
+
+    def _start_parent(self, store: TrackingStore, plan: Plan) -> RunLog:
+        parent = store.start_run(
+            f"sweep ({len(plan.jobs)} jobs)",
+            {
+                Tag.kind: RunKind.sweep,
+                Tag.process: owner.this_process(),
+                Tag.jobs: str(len(plan.jobs)),
+                Tag.jobs_to_run: str(len(plan.to_run)),
+                Tag.planned_server_launches: str(plan.server_launches),
+                Tag.order: str(self.order),
+            },
+        )
+        parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
+        sweep_view(store, parent.run_id, plan)
+        return parent
+
+    def _ended(self, event: SweepEnded) -> None:
+        if event.error is not None:
+            terminal.console.print(
+                f"[red]sweep failed:[/] {escape(event.error)} (traceback: specexp.log); its "
+                "runs are ended FAILED"
+            )
+        if self.store is not None and self.parent is not None and self._planned is not None:
+            planned = self._planned
+            facts = sweep_facts(
+                planned.plan, self.parent.run_id, planned.baseline, planned.order, event.sequences
+            )
+            publish_end(
+                self.store, self.parent, facts, event.status, event.end_children, self.sweep_dir
+            )
+        if event.failed_jobs and event.status == RunStatus.finished:
+            terminal.console.print(
+                f"[red]{len(event.failed_jobs)} of {event.jobs_to_run} job(s) failed:[/] "
+                + escape(", ".join(event.failed_jobs))
+            )
+
+    def notify(self, event: SweepEvent) -> None:
+        if isinstance(event, SweepPlanned):
+            self._planned_sweep(event)
+        else:
+            self._ended(event)
+
+
+def publish_end(
+    store: TrackingStore,
+    parent: RunLog,
+    facts: SweepFacts,
+    status: str,
+    end_children: bool,
+    sweep_dir: Path,
+) -> None:
+    """The report and the parent's end in the store, journaled beside the jobs' directories
+    first: kept there when the store fails now or the sweep is killed while publishing, for
+    `python -m specexp.upload` (or the sweep resumed here) to publish later."""
+    at_ms = now_ms()
+    try:
+        journal = journal_sweep_end(sweep_dir, store, facts, status, end_children, at_ms)
+    except OSError as exc:  # a full disk: the store may still take the report
+        failure.log_traceback(exc)
+        journal = None
+    try:
+        end_sweep(store, parent, facts, status, end_children, at_ms)
+    except Exception as exc:  # whatever the store's failure, the sweep's results are kept
+        if journal is None:
+            raise
+        failure.log_traceback(exc)
+        terminal.console.print(
+            f"[bold yellow]MLflow store failed at the sweep's end[/] ({redact_text(store.uri)}: "
+            f"{escape(failure.one_line(exc))}): the report is kept in {journal}; publish it "
+            f"under the same parent run with: python -m specexp.upload {sweep_dir} "
+            "[--tracking-uri URI]"
+        )
+    else:
+        if journal is not None:
+            journal.unlink()
+
+
+def publish_left_report(store: TrackingStore, sweep_dir: Path) -> None:
+    """A report an earlier run of this sweep journaled and did not publish (its store down,
+    or the sweep killed while publishing), published before this run journals its own."""
+    journal = sweep_dir / Artifact.report_journal
+    if not journal.exists():
+        return
+    try:
+        parent = replay_sweep_end(journal, store.uri)
+    except Exception as exc:  # kept for `specexp.upload`; this sweep goes on
+        failure.log_traceback(exc)
+        # Out of the way of this run's journal, where the upload still finds it.
+        aside = sweep_dir / f"unpublished-{now_ms()}"
+        aside.mkdir()
+        kept = journal.rename(aside / journal.name)
+        terminal.console.print(
+            f"[yellow]the report an earlier run of this sweep left could not be published "
+            f"({escape(failure.one_line(exc))}); kept as {kept}: publish it with "
+            f"python -m specexp.upload {sweep_dir}[/]"
+        )
+        return
+    terminal.console.print(
+        f"published the report an earlier run of this sweep left unpublished, on run {parent}"
+    )
+
+
+def say_refused(plan: Plan, errors: Sequence[str], jobs: int) -> None:
+    """Why the sweep is refused before anything launches."""
+    for error in errors:
+        terminal.console.print(f"[red]config error:[/] {escape(error)}")
+    what = (
+        f"{len(plan.errors)} of {jobs} jobs cannot run"
+        if plan.errors
+        else "hydra/launcher cannot run this sweep as configured"
+    )
+    terminal.console.print(f"[red]{what}; nothing was launched[/]")
