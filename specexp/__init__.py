@@ -22,6 +22,7 @@ __all__ = [
     "JobResult",
     "LoadedRun",
     "NotRun",
+    "Observe",
     "SweepResult",
     "UsageError",
     "compare_runs",

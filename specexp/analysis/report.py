@@ -34,7 +34,7 @@ from specexp.analysis.capacity import (
 )
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
-from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
+from specexp.analysis.results import JobRun, Metric, RunStatus, Tag, tag_flag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import check_format
@@ -429,7 +429,7 @@ def compile_sweep_report(
         confidence=stats.confidence,
         job_runs=len(children),
         failed=sum(1 for r in children if r.status != RunStatus.finished),
-        server_launches=sum(1 for r in children if r.tags.get(Tag.server_reused) == "false"),
+        server_launches=sum(tag_flag(r.tags.get(Tag.server_reused)) is False for r in children),
         arms=arms,
         comparisons=[],
         skipped=skipped,

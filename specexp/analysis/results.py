@@ -92,6 +92,31 @@ class Tag(StrEnum):
     # Where a job's energy per token came from (specexp.host.energy.EnergySource), or "not
     # measured".
     energy_source = "specexp.energy_source"
+    # A job's configuration and where it ran, tagged when its run starts
+    # (tracking/observer.py run_tags).
+    engine = "engine"
+    engine_version = "engine_version"
+    stack = "stack"
+    model = "model"
+    attention_backend = "attention_backend"
+    allreduce_backend = "allreduce_backend"
+    speculative = "speculative"
+    concurrency = "concurrency"
+    workload = "workload"
+    replicate = "replicate"
+    git_commit = "git_commit"
+    host = "host"
+    platform = "platform"
+
+
+def flag_tag(value: bool) -> str:
+    """A yes-or-no tag (``server_reused``) as JSON writes a boolean, read by :func:`tag_flag`."""
+    return json.dumps(value)
+
+
+def tag_flag(text: Optional[str]) -> Optional[bool]:
+    """A yes-or-no tag read back (None: the run has none)."""
+    return None if text is None else bool(json.loads(text))
 
 
 class Metric(StrEnum):
@@ -266,6 +291,7 @@ class Unit(StrEnum):
 # Prefixes of per-setting tags: what was captured of the stack, what each requested setting
 # ran as, and whether it engaged; and of the settings a sweep varied, one tag each.
 STACK, EFFECTIVE, ENGAGED, FACTOR = "stack.", "effective.", "engaged.", "factor."
+STACK_VERSION = "stack_version."  # the versions a stack declares, one tag each
 CAPTURED = (STACK, EFFECTIVE)
 
 

@@ -84,11 +84,14 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
     the first part opens the job (with the observers ``observers_for`` makes), the last one
     summarises and ends it."""
     cfg = job.config
-    launch = job.planned_launch()
     if cfg.dry_run:
+        launch = job.planned_launch()
         emit = Emitter(observers_for(job, output_dir))
         emit(DryRunPlanned(job, launch, job.predicted_resolution(launch)))
         return JobResult(status=RunStatus.dry_run, output_dir=output_dir)
+    # What the checks and the environment file need of the command; the port is leased
+    # once, by the server's launch (command.txt is written from that launch).
+    launch = job.engine.launch_spec(job.server, cfg.engine.port)
     part, open_jobs = cfg.multirun.part, _IN_FORCE.get()
     if part is not None and open_jobs is None:
         raise RuntimeError(

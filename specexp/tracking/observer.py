@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable, Optional, Protocol
 from rich.markup import escape
 
 from specexp.analysis.results import (
+    STACK,
+    STACK_VERSION,
     Artifact,
     Metric,
     RunKind,
@@ -24,6 +26,7 @@ from specexp.analysis.results import (
     effective_tags,
     factor_tags,
     factors_tag,
+    flag_tag,
     launch_metric,
     rate_curve_tag,
     steady_state_tag,
@@ -31,6 +34,7 @@ from specexp.analysis.results import (
 from specexp.analysis.summary import run_metrics
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
+from specexp.core.schemas import JobOrder
 from specexp.core.slo import run_goodput
 from specexp.host import capture, owner
 from specexp.host.job import Job
@@ -86,21 +90,21 @@ def run_tags(job: Job) -> dict[str, str]:
     return {
         Tag.kind: RunKind.job,
         Tag.process: owner.this_process(),
-        "engine": engine.name,
-        "engine_version": engine.version(job.server)[0] or "unknown",
-        "stack": cfg.stack.name,
-        "model": cfg.model.name,
-        "attention_backend": cfg.attention_backend.name,
-        "allreduce_backend": cfg.allreduce_backend.name,
-        "speculative": cfg.speculative.method,
-        "concurrency": str(cfg.concurrency.streams),
-        "workload": cfg.workload.name,
-        "replicate": str(cfg.replicate),
-        "git_commit": git_commit(),
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
+        Tag.engine: engine.name,
+        Tag.engine_version: engine.version(job.server)[0] or "unknown",
+        Tag.stack: cfg.stack.name,
+        Tag.model: cfg.model.name,
+        Tag.attention_backend: cfg.attention_backend.name,
+        Tag.allreduce_backend: cfg.allreduce_backend.name,
+        Tag.speculative: cfg.speculative.method,
+        Tag.concurrency: str(cfg.concurrency.streams),
+        Tag.workload: cfg.workload.name,
+        Tag.replicate: str(cfg.replicate),
+        Tag.git_commit: git_commit(),
+        Tag.host: socket.gethostname(),
+        Tag.platform: platform.platform(),
         **capture.hardware(),
-        **{f"stack_version.{k}": str(v) for k, v in cfg.stack.versions.items()},
+        **{f"{STACK_VERSION}{k}": str(v) for k, v in cfg.stack.versions.items()},
         **({Tag.reference_point: cfg.reference_point} if cfg.reference_point else {}),
         Tag.config_fingerprint: job.config_fingerprint(),
         Tag.server_fingerprint: job.server_fingerprint(),
@@ -111,7 +115,7 @@ def run_tags(job: Job) -> dict[str, str]:
         ),
         **({Tag.factors: factors_tag(job.factors())} if cfg.multirun.factors else {}),
         **factor_tags(job.factors()),
-        Tag.order: "blocked" if cfg.multirun.part is None else "interleaved",
+        Tag.order: JobOrder.blocked if cfg.multirun.part is None else JobOrder.interleaved,
     }
 
 
@@ -216,7 +220,7 @@ def log_stack(job: Job, tracker: TrackedRun, output_dir: Path) -> None:
     # A server specexp did not start runs on a stack it cannot see: nothing is guessed.
     info = {"external_server": url} if url else capture.stack(job.server, job.engine)
     write_atomic(output_dir / Artifact.stack, json.dumps(info, indent=2, sort_keys=True))
-    tracker.set_tags({f"stack.{k}": v[:MAX_TAG] for k, v in info.items()})
+    tracker.set_tags({f"{STACK}{k}": v[:MAX_TAG] for k, v in info.items()})
     tracker.log_artifacts([output_dir / Artifact.stack])
 
 
@@ -277,7 +281,7 @@ class MlflowObserver:
         self.tracker.set_tags(
             {
                 **({Tag.cpus: ",".join(event.cores)} if event.cores else {}),
-                Tag.server_reused: str(event.reused).lower(),
+                Tag.server_reused: flag_tag(event.reused),
                 Tag.server_url: event.url,
                 # With the URL, which server instance the runs were on (shared ones included).
                 Tag.server_started_at: f"{event.started_at:.3f}",

@@ -17,7 +17,7 @@ from specexp.analysis.results import Metric, Tag
 from specexp.core.stats import Comparison
 from specexp.output import plots
 from specexp.output.markdown import sweep_markdown
-from specexp.tracking.store import NOTE, SWEEP_REPORT, RunLog, TrackingStore
+from specexp.tracking.store import MAX_TAG, NOTE, SWEEP_REPORT, RunLog, TrackingStore
 
 
 def log_report(
@@ -62,7 +62,7 @@ def log_crossover(
     first = crossovers[0]
     run.set_tags(
         {
-            Tag.crossover: first.statement[:5000],
+            Tag.crossover: first.statement[:MAX_TAG],
             Tag.crossover_threshold: str(first.recommendation.get("threshold")),
         }
     )

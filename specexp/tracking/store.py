@@ -76,14 +76,14 @@ RESULT_COLUMNS = [
     "metrics.`acceptance_rate_mean`",
 ]
 CONFIGURATION_TAGS = [
-    "engine",
-    "stack",
-    "model",
-    "speculative",
-    "attention_backend",
-    "allreduce_backend",
-    "concurrency",
-    "workload",
+    Tag.engine,
+    Tag.stack,
+    Tag.model,
+    Tag.speculative,
+    Tag.attention_backend,
+    Tag.allreduce_backend,
+    Tag.concurrency,
+    Tag.workload,
 ]
 
 

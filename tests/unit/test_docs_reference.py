@@ -62,7 +62,13 @@ def literal_keys(path: Path, function: str) -> set[str]:
 
 
 def code_tags() -> set[str]:
-    prefixes = (results.STACK, results.EFFECTIVE, results.ENGAGED, results.FACTOR)
+    prefixes = (
+        results.STACK,
+        results.STACK_VERSION,
+        results.EFFECTIVE,
+        results.ENGAGED,
+        results.FACTOR,
+    )
     return (
         {str(t) for t in Tag}
         | {f"{p}<>" for p in prefixes}

@@ -20,7 +20,16 @@ from specexp.analysis.arms import (
     make_arms,
 )
 from specexp.analysis.crossover import Crossover, find_crossover
-from specexp.analysis.results import JobRun, RunKind, Tag, Unit, effective_tags, factors_tag
+from specexp.analysis.results import (
+    JobRun,
+    RunKind,
+    Tag,
+    Unit,
+    effective_tags,
+    factors_tag,
+    flag_tag,
+    tag_flag,
+)
 from specexp.analysis.summary import run_metrics, summarize_job
 from specexp.core.measurements import FORMAT_VERSION, RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
@@ -417,3 +426,10 @@ def test_an_interval_beyond_a_float_is_unbounded_not_an_error():
     low, high = interval(0.0, 0.05, 1.0, 1e-5)
     assert low == 0.0 and high == math.inf
     assert interval(0.0, 0.05, 8.0, 0.05) == pytest.approx((0.891, 1.122), abs=1e-3)
+
+
+def test_a_yes_or_no_tag_reads_back_as_the_boolean_it_was_written_from():
+    """server_reused was a string compared with "false"; runs written before keep reading."""
+    assert [tag_flag(flag_tag(v)) for v in (True, False)] == [True, False]
+    assert (flag_tag(False), flag_tag(True)) == ("false", "true")  # as earlier runs hold it
+    assert tag_flag(None) is None
