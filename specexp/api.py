@@ -42,6 +42,7 @@ from typing import Collection, Iterator, Optional, Sequence
 import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -288,54 +289,20 @@ def check_overrides(overrides: Sequence[str]) -> None:
     given = [o for o in overrides if o not in ("-m", "--multirun")]
     if any(o.startswith("-") for o in given):
         return
-    parsed = OverridesParser.create().parse_overrides(given)
+    parsed = [
+        o
+        for o in OverridesParser.create().parse_overrides(given)
+        if not o.get_key_element().lstrip("+~").startswith("hydra")
+    ]
     groups = hydra_app.config_groups()
-    selections = []
-    for override in parsed:
-        key = override.get_key_element().lstrip("+~")
-        if key.startswith("hydra"):
-            continue
-        values = (
-            list(override.sweep_string_iterator())
-            if override.is_sweep_override()
-            else [override.get_value_element_as_str()]
-        )
-        if key in groups:
-            for value in values:
-                if value not in groups[key]:
-                    raise UsageError(
-                        unknown(f"{key} option {value!r}", value, groups[key])
-                        + f" (options: {', '.join(sorted(groups[key]))})"
-                    )
-            selections.append(f"{override.get_key_element()}={values[0]}")
     try:
-        composed = hydra_app.compose_config(selections)
+        composed = hydra_app.compose_config(_group_selections(parsed, groups))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UsageError(str(exc)) from None
     known = hydra_app.config_keys(composed)
     for override in parsed:
-        raw_key = override.get_key_element()
-        key = raw_key.lstrip("+~")
-        if key.startswith("hydra") or key in groups or raw_key.startswith("+"):
-            continue
-        parts = key.split(".")
-        below_open = any(known.get(".".join(parts[:n]), []) is None for n in range(1, len(parts)))
-        if below_open:
-            continue
-        if key not in known:
-            raise UsageError(unknown(f"key {key!r}", key, [*known, *groups]))
-        choices = known[key]
-        values = (
-            list(override.sweep_string_iterator())
-            if override.is_sweep_override()
-            else [override.get_value_element_as_str()]
-        )
-        for value in values:
-            if choices and value not in choices:
-                raise UsageError(
-                    unknown(f"{key} value {value!r}", value, choices)
-                    + f" (choices: {', '.join(choices)})"
-                )
+        if override.get_key_element().lstrip("+~") not in groups:
+            _check_key(override, known, groups)
     # Last, the values' types (a number that is not one): the overrides of one job composed
     # (a sweep's comma lists and Hydra's own keys left to Hydra).
     single = [o for o in given if "," not in o and not o.lstrip("+~").startswith("hydra")]
@@ -344,3 +311,51 @@ def check_overrides(overrides: Sequence[str]) -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         reason = f": {str(exc.__cause__).splitlines()[0]}" if exc.__cause__ else ""
         raise UsageError(f"{str(exc).splitlines()[0]}{reason}") from None
+
+
+def _values(override: Override) -> list[str]:
+    """An override's values: each of a sweep's, else its one."""
+    if override.is_sweep_override():
+        return list(override.sweep_string_iterator())
+    return [override.get_value_element_as_str()]
+
+
+def _group_selections(parsed: Sequence[Override], groups: dict[str, list[str]]) -> list[str]:
+    """The config group options chosen (the first of a sweep's), each checked to exist."""
+    selections = []
+    for override in parsed:
+        key = override.get_key_element().lstrip("+~")
+        if key not in groups:
+            continue
+        values = _values(override)
+        for value in values:
+            if value not in groups[key]:
+                raise UsageError(
+                    unknown(f"{key} option {value!r}", value, groups[key])
+                    + f" (options: {', '.join(sorted(groups[key]))})"
+                )
+        selections.append(f"{override.get_key_element()}={values[0]}")
+    return selections
+
+
+def _check_key(
+    override: Override, known: dict[str, Optional[list[str]]], groups: dict[str, list[str]]
+) -> None:
+    """An override of a key: the key exists (anything goes below an open mapping, and a
+    ``+`` adds one), and an enum's values are among its choices."""
+    raw_key = override.get_key_element()
+    if raw_key.startswith("+"):
+        return
+    parts = raw_key.lstrip("~").split(".")
+    if any(known.get(".".join(parts[:n]), []) is None for n in range(1, len(parts))):
+        return
+    key = ".".join(parts)
+    if key not in known:
+        raise UsageError(unknown(f"key {key!r}", key, [*known, *groups]))
+    choices = known[key]
+    for value in _values(override):
+        if choices and value not in choices:
+            raise UsageError(
+                unknown(f"{key} value {value!r}", value, choices)
+                + f" (choices: {', '.join(choices)})"
+            )

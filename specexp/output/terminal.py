@@ -29,10 +29,10 @@ from rich.table import Table
 
 from specexp.analysis.arms import Arm, ClaimCheck
 from specexp.analysis.crossover import SwitchOffCheck
-from specexp.analysis.prompts import PromptComparison
+from specexp.analysis.prompts import JobPrompts, PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
-from specexp.analysis.schedule import NO_SCHEDULE
+from specexp.analysis.schedule import NO_SCHEDULE, DraftSchedule
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
@@ -315,6 +315,29 @@ def _fmt(value: Optional[float], digits: int = 2) -> str:
 def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> None:
     """The job's runs as a table, then its summary, its notes, and the server's own
     accounting beside the client's figures."""
+    console.print(_runs_table(cfg, runs))
+    summary, metric = job.tok_per_s, job.metric
+    if summary:
+        console.print(
+            f"[bold]tok/s {summary.mean:.2f}[/] ± {summary.std:.2f} (CV {summary.cv:.2%}), "
+            f"{summary.confidence * 100:g}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], "
+            f"n={summary.n} {job.unit}"
+        )
+        between = metric(Metric.var_between_launch)
+        if between is not None:
+            console.print(
+                f"variance of tok/s: within a launch {metric(Metric.var_within_launch):.3g}, "
+                f"between launches {between:.3g}"
+            )
+    _print_service_levels(cfg, job)
+    for note in job.notes:
+        console.print(f"[yellow]warning:[/] {note.message}")
+    _print_accounting(job)
+    if job.prompts:
+        console.print(_categories_table(job.prompts))
+
+
+def _runs_table(cfg: RunConfig, runs: list[RunResult]) -> Table:
     table = Table(
         title=f"{cfg.engine.name} / {cfg.model.name} / speculative={cfg.speculative.method} / "
         f"concurrency={cfg.concurrency.streams}"
@@ -342,23 +365,12 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
             *((_fmt(result.asked_rate, 3), _fmt(result.achieved_rate, 3)) if open_loop else ()),
             *((f"{goodput.good}/{goodput.requests}",) if goodput else ()),
         )
-    console.print(table)
-    summary, metric = job.tok_per_s, job.metric
-    if summary:
-        console.print(
-            f"[bold]tok/s {summary.mean:.2f}[/] ± {summary.std:.2f} (CV {summary.cv:.2%}), "
-            f"{summary.confidence * 100:g}% CI [{_fmt(summary.ci_low)}, {_fmt(summary.ci_high)}], "
-            f"n={summary.n} {job.unit}"
-        )
-        between = metric(Metric.var_between_launch)
-        if between is not None:
-            console.print(
-                f"variance of tok/s: within a launch {metric(Metric.var_within_launch):.3g}, "
-                f"between launches {between:.3g}"
-            )
-    _print_service_levels(cfg, job)
-    for note in job.notes:
-        console.print(f"[yellow]warning:[/] {note.message}")
+    return table
+
+
+def _print_accounting(job: JobSummary) -> None:
+    """The server's own figures beside the client's, and the acceptance."""
+    metric = job.metric
     accounting = [
         f"{label} {_fmt(server * scale, digits)} (client "
         f"{_fmt((metric(name) or float('nan')) * scale, digits)})"
@@ -376,25 +388,21 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
     if length is not None:
         rate = metric(Metric.acceptance_rate_mean)
         console.print(f"acceptance length {length:.2f}, rate {_fmt(rate and rate * 100, 1)}%")
-    if job.prompts:
-        table = Table(title="per category (the prompt set)")
-        for header in (
-            "category",
-            "prompts",
-            "accepted of drafted",
-            "ended at EOS",
-            "same every run",
-        ):
-            table.add_column(header, justify="left" if header == "category" else "right")
-        for c in job.prompts.categories():
-            table.add_row(
-                c.category,
-                str(c.prompts),
-                "-" if c.acceptance is None else f"{c.acceptance:.0%}",
-                f"{c.natural_ends}/{c.prompts}",
-                f"{c.stable}/{c.prompts}",
-            )
-        console.print(table)
+
+
+def _categories_table(prompts: JobPrompts) -> Table:
+    table = Table(title="per category (the prompt set)")
+    for header in ("category", "prompts", "accepted of drafted", "ended at EOS", "same every run"):
+        table.add_column(header, justify="left" if header == "category" else "right")
+    for c in prompts.categories():
+        table.add_row(
+            c.category,
+            str(c.prompts),
+            "-" if c.acceptance is None else f"{c.acceptance:.0%}",
+            f"{c.natural_ends}/{c.prompts}",
+            f"{c.stable}/{c.prompts}",
+        )
+    return table
 
 
 def _print_service_levels(cfg: RunConfig, job: JobSummary) -> None:
@@ -557,6 +565,18 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     for note in report.notes:
         if note.kind != NoteKind.left_out:  # the skipped runs are listed above
             console.print(f"[yellow]note:[/] {escape(note.message)}")
+    _print_findings(report)
+    if report.schedule:
+        _print_schedule(report.schedule)
+    for compared in report.prompt_comparisons:
+        print_prompt_comparison(compared)
+    for check in report.checks:
+        print_switch_off(check)
+    console.print(ui_line)
+
+
+def _print_findings(report: SweepReport) -> None:
+    """Crossovers (by load, under the SLO) and the efficiency against the bound."""
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
         console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
@@ -564,25 +584,21 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     for bound in report.efficiencies:
         console.print(f"[bold]against the bound:[/] {escape(bound.sentence())}")
-    if report.schedule:
-        console.print(
-            rich_table(
-                "draft length to deploy by level: on only where shown faster than none",
-                schedule_rows(report.schedule),
-            )
+
+
+def _print_schedule(schedule: DraftSchedule) -> None:
+    """The draft length to deploy by level, as each engine takes it."""
+    console.print(
+        rich_table(
+            "draft length to deploy by level: on only where shown faster than none",
+            schedule_rows(schedule),
         )
-        if report.schedule.holds:
-            console.print(f"vLLM: {json.dumps(report.schedule.vllm())}")
-            console.print(
-                f"SGLang --speculative-adaptive-config: {json.dumps(report.schedule.sglang())}"
-            )
-        else:
-            console.print(f"[yellow]{escape(NO_SCHEDULE)}[/]")
-    for compared in report.prompt_comparisons:
-        print_prompt_comparison(compared)
-    for check in report.checks:
-        print_switch_off(check)
-    console.print(ui_line)
+    )
+    if schedule.holds:
+        console.print(f"vLLM: {json.dumps(schedule.vllm())}")
+        console.print(f"SGLang --speculative-adaptive-config: {json.dumps(schedule.sglang())}")
+    else:
+        console.print(f"[yellow]{escape(NO_SCHEDULE)}[/]")
 
 
 def print_prompt_comparison(compared: PromptComparison) -> None:
