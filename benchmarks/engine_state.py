@@ -30,8 +30,8 @@ from hydra import compose, initialize_config_dir
 
 from specexp import hydra_app
 from specexp.core.tinymodels import ensure_pair
-from specexp.host.job import prepare
 from specexp.host.leases import free_port
+from specexp.hydra_app import prepare
 from specexp.serving.client import LoadClient, run_async
 from specexp.serving.server import ServerProcess
 

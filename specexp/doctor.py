@@ -33,7 +33,7 @@ from specexp.engines.base import (
     stack_python,
 )
 from specexp.host import capture
-from specexp.host.job import Job, prepare
+from specexp.host.job import Job
 from specexp.output.terminal import console
 from specexp.sweep.plan import expand_overrides
 
@@ -259,7 +259,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             with open_dict(cfg):
                 cfg.pop("hydra", None)
             try:
-                checks = check_job(prepare(cfg))
+                checks = check_job(hydra_app.prepare(cfg))
             except ConfigError as exc:
                 checks = [Check("configuration", FAIL, str(exc))]
             table = Table(title=" ".join(job_overrides) or "defaults", title_justify="left")

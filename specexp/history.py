@@ -38,7 +38,6 @@ from specexp.analysis.history import (
     published_changes,
 )
 from specexp.compare import load_reference
-from specexp.host.job import prepare
 from specexp.output import markdown, terminal
 from specexp.output.tables import Rows, pct
 from specexp.tracking.store import TrackingStore
@@ -105,7 +104,7 @@ def reference_history(name: str) -> list[HistoryPoint]:
                     *entry.overrides,
                 ],
             )
-            job = prepare(cfg)
+            job = hydra_app.prepare(cfg)
             resolution = job.predicted_resolution(job.planned_launch())
             chosen = dict(resolution.chosen) if resolution else {}
             config = job.config

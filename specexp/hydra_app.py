@@ -23,10 +23,18 @@ from omegaconf import DictConfig, EnumNode, OmegaConf
 from rich.markup import escape
 
 from specexp.analysis.results import RunStatus
-from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig
-from specexp.engines import engines
+from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig, to_run_config
+from specexp.core.tinymodels import TinyPairSpec, pair_paths
+from specexp.core.trainedmodels import (
+    ModelPackageError,
+    file_identity,
+    packaged_model,
+    packaged_path,
+    self_draft_path,
+)
+from specexp.engines import engines, get_engine
 from specexp.host import failure, interrupt
-from specexp.host.job import Job, prepare
+from specexp.host.job import Job, checked
 from specexp.output import terminal
 from specexp.output.console import ConsoleObserver
 from specexp.output.files import FilesObserver
@@ -86,6 +94,49 @@ def register() -> None:
     if not OmegaConf.has_resolver("specexp.project"):
         # Where scripts/install.sh puts engines of their own (.engines/): the project root.
         OmegaConf.register_new_resolver("specexp.project", lambda: str(Path(CONFIG_DIR).parent))
+
+
+def prepare(cfg: DictConfig) -> Job:
+    """The composed config as a checked job, typed once here (nothing below takes a
+    ``DictConfig``); raises :class:`ConfigError` before anything launches."""
+    if cfg.model.get("generate") is not None:
+        # Filled in before conversion, so that interpolations such as the draft's
+        # ${model.draft_path} see them; deterministic, so that dry runs can print them.
+        settings = OmegaConf.to_container(cfg.model.generate, resolve=True)
+        try:
+            if not isinstance(settings, dict):
+                raise ValueError(f"expected a generated pair's settings, got {settings!r}")
+            spec = TinyPairSpec(**{str(k): v for k, v in settings.items()})
+            spec.validate()
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"model.generate: {exc}") from None
+        paths = pair_paths(spec, get_engine(cfg.engine.name).model_format)
+        cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
+        if paths.eagle3:
+            cfg.model.eagle3_draft_path = str(paths.eagle3)
+    _trained_model_paths(cfg.model)
+    return checked(to_run_config(cfg))
+
+
+def _trained_model_paths(model: DictConfig) -> None:
+    """A packaged model's file and a self-draft's path filled in, as a generated pair's are."""
+    try:
+        if model.get("package") is not None:
+            model.path = str(packaged_path(model.package))
+        if model.get("self_draft_layers") is not None:
+            if not model.get("path"):
+                raise ConfigError(
+                    "model.self_draft_layers needs model.path (the target) or model.package"
+                )
+            target = Path(model.path)
+            identity = (
+                packaged_model(model.package).sha256
+                if model.get("package")
+                else file_identity(target)
+            )
+            model.draft_path = str(self_draft_path(target, int(model.self_draft_layers), identity))
+    except ModelPackageError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _required(value: Any, what: str) -> Any:

@@ -32,8 +32,9 @@ from specexp import hydra_app
 from specexp.analysis.results import RunKind, Tag
 from specexp.core.tinymodels import ensure_pair
 from specexp.engines.base import LaunchSpec
-from specexp.host.job import Job, prepare
+from specexp.host.job import Job
 from specexp.host.leases import free_port
+from specexp.hydra_app import prepare
 from specexp.serving.server import die_with_parent
 
 REPO = Path(__file__).resolve().parent.parent

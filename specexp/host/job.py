@@ -1,9 +1,9 @@
 """What a job is: one run config, typed and checked, with its engine and its identities.
 
-A :class:`Job` is made once from the composed config (:func:`prepare`): the config is
-converted into its schemas, a generated model's paths are filled in, the checks that span
-groups run, and the engine checks what it can honour - all before anything launches. The
-sweep plans with jobs, the runner runs them, the doctor checks them.
+A :class:`Job` is made once from the typed config (:func:`checked`, which the one wiring
+point between Hydra and specexp, ``specexp.hydra_app.prepare``, calls): the checks that
+span groups run, and the engine checks what it can honour - all before anything launches.
+The sweep plans with jobs, the runner runs them, the doctor checks them.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
-
-from omegaconf import DictConfig, OmegaConf
 
 from specexp.core.datasets import DatasetError
 from specexp.core.schemas import (
@@ -25,15 +22,6 @@ from specexp.core.schemas import (
     RunConfig,
     ServerSettings,
     SpeculativeMethod,
-    to_run_config,
-)
-from specexp.core.tinymodels import TinyPairSpec, pair_paths
-from specexp.core.trainedmodels import (
-    ModelPackageError,
-    file_identity,
-    packaged_model,
-    packaged_path,
-    self_draft_path,
 )
 from specexp.engines import get_engine
 from specexp.engines.base import Engine, LaunchSpec, Resolution
@@ -154,50 +142,13 @@ class Job:
         return dict(factor.split("=", 1) for factor in self.config.multirun.factors)
 
 
-def prepare(cfg: DictConfig) -> Job:
-    """The composed config as a checked job; raises :class:`ConfigError` before anything launches."""
-    if cfg.model.get("generate") is not None:
-        # Filled in before conversion, so that interpolations such as the draft's
-        # ${model.draft_path} see them; deterministic, so that dry runs can print them.
-        settings = OmegaConf.to_container(cfg.model.generate, resolve=True)
-        try:
-            if not isinstance(settings, dict):
-                raise ValueError(f"expected a generated pair's settings, got {settings!r}")
-            spec = TinyPairSpec(**{str(k): v for k, v in settings.items()})
-            spec.validate()
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"model.generate: {exc}") from None
-        paths = pair_paths(spec, get_engine(cfg.engine.name).model_format)
-        cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
-        if paths.eagle3:
-            cfg.model.eagle3_draft_path = str(paths.eagle3)
-    _trained_model_paths(cfg.model)
-    run = to_run_config(cfg)
+def checked(run: RunConfig) -> Job:
+    """The typed config as a checked job; raises :class:`ConfigError` before anything
+    launches (the config is typed once, at the wiring point: ``specexp.hydra_app.prepare``)."""
     engine = get_engine(run.engine.name)
     validate(run)
     engine.validate(run.server_settings())
     return Job(run, engine)
-
-
-def _trained_model_paths(model: DictConfig) -> None:
-    """A packaged model's file and a self-draft's path filled in, as a generated pair's are."""
-    try:
-        if model.get("package") is not None:
-            model.path = str(packaged_path(model.package))
-        if model.get("self_draft_layers") is not None:
-            if not model.get("path"):
-                raise ConfigError(
-                    "model.self_draft_layers needs model.path (the target) or model.package"
-                )
-            target = Path(model.path)
-            identity = (
-                packaged_model(model.package).sha256
-                if model.get("package")
-                else file_identity(target)
-            )
-            model.draft_path = str(self_draft_path(target, int(model.self_draft_layers), identity))
-    except ModelPackageError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def validate(run: RunConfig) -> None:

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from hydra.core.config_loader import ConfigLoader
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import DictConfig
 from rich.markup import escape
 
 from specexp.analysis.arms import calibrations
@@ -41,6 +39,7 @@ from specexp.sweep.observer import (
     say_refused,
 )
 from specexp.sweep.plan import (
+    ComposeJob,
     Plan,
     PlannedJob,
     Step,
@@ -141,16 +140,17 @@ class _Schedule:
 
 
 def run_sweep(
-    config_loader: ConfigLoader,
-    sweep_config: DictConfig,
+    compose: ComposeJob,
+    sweep_dir: Path,
     job_overrides: list[list[str]],
     launcher: Any,
     max_batch_size: Optional[int] = None,
 ) -> Any:
-    """Plan, check the launcher, launch the jobs (all at once, or ``max_batch_size`` at a
-    time; launchers may run a batch in parallel), report."""
+    """Plan (each job's overrides typed by ``compose``), check the launcher, launch the jobs
+    (all at once, or ``max_batch_size`` at a time; launchers may run a batch in parallel),
+    report (beside the jobs, in ``sweep_dir``)."""
     terminal.hide_internal_overrides()
-    plan = compose_jobs(config_loader, sweep_config, job_overrides)
+    plan = compose_jobs(compose, job_overrides)
     first = _checked(plan, launcher, max_batch_size, len(job_overrides))
     if first is None:
         return []
@@ -160,8 +160,8 @@ def run_sweep(
         dry_run_elsewhere(plan, launcher)
         return []
     store = _open_store(first) if first.tracking.enabled and not first.dry_run else None
-    observer = SweepObserver(store, Path(sweep_config.hydra.sweep.dir), first.multirun.order)
-    schedule = _schedule(plan, first, baseline, launcher, observer, (config_loader, sweep_config))
+    observer = SweepObserver(store, sweep_dir, first.multirun.order)
+    schedule = _schedule(plan, first, baseline, launcher, observer, compose)
     returns = _launch_all(launcher, plan, schedule, observer, max_batch_size)
     failed = failed_jobs(returns)
     if failed:
@@ -194,7 +194,7 @@ def _schedule(
     baseline: Optional[str],
     launcher: Any,
     observer: SweepObserver,
-    composing: tuple[ConfigLoader, DictConfig],
+    compose: ComposeJob,
 ) -> _Schedule:
     """The steps and sequential pairs, less the jobs a resumed sweep finished; the plan
     said (and the parent run started) by the observer."""
@@ -202,7 +202,7 @@ def _schedule(
     in_process = launcher_kind(launcher) == LauncherKind.in_process
     pairs = sequential_pairs(plan, baseline, settings.order, in_process)
     if pairs:
-        pairs = with_launch_budget(plan, pairs, *composing)
+        pairs = with_launch_budget(plan, pairs, compose)
         if plan.errors:
             _refuse(plan, plan.errors, len(plan.jobs))
     if store:

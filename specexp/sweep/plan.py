@@ -8,15 +8,18 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import DictConfig, open_dict
 
 from specexp.core.schemas import ConfigError, JobOrder
-from specexp.host.job import Job, prepare
+from specexp.host.job import Job
 from specexp.tracking.store import TrackingStore
+
+# One job's overrides composed and typed into a checked job (the sweeper composes them with
+# Hydra and types them at specexp.hydra_app.prepare); raises ConfigError.
+ComposeJob = Callable[[Sequence[str]], Job]
 
 
 def expand_overrides(
@@ -92,19 +95,14 @@ def factor_overrides(factors: Sequence[str]) -> str:
     return "multirun.factors=[" + ",".join(_quoted(f) for f in factors) + "]"
 
 
-def compose_jobs(
-    config_loader: ConfigLoader, sweep_config: DictConfig, job_overrides: Sequence[Sequence[str]]
-) -> Plan:
+def compose_jobs(compose: ComposeJob, job_overrides: Sequence[Sequence[str]]) -> Plan:
     """Compose and check every job; collect errors instead of stopping at the first."""
     shared = set.intersection(*(set(o) for o in job_overrides)) if len(job_overrides) > 1 else set()
     jobs, errors = [], []
     for overrides in job_overrides:
         factors = [_factor(o) for o in overrides if o not in shared]
-        cfg = config_loader.load_sweep_config(sweep_config, [*overrides, factor_overrides(factors)])
-        with open_dict(cfg):
-            del cfg["hydra"]
         try:
-            job = prepare(cfg)
+            job = compose([*overrides, factor_overrides(factors)])
         except ConfigError as exc:
             errors.append(f"{' '.join(overrides)}: {exc}")
             continue

@@ -23,8 +23,6 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
-from hydra.core.config_loader import ConfigLoader
-from omegaconf import DictConfig
 from scipy import optimize
 from scipy import stats as scipy_stats
 
@@ -46,7 +44,7 @@ from specexp.core.stats import minimum_detectable_effect
 from specexp.output import terminal
 from specexp.run.job_run import OpenJobs
 from specexp.run.session import JobSession
-from specexp.sweep.plan import Plan, PlannedJob, Step, compose_jobs
+from specexp.sweep.plan import ComposeJob, Plan, PlannedJob, Step, compose_jobs
 
 
 @dataclass
@@ -307,8 +305,7 @@ def budget_power(
 def with_launch_budget(
     plan: Plan,
     pairs: list[tuple[PlannedJob, PlannedJob]],
-    config_loader: ConfigLoader,
-    sweep_config: DictConfig,
+    compose: ComposeJob,
 ) -> list[tuple[PlannedJob, PlannedJob]]:
     """The paired jobs recomposed with their launch budget as ``stats.launches`` (each
     launch one part the sweep can stop after), in the plan and in the pairs."""
@@ -316,7 +313,7 @@ def with_launch_budget(
     budget = [
         [*j.overrides, f"stats.launches={j.job.config.stats.sequential.max_launches}"] for j in jobs
     ]
-    recomposed = compose_jobs(config_loader, sweep_config, budget)
+    recomposed = compose_jobs(compose, budget)
     if recomposed.errors:
         plan.errors += recomposed.errors
         return []

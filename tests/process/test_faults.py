@@ -24,7 +24,7 @@ from specexp.core.durable import read_json_lines
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
-from specexp.host.job import prepare
+from specexp.hydra_app import prepare
 from tests.conftest import (
     CONFIG_DIR,
     REPO,

@@ -13,7 +13,7 @@ import pytest
 
 from specexp.core.schemas import ConfigError
 from specexp.engines.base import Engagement, is_local, parse_prometheus
-from specexp.host.job import prepare
+from specexp.hydra_app import prepare
 from specexp.serving.client import LoadClient
 from tests.conftest import compose_job, compose_run
 

@@ -64,6 +64,12 @@ DEFERRED = {
     ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep.plan"): (
         "Hydra imports plugins at every start"
     ),
+    ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp"): (
+        "Hydra imports plugins at every start; the jobs are typed at hydra_app"
+    ),
+    ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.hydra_app"): (
+        "Hydra imports plugins at every start; the jobs are typed at hydra_app"
+    ),
 }
 
 
