@@ -26,6 +26,7 @@ from specexp.run.events import (
     ServerReady,
     ServerStarting,
     SettingsReadBack,
+    Waiting,
 )
 
 
@@ -42,6 +43,7 @@ class ConsoleObserver:
         self._handlers: dict[type, Callable[[Any], None]] = {
             DryRunPlanned: self._dry_run,
             Preparing: self._preparing,
+            Waiting: self._waiting,
             JobOpened: self._opened,
             ServerStarting: self._starting,
             ServerReady: self._ready,
@@ -69,6 +71,9 @@ class ConsoleObserver:
 
     def _preparing(self, event: Preparing) -> None:
         self._live.enter_context(terminal.status(event.what))
+
+    def _waiting(self, event: Waiting) -> None:
+        terminal.console.print(event.what)
 
     def _opened(self, event: JobOpened) -> None:
         self.job = event.job

@@ -31,8 +31,15 @@ class DryRunPlanned:
 
 @dataclass(frozen=True)
 class Preparing:
-    """Something that takes a while before the job measures (a model generated, a lease
-    waited for, a server starting); it lasts until the next event."""
+    """Something that takes a while before the job measures (a model generated or checked,
+    a self-draft written); it lasts until the next event."""
+
+    what: str
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The job waits for what other jobs on this host hold (GPUs, cores), and says so."""
 
     what: str
 
@@ -156,6 +163,7 @@ class JobClosed:
 JobEvent = Union[
     DryRunPlanned,
     Preparing,
+    Waiting,
     JobOpened,
     ServerStarting,
     ServerReady,

@@ -30,12 +30,12 @@ from specexp.run.events import (
     Emitter,
     LaunchMeasured,
     MeasuringStarted,
-    Preparing,
     RequestDone,
     RunMeasured,
     ServerReady,
     ServerStarting,
     SettingsReadBack,
+    Waiting,
 )
 from specexp.run.session import JobSession, stop_own_server
 from specexp.serving.client import LoadClient, run_async
@@ -188,7 +188,7 @@ def new_server(job: Job, log_path: Path, emit: Emitter) -> ServerProcess:
                 cfg.engine.gpus,
                 cfg.host.lease_wait_s,
                 on_wait=lambda: emit(
-                    Preparing(
+                    Waiting(
                         f"waiting for {cfg.engine.gpus} GPU(s): other jobs on this host hold them"
                     )
                 ),
@@ -206,7 +206,7 @@ def new_server(job: Job, log_path: Path, emit: Emitter) -> ServerProcess:
                 count,
                 cfg.host.lease_wait_s,
                 on_wait=lambda: emit(
-                    Preparing(
+                    Waiting(
                         f"waiting for {count} CPU core(s): other jobs' servers on this host "
                         "hold them"
                     )
