@@ -1,0 +1,62 @@
+"""A job's events and the files observer: each file written once, from what actually ran,
+and a run's requests appended whole when the run has ended."""
+
+from __future__ import annotations
+
+import json
+
+from specexp.analysis.results import Artifact
+from specexp.core.measurements import RequestRecord, RunResult
+from specexp.engines.base import LaunchSpec
+from specexp.output.files import FilesObserver
+from specexp.run.events import Emitter, JobOpened, RunMeasured, ServerStarting
+from tests.conftest import compose_job
+
+
+def _starting(tmp_path, port: int) -> ServerStarting:
+    command = LaunchSpec(["llama-server", "--port", str(port)], {"TOKEN": "x"})
+    return ServerStarting(
+        "", "llamacpp", "127.0.0.1", f"http://127.0.0.1:{port}", tmp_path, command
+    )
+
+
+def test_the_command_is_written_once_from_the_servers_real_launch(tmp_path):
+    """command.txt was written twice, first from a planned launch with a port of its own."""
+    job = compose_job("dry_run=true")
+    said: list[str] = []
+    emit = Emitter([FilesObserver(said.append)])
+    emit(JobOpened(job, LaunchSpec(["llama-server", "--port", "0"], {}), tmp_path))
+    assert not (tmp_path / Artifact.command).exists()  # nothing launched yet
+    emit(_starting(tmp_path, 41001))
+    emit(_starting(tmp_path, 41002))  # a second launch of the same job
+    command = (tmp_path / Artifact.command).read_text()
+    assert "--port 41001" in command and "41002" not in command
+    assert {Artifact.config, Artifact.environment} <= {p.name for p in tmp_path.iterdir()}
+    assert said == []
+
+
+def test_a_runs_requests_are_appended_whole_when_it_has_ended(tmp_path):
+    job = compose_job("dry_run=true")
+    emit = Emitter([FilesObserver(print)])
+    emit(JobOpened(job, LaunchSpec(["llama-server"], {}), tmp_path))
+    for run in range(2):
+        records = [
+            RequestRecord(run=run, stream=s, warmup=False, start_unix=1.0, ok=True)
+            for s in range(3)
+        ]
+        result = RunResult(run=run, warmup=False, wall_s=1.0, records=records, counter_deltas={})
+        emit(RunMeasured(result, {}, None))
+        lines = (tmp_path / Artifact.requests).read_text().splitlines()
+        assert [json.loads(line)["run"] for line in lines] == [
+            r for r in range(run + 1) for _ in range(3)
+        ]
+
+
+def test_an_earlier_attempts_files_are_set_aside_when_the_job_opens(tmp_path):
+    (tmp_path / Artifact.requests).write_text("earlier\n")
+    said: list[str] = []
+    Emitter([FilesObserver(said.append)])(
+        JobOpened(compose_job("dry_run=true"), LaunchSpec(["x"], {}), tmp_path)
+    )
+    assert (tmp_path / "attempt-1" / Artifact.requests).read_text() == "earlier\n"
+    assert not (tmp_path / Artifact.requests).exists() and "attempt-1" in said[0]
