@@ -29,6 +29,7 @@ from rich.table import Table
 
 from specexp.analysis.arms import Arm, ClaimCheck
 from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.energy_arms import EnergyReport
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
@@ -54,6 +55,7 @@ from specexp.output.tables import (
     category_rows,
     claim_rows,
     comparison_rows,
+    energy_rows,
     point_rows,
     schedule_rows,
     sequence_rows,
@@ -564,6 +566,8 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     for bound in report.efficiencies:
         console.print(f"[bold]against the bound:[/] {escape(bound.sentence())}")
+    if report.energy:
+        print_energy(report.energy)
     if report.schedule:
         console.print(
             rich_table(
@@ -583,6 +587,28 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     for check in report.checks:
         print_switch_off(check)
     console.print(ui_line)
+
+
+def print_energy(energy: EnergyReport) -> None:
+    """Energy per output token: its source and resolution (or that it was not measured),
+    the arms compared on joules per token, its crossover and whether speed's agrees."""
+    console.print(f"[bold]energy:[/] {escape(energy.statement)}")
+    if energy.comparisons:
+        console.print(
+            rich_table(
+                f"{Metric.energy_j_per_token} (lower is better): ratio of geometric means vs "
+                "baseline, Welch t on logs; simultaneous intervals (Bonferroni) over "
+                f"{len(energy.comparisons)} comparison(s)",
+                energy_rows(energy),
+            )
+        )
+    for note in energy.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    for found in energy.crossovers:
+        console.print(f"[bold]crossover on energy:[/] {escape(found.statement)}")
+    for said in energy.agreements:
+        style = "bold red" if said.disagree else "bold"
+        console.print(f"[{style}]speed and energy:[/] {escape(said.statement)}")
 
 
 def print_prompt_comparison(compared: PromptComparison) -> None:

@@ -92,6 +92,7 @@ def test_a_runs_energy_is_interpolated_at_its_ends():
         "energy_j": pytest.approx(660.0),
         "energy_resolved": 0.0,
         "energy_j_per_token": pytest.approx(3.0),
+        "energy_shortest_window_s": pytest.approx(20.0),
     }
     assert shortest_window_s(0.5) == pytest.approx(20.0)
     assert shortest_window_s(0.05, error=0.01) == pytest.approx(10.0)
@@ -162,3 +163,16 @@ def test_an_h200s_energy_counter_moves_every_100_ms_and_sees_the_load_at_once():
     loaded = energy_between(counter, 2.1, 3.9), energy_between(power, 2.1, 3.9)
     after = energy_between(counter, 4.1, 5.9), energy_between(power, 4.1, 5.9)
     assert loaded[1] < 0.85 * loaded[0] and after[1] > 1.3 * after[0]
+
+
+def test_a_counter_read_faster_than_it_moves_sets_the_shortest_window_by_its_own_period():
+    """The H200's counter read every ~6 ms moves every 100 ms: each end of a run is
+    interpolated across 100 ms, so 4 s is the shortest run resolved to 5%, not 0.24 s. The
+    1.4 s of load is measured (625 W, within 5% of the 629 W recorded) but not resolved."""
+    counter, _ = h200_readings()
+    loaded = run_energy(EnergySource.nvml_counter, counter, 2.5, 1.4, 1400, 0.006)
+    assert loaded.shortest_window_s == pytest.approx(4.0, rel=0.02)
+    assert not loaded.resolved
+    assert loaded.joules / 1.4 == pytest.approx(629, rel=0.05)
+    whole = run_energy(EnergySource.nvml_counter, counter, 0.5, 5.0, 5000, 0.006)
+    assert whole.resolved and whole.metrics()["energy_resolved"] == 1.0
