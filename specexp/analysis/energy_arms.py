@@ -91,7 +91,7 @@ class EnergyReport:
                 "reading for the server, no readable RAPL counter on this machine) - no "
                 "energy figures, no energy comparison"
             )
-        sources = sorted(set(self.sources.values()))
+        sources = sorted(set(self.sources.values()) - {EnergySource.none})
         return f"energy per output token from the {' and the '.join(sources)}; {self.resolution}"
 
     def to_json(self) -> dict[str, Any]:
@@ -250,7 +250,9 @@ def energy_report(
     if not arms:
         return report
     report.resolution = resolution([a.run for a in arms])
-    unmetered = sorted({r.name for r in runs} - {a.run.name for a in arms})
+    unmetered = sorted(
+        name for name, source in report.sources.items() if source == EnergySource.none
+    )
     if unmetered:
         report.notes.append(f"energy not measured for {', '.join(unmetered)}")
     if selector is None:

@@ -121,3 +121,27 @@ def test_verdicts_on_joules_per_token_are_read_in_energys_words():
     assert in_energy_words("faster") == "more energy per token"
     assert in_energy_words("slower") == "less energy per token"
     assert in_energy_words("equivalent") == "equivalent"
+
+
+def test_a_job_its_meter_missed_is_named_and_the_others_are_compared():
+    tok = {(m, c): [100.0, 101.0, 99.0] for m in ("none", "draft") for c in (1, 2)}
+    joules = {key: [1.0, 1.1, 0.9] for key in tok if key != ("draft", 2)}
+    runs = [
+        *energy_sweep.job_runs(
+            {k: v for k, v in tok.items() if k != ("draft", 2)}, Metric.tok_per_s
+        ),
+        *energy_sweep.job_runs(
+            {("draft", 2): tok[("draft", 2)]}, Metric.tok_per_s, EnergySource.none
+        ),
+    ]
+    report = compile_sweep_report(
+        energy_sweep.facts(),
+        runs,
+        [],
+        {},
+        energy_runs=energy_sweep.job_runs(joules, Metric.energy_j_per_token),
+    )
+    energy = report.energy
+    assert energy.notes == ["energy not measured for draft 2"]
+    assert [c.candidate for c in energy.comparisons] == ["draft 1"]
+    assert energy.crossovers == [] and "not measured" not in energy.statement
