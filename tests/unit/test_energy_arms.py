@@ -4,6 +4,7 @@ report saying when they disagree, and "not measured" where nothing metered the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -12,14 +13,16 @@ import pytest
 
 from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.report import SweepReport, compile_sweep_report
-from specexp.analysis.results import Metric
+from specexp.analysis.results import Metric, RunKind, RunStatus, Tag, launch_metric
 from specexp.core.stats import Verdict
 from specexp.host.energy import EnergySource
 from specexp.output import plots
 from specexp.output.markdown import sweep_description
 from specexp.output.tables import energy_rows
 from specexp.output.terminal import print_energy
-from tests import energy_sweep
+from specexp.sweep.report import sweep_report
+from specexp.tracking.store import NOTE, TrackingStore
+from tests import energy_sweep, noise
 
 pytestmark = pytest.mark.unit
 
@@ -145,3 +148,55 @@ def test_a_job_its_meter_missed_is_named_and_the_others_are_compared():
     assert energy.notes == ["energy not measured for draft 2"]
     assert [c.candidate for c in energy.comparisons] == ["draft 1"]
     assert energy.crossovers == [] and "not measured" not in energy.statement
+
+
+def test_the_sweep_reads_energy_from_the_store_and_publishes_it(tracking_env):
+    """Job runs logged as a run logs them (per-launch energy per token, the job's summary),
+    read back by the sweep's report: energy compared, the crossover beside speed's in the
+    parent's description, the record and the plot."""
+    store = TrackingStore(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
+    parent = store.start_run("sweep", {Tag.kind: RunKind.sweep})
+    rng = np.random.default_rng(3)
+    for c in (1, 2, 4, 8, 16, 32):
+        for method, speed, energy in (
+            ("none", 1.0, 1.0),
+            ("draft", energy_sweep.speed_ratio(c), 0.8 * math.exp(0.1 * math.log2(c))),
+        ):
+            factors = {"speculative": method, energy_sweep.FACTOR: str(c)}
+            job = store.start_run(
+                f"{method} {c}",
+                {
+                    Tag.kind: RunKind.job,
+                    Tag.factors: json.dumps(factors),
+                    Tag.config_fingerprint: method,
+                    Tag.energy_source: str(EnergySource.nvml_counter),
+                },
+                parent_run_id=parent.run_id,
+            )
+            joules = noise.runs(rng, energy / c**0.3, 3, 0.01)
+            for launch, per_token in enumerate(joules):
+                job.log_metrics(
+                    {
+                        launch_metric(Metric.tok_per_s): 100 * c**0.5 * speed * (1 + 0.01 * launch),
+                        launch_metric(Metric.energy_j_per_token): per_token,
+                    },
+                    step=launch,
+                )
+            job.log_metrics(
+                {
+                    f"{Metric.energy_j_per_token}_mean": float(np.mean(joules)),
+                    Metric.energy_shortest_window_s: 20.0,
+                    Metric.energy_unresolved_runs: 0.0,
+                }
+            )
+            job.end(RunStatus.finished)
+    facts = dataclasses.replace(energy_sweep.facts(), parent_run_id=parent.run_id)
+    sweep_report(store, parent, facts)
+    energy = store.sweep_report(parent.run_id).energy
+    assert energy.measured and len(energy.comparisons) == 6
+    (said,) = energy.agreements
+    assert said.disagree is True
+    logged = store.client.get_run(parent.run_id)
+    assert said.statement in logged.data.tags[NOTE]
+    plots_logged = {a.path for a in store.client.list_artifacts(parent.run_id, "energy")}
+    assert plots_logged == {"energy/crossover.png"}
