@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -82,6 +83,12 @@ def run_client(
     return result, cpu
 
 
+def cpu_s(process: subprocess.Popen) -> float:
+    """A running process's CPU seconds (Linux): the server's, to show it was not the limit."""
+    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def closed(streams: int, requests: int, tokens: int, processes: int = 1) -> list[str]:
     return [
         f"concurrency.streams={streams}",
@@ -129,6 +136,7 @@ def send_lag(server: PacedServer, scale: int) -> None:
                     f"workload.max_tokens={tokens}",
                 ],
             )
+            server_cpu = cpu_s(process)
         finally:
             process.kill()
             process.wait()
@@ -138,7 +146,8 @@ def send_lag(server: PacedServer, scale: int) -> None:
         print(
             f"{in_flight} in flight ({rate:g} req/s asked, {result.achieved_rate or 0:.0f} "
             f"achieved, {arrivals} arrivals): send lag p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
-            f"max {lags_ms.max():.2f} ms; client CPU {cpu:.2f} s over {result.wall_s:.2f} s"
+            f"max {lags_ms.max():.2f} ms; CPU over {result.wall_s:.2f} s: client {cpu:.2f} s, "
+            f"server {server_cpu:.2f} s"
         )
 
 
