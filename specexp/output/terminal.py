@@ -47,6 +47,7 @@ from specexp.core.schemas import (
 from specexp.core.slo import run_goodput
 from specexp.core.stats import Comparison
 from specexp.engines.base import LaunchSpec, Resolution
+from specexp.host.energy import WINDOW_ERROR
 from specexp.host.job import Job
 from specexp.output.markdown import caveat_lines, hardware_line, run_warnings
 from specexp.output.tables import (
@@ -359,6 +360,7 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
                 f"between launches {between:.3g}"
             )
     _print_service_levels(cfg, job)
+    console.print(energy_line(job, runs))
     for note in job.notes:
         console.print(f"[yellow]warning:[/] {note.message}")
     accounting = [
@@ -397,6 +399,23 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
                 f"{c.stable}/{c.prompts}",
             )
         console.print(table)
+
+
+def energy_line(job: JobSummary, runs: Sequence[RunResult]) -> str:
+    """Energy per output token with its interval and the meter's shortest window, or that
+    it was not measured (no figure)."""
+    mean = job.metric(f"{Metric.energy_j_per_token}_mean")
+    if mean is None:
+        return "energy per output token: not measured"
+    low, high = (job.metric(f"{Metric.energy_j_per_token}_ci_{end}") for end in ("low", "high"))
+    interval = f"[{low:.3g}, {high:.3g}]" if low is not None and high is not None else "-"
+    window = max(r.telemetry.get(Metric.energy_shortest_window_s, 0.0) for r in runs)
+    short = job.metric(Metric.energy_unresolved_runs) or 0.0
+    return (
+        f"energy per output token {mean:.3g} J, CI {interval}; the meter resolves runs of "
+        f"{window:.1f} s or more to {WINDOW_ERROR:.0%}"
+        + (f" ({short:.0f} measured run(s) shorter)" if short else "")
+    )
 
 
 def _print_service_levels(cfg: RunConfig, job: JobSummary) -> None:

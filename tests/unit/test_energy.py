@@ -26,6 +26,7 @@ from specexp.host.energy import (
     shortest_window_s,
     unwrapped_step,
 )
+from specexp.output.terminal import energy_line
 
 pytestmark = pytest.mark.unit
 READINGS = Path(__file__).with_name("readings")
@@ -136,6 +137,17 @@ def test_energy_per_token_is_summarised_over_runs_with_its_interval():
         cores=2,
     )
     assert f"{Metric.energy_j_per_token}_mean" not in unmetered.metrics
+    # What the job's summary prints: the figure with its interval and the meter's window,
+    # or "not measured" and no figure.
+    runs = [run(0, 2.0), run(1, 3.0), run(2, 4.0)]
+    for result in runs:
+        result.telemetry.update(
+            {Metric.energy_shortest_window_s: 20.0, Metric.energy_resolved: 0.0}
+        )
+    assert energy_line(summary, runs).startswith(
+        "energy per output token 3 J, CI [0.516, 5.48]; the meter resolves runs of 20.0 s"
+    )
+    assert energy_line(unmetered, runs) == "energy per output token: not measured"
 
 
 def h200_readings() -> tuple[list[EnergyReading], list[EnergyReading]]:
