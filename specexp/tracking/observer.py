@@ -314,6 +314,9 @@ class MlflowObserver:
         assert self.tracker is not None and self.job is not None
         measured = event.runs
         goodput = [g for g in (run_goodput(r, self.job.config.slo) for r in measured) if g]
+        per_token = [
+            v for r in measured if (v := r.telemetry.get(Metric.energy_j_per_token)) is not None
+        ]
         self.tracker.log_metrics(
             {
                 launch_metric(Metric.tok_per_s): sum(r.tok_per_s for r in measured) / len(measured),
@@ -326,6 +329,12 @@ class MlflowObserver:
                         / len(goodput)
                     }
                     if goodput
+                    else {}
+                ),
+                # A launch's energy per token, where every run of it was metered.
+                **(
+                    {launch_metric(Metric.energy_j_per_token): sum(per_token) / len(per_token)}
+                    if per_token and len(per_token) == len(measured)
                     else {}
                 ),
             },
