@@ -55,8 +55,8 @@ from specexp import hydra_app  # noqa: E402
 from specexp.core.measurements import RunResult  # noqa: E402
 from specexp.core.stats import percentiles  # noqa: E402
 from specexp.core.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
-from specexp.hydra_app import prepare  # noqa: E402
 from specexp.host.leases import free_port  # noqa: E402
+from specexp.hydra_app import prepare  # noqa: E402
 from specexp.serving.client import LoadClient, run_async, session  # noqa: E402
 
 PACE_MS = 2.0
