@@ -20,6 +20,7 @@ from specexp.sweep.plan import Plan
 from specexp.tracking.publish import log_sweep_report
 from specexp.tracking.store import (
     MAX_TAG,
+    PARENT_RUN_ID,
     RESULT_COLUMNS,
     RunLog,
     TrackingStore,
@@ -49,7 +50,7 @@ def sweep_view(store: TrackingStore, parent_run_id: str, plan: Plan) -> str:
         _view_id(parent_run_id),
         f"sweep {parent_run_id[:8]}: {' x '.join(factors) or 'one configuration'}",
         [f"tags.`{FACTOR}{factor}`" for factor in factors] + RESULT_COLUMNS,
-        f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        f"tags.`{PARENT_RUN_ID}` = '{parent_run_id}'",
         order_by=f"metrics.`{Metric.tok_per_s_mean}`",
     )
 

@@ -57,6 +57,8 @@ MAX_TAG = 8000
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # A run's or experiment's description, in markdown.
 NOTE = "mlflow.note.content"
+# MLflow's own tag of a child run (mlflow.utils.mlflow_tags, named here: MLflow is optional).
+PARENT_RUN_ID = "mlflow.parentRunId"
 # The experiment description's section that `python -m specexp.history --describe` rewrites.
 HISTORY_HEADING = "\n\n## History (`python -m specexp.history`)\n\n"
 # Runs-table views the UI lists by name and opens from a link (?viewStateShareKey=ID): the
@@ -327,7 +329,7 @@ class TrackingStore:
     ) -> RunLog:
         all_tags = dict(tags)
         if parent_run_id:
-            all_tags["mlflow.parentRunId"] = parent_run_id
+            all_tags[PARENT_RUN_ID] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         return RunLog(self, run.info.run_id)
 
@@ -404,7 +406,7 @@ class TrackingStore:
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
         for run in self._search(
-            f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'RUNNING'"
+            f"tags.`{PARENT_RUN_ID}` = '{parent_run_id}' and attributes.status = 'RUNNING'"
         ):
             self.client.set_terminated(run.info.run_id, status=status)
 
@@ -420,7 +422,7 @@ class TrackingStore:
         if run_ids:
             runs = [self.client.get_run(run_id) for run_id in run_ids]
         else:
-            clauses = [f"tags.`mlflow.parentRunId` = '{parent}'"] if parent else []
+            clauses = [f"tags.`{PARENT_RUN_ID}` = '{parent}'"] if parent else []
             if filter_string:
                 clauses.append(filter_string)
             runs = self._search(" and ".join(clauses))
