@@ -32,63 +32,6 @@ from specexp.engines.vllm.config import VLLMConfig
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 _ATTENTION_LOG = re.compile(r"Using ([A-Z][A-Z0-9_]+) (?:attention )?backend")
 
-# Runs in the stack's interpreter: vLLM's serve parser on each flag list (its module moved
-# in 0.33), then in "parse" mode one error (or null) per list, in "resolve" mode the
-# settings vLLM resolves: the request cap and, for n-grams, SpeculativeConfig's own values.
-_IN_VLLM = """
-import argparse, contextlib, io, json, sys
-try:
-    from vllm.entrypoints.common.cli_args import make_arg_parser
-except ImportError:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-from vllm.config import SpeculativeConfig
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-mode, out = sys.argv[1], []
-for flags in json.loads(sys.argv[2]):
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            args = make_arg_parser(FlexibleArgumentParser()).parse_args(flags)
-    except SystemExit:
-        error = stderr.getvalue().strip().splitlines()[-1]
-        if mode == "resolve":
-            sys.exit(error)
-        out.append(error)
-        continue
-    speculative = args.speculative_config or {}
-    resolved = {"max_num_seqs": args.max_num_seqs}
-    try:
-        if speculative.get("rejection_sample_method") == "synthetic":
-            # vLLM's own check and resolution of a pinned length into per-position rates
-            # (the whole SpeculativeConfig would load the draft model).
-            speculative = {
-                **speculative,
-                "synthetic_acceptance_rates": SpeculativeConfig._resolve_synthetic_acceptance_rates(
-                    speculative.get("num_speculative_tokens", 1),
-                    speculative.get("synthetic_acceptance_rates"),
-                    speculative.get("synthetic_acceptance_length"),
-                ),
-            }
-        if speculative.get("method") == "ngram":
-            given = {k: v for k, v in speculative.items() if k != "synthetic_acceptance_rates"}
-            config = SpeculativeConfig(**given)
-            window = ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
-            speculative = {
-                **speculative,
-                **{k: getattr(config, k) for k in [*given, *window]},
-            }
-            if config.rejection_sample_method == "synthetic":
-                speculative["synthetic_acceptance_rates"] = config.synthetic_acceptance_rates
-    except Exception as error:
-        if mode == "resolve":
-            raise
-        out.append(f"--speculative-config: {error}")
-        continue
-    resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
-    out.append(None if mode == "parse" else resolved)
-print(json.dumps(out))
-"""
-
 
 class VLLMEngine(Engine[VLLMConfig]):
     name = "vllm"
@@ -254,7 +197,8 @@ class VLLMEngine(Engine[VLLMConfig]):
         server: ServerSettings[VLLMConfig], launches: list[LaunchSpec], mode: str
     ) -> list[str]:
         flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m <module>
-        return [stack_python(server), "-c", _IN_VLLM, mode, json.dumps(flag_lists)]
+        program = str(PROGRAMS / "parse_and_resolve.py")
+        return [stack_python(server), program, mode, json.dumps(flag_lists)]
 
     def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
         argv = launch.argv
