@@ -87,7 +87,9 @@ for step in "$@"; do
       nvidia-smi --query-gpu=timestamp,power.draw.instant,clocks.sm,clocks.mem,temperature.gpu \
         --format=csv,nounits -lms 100 >"$logs/power.csv" 2>&1 &
       smi=$!
-      python3 -m specexp -m +sweep=capacity_gpu hydra.sweep.dir=h200-store/capacity >"$logs/capacity.log" 2>&1 || true
+      # As run on 2026-12-03: 96 arrivals a run, which measured a transient (README).
+      python3 -m specexp -m +sweep=capacity_gpu concurrency.arrivals=96 hydra.sweep.dir=h200-store/capacity \
+        >"$logs/capacity.log" 2>&1 || true
       kill "$smi" || true
       ;;
     reference_gpu)
