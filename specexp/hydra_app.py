@@ -115,6 +115,10 @@ def prepare(cfg: DictConfig) -> Job:
         if paths.eagle3:
             cfg.model.eagle3_draft_path = str(paths.eagle3)
     _trained_model_paths(cfg.model)
+    if cfg.model.get("serve_draft"):
+        if not cfg.model.get("draft_path"):
+            raise ConfigError(f"model.serve_draft: model={cfg.model.name} has no draft model")
+        cfg.model.path = cfg.model.draft_path
     return checked(to_run_config(cfg))
 
 

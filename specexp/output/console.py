@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 from rich.markup import escape
 
 from specexp.core.redaction import redact_text
-from specexp.engines.base import Engagement
+from specexp.engines.records import Engagement
 from specexp.host.job import Job
 from specexp.output import terminal
 from specexp.run.events import (

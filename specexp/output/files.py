@@ -17,7 +17,7 @@ from specexp.analysis.results import Artifact
 from specexp.core.durable import append_whole, write_atomic
 from specexp.core.redaction import redact_env, redact_text, redact_tree
 from specexp.core.schemas import RunConfig
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from specexp.run.events import (
     JobClosed,
     JobEvent,

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Protocol, Sequence, Union
 from specexp.analysis.results import RunStatus
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.engines.base import LaunchSpec, Resolution, Setting
+from specexp.engines.records import LaunchSpec, Resolution, Setting
 from specexp.host.job import Job
 
 

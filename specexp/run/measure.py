@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 from specexp.core.capacity import next_rate, rate_points
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import run_requests
-from specexp.engines.base import host_cpus, server_share
+from specexp.engines.stack import host_cpus, server_share
 from specexp.host import telemetry
 from specexp.host.energy import run_energy
 from specexp.host.job import Job

@@ -15,7 +15,8 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
-from specexp.engines.base import LaunchSpec, Setting, host_cpus
+from specexp.engines.records import LaunchSpec, Setting
+from specexp.engines.stack import host_cpus
 from specexp.host import failure
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
@@ -86,13 +87,16 @@ def _ensure_models(job: Job, emit: Emitter) -> None:
         emit(Preparing(f"generating model {model.name} (cached after the first time)"))
         ensure_pair(model.generate, job.engine.model_format)
     try:
+        # The self-draft's target: the packaged file (model.path is the draft's own when
+        # model.serve_draft), else model.path.
+        target = model.path
         if model.package is not None:
             emit(Preparing(f"checking model {model.name} (assembled once, SHA-256)"))
-            ensure_packaged(model.package)
+            target = str(ensure_packaged(model.package))
         draft = model.draft_path
         if (
             model.self_draft_layers is not None
-            and model.path
+            and target
             and draft
             and str(draft) in job.engine.local_files(job.server)
         ):
@@ -102,7 +106,7 @@ def _ensure_models(job: Job, emit: Emitter) -> None:
                     "blocks (cached after the first time)"
                 )
             )
-            ensure_self_draft(Path(model.path), model.self_draft_layers, Path(draft))
+            ensure_self_draft(Path(target), model.self_draft_layers, Path(draft))
     except (ModelPackageError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
 

@@ -7,7 +7,7 @@ import json
 
 from specexp.analysis.results import Artifact
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from specexp.output.files import FilesObserver
 from specexp.run.events import Emitter, JobOpened, RunMeasured, ServerStarting
 from tests.conftest import compose_job
