@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.sequential import SequentialRecord, StopReason
 from specexp.core.stats import (
     MACHINE_SERIES,
@@ -87,8 +87,11 @@ class Selector:
 
 
 @dataclass(frozen=True)
-class Arm:
+class Arm(Record):
     """One configuration's independent values, from one job run."""
+
+    HISTORY = History("arm", (Version(1, "the arm: its run, label, factors and summary"),))
+    DERIVED = ("run_id", "values", "unit")
 
     run: JobRun
     label: str
@@ -110,31 +113,6 @@ class Arm:
     def others(self, factor: str) -> tuple[tuple[str, str], ...]:
         """The arm's factors without ``factor``: what a partner arm must share."""
         return tuple(sorted((k, v) for k, v in self.factors.items() if k != factor))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": ARM_FORMAT,
-            "run_id": self.run_id,
-            "label": self.label,
-            "factors": dict(self.factors),
-            "values": list(self.values),
-            "unit": str(self.unit),
-            "summary": asdict(self.summary),
-            "run": self.run.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Arm:
-        check_format("arm", data, ARM_FORMAT)
-        return cls(
-            JobRun.from_json(data["run"]),
-            data["label"],
-            data["factors"],
-            Summary(**data["summary"]),
-        )
-
-
-ARM_FORMAT = 1
 
 
 def ci_label(arms: Sequence[Arm]) -> str:

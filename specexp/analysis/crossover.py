@@ -23,11 +23,11 @@ is of these launches only, which the statement says, and no engine setting is re
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 from types import MappingProxyType
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from specexp.analysis.arms import (
     why_not_applicable,
 )
 from specexp.analysis.results import JobRun, Metric, Unit
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import (
     UNSTEADY,
@@ -65,9 +65,6 @@ LAUNCHES_ONLY = (
 )
 
 
-CROSSOVER_FORMAT = 2
-
-
 class Scale(StrEnum):
     """How the arms' values are set against each other at a level."""
 
@@ -79,8 +76,34 @@ class Scale(StrEnum):
         return 1.0 if self == Scale.ratio else 0.0
 
 
+def _effect_named(record: dict[str, Any]) -> dict[str, Any]:
+    """A format 1 crossover (a ratio only) with its ratio named the effect."""
+    renamed = {"ratio": "effect", "lowest_ratio_ci": "lowest_effect_ci"}
+    return {renamed.get(k, k): v for k, v in record.items()}
+
+
 @dataclass
-class Crossover:
+class Crossover(Record):
+    HISTORY = History(
+        "crossover",
+        (
+            Version(
+                1,
+                "the crossover of the throughput ratio (issue 27); launches_only came later "
+                "within format 1",
+                ("launches_only",),
+            ),
+            Version(
+                2,
+                "any metric on a ratio or difference scale (goodput): ratio renamed effect, "
+                "lowest_ratio_ci lowest_effect_ci, with metric, scale and collapsed; "
+                "launch_variance_from came later within format 2",
+                ("metric", "scale", "collapsed", "launch_variance_from"),
+                upgrade=_effect_named,
+            ),
+        ),
+    )
+
     candidate: str
     baseline: str
     levels: list[int]
@@ -119,24 +142,6 @@ class Crossover:
     def describe_effect(self, value: float) -> str:
         """One level's effect in words: x1.234, or +12.3 (the metric's units)."""
         return f"x{value:.3f}" if self.scale == Scale.ratio else f"{value:+.1f}"
-
-    def to_json(self) -> dict:
-        return {"format_version": CROSSOVER_FORMAT, **asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: dict) -> Crossover:
-        """A crossover as :meth:`to_json` wrote it and JSON carried it (levels as string
-        keys, the interval as a list)."""
-        check_format("crossover", data, CROSSOVER_FORMAT)
-        lowest = data.get("lowest_effect_ci")
-        return cls(
-            **{
-                **{k: v for k, v in data.items() if k != "format_version"},
-                "lowest_effect_ci": tuple(lowest) if lowest is not None else None,
-                "unreliable": {int(k): list(v) for k, v in data.get("unreliable", {}).items()},
-                "scale": Scale(data["scale"]),
-            }
-        )
 
 
 def _crossings(levels: Sequence[int], gain: np.ndarray) -> np.ndarray:
@@ -520,10 +525,16 @@ def level_warnings(arm: Arm, name: str, cv_warn: float, spread: bool = True) -> 
 
 
 @dataclass
-class SwitchOffCheck:
+class SwitchOffCheck(Record):
     """Dynamic speculation checked level by level: the arm that stops drafting from
     ``threshold`` requests per batch against the faster of the two fixed arms it should
     follow (speculation always on, or off), over the levels all three were measured at."""
+
+    HISTORY = History(
+        "switch-off check",
+        (Version(1, "the adaptive arm against the faster fixed arm, level by level"),),
+    )
+    DERIVED = ("outcomes",)
 
     adaptive: str
     static: str
@@ -544,24 +555,7 @@ class SwitchOffCheck:
             for c in self.comparisons
         ]
 
-    def to_json(self) -> dict:
-        return {
-            "format_version": SWITCH_OFF_FORMAT,
-            **{k: v for k, v in asdict(self).items() if k != "comparisons"},
-            "outcomes": self.outcomes,
-            "comparisons": [c.to_json() for c in self.comparisons],
-        }
 
-    @classmethod
-    def from_json(cls, data: dict) -> SwitchOffCheck:
-        check_format("switch-off check", data, SWITCH_OFF_FORMAT)
-        fields = {k: v for k, v in data.items() if k not in ("format_version", "outcomes")}
-        return cls(
-            **{**fields, "comparisons": [Comparison.from_json(c) for c in data["comparisons"]]}
-        )
-
-
-SWITCH_OFF_FORMAT = 1
 ONE_LAUNCH_EACH = "inconclusive: one launch each"
 
 

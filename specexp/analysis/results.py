@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence
 
 from specexp.core.capacity import RatePoint
 from specexp.core.load_curve import CurvePoint
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.steady import SteadyState, SteadyVerdict
 from specexp.engines.base import Engagement, Setting
 
@@ -269,9 +269,6 @@ STACK, EFFECTIVE, ENGAGED, FACTOR = "stack.", "effective.", "engaged.", "factor.
 CAPTURED = (STACK, EFFECTIVE)
 
 
-JOB_RUN_FORMAT = 1
-
-
 def launch_metric(metric: str) -> str:
     """The per-launch series of a per-run metric."""
     return f"launch_{metric}"
@@ -305,8 +302,19 @@ def factor_tags(factors: Mapping[str, str]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class JobRun:
+class JobRun(Record):
     """One finished or failed job as the store holds it."""
+
+    HISTORY = History(
+        "job run",
+        (
+            Version(
+                1,
+                "the run as read from the store; machine came later within format 1",
+                ("machine",),
+            ),
+        ),
+    )
 
     run_id: str
     name: str
@@ -385,41 +393,6 @@ class JobRun:
             {k: tuple(map(float, v)) for k, v in (run_machine or {}).items()}
             if unit == Unit.run
             else {},
-        )
-
-    def to_json(self) -> dict:
-        return {
-            "format_version": JOB_RUN_FORMAT,
-            "run_id": self.run_id,
-            "name": self.name,
-            "status": self.status,
-            "kind": str(self.kind),
-            "factors": dict(self.factors),
-            "tags": dict(self.tags),
-            "params": dict(self.params),
-            "metrics": dict(self.metrics),
-            "values": list(self.values),
-            "unit": str(self.unit),
-            "times": list(self.times),
-            "machine": {k: list(v) for k, v in self.machine.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> JobRun:
-        check_format("job run", data, JOB_RUN_FORMAT)
-        return cls(
-            data["run_id"],
-            data["name"],
-            data["status"],
-            RunKind(data["kind"]),
-            data["factors"],
-            data["tags"],
-            data["params"],
-            data["metrics"],
-            tuple(data["values"]),
-            Unit(data["unit"]),
-            tuple(data["times"]),
-            data.get("machine", {}),
         )
 
     def engagement(self, setting: str) -> Optional[Engagement]:

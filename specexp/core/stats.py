@@ -28,14 +28,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from scipy import optimize, special
 from scipy import stats as scipy_stats
 
 from specexp.core.notes import Note, NoteKind
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 
 
 class Verdict(StrEnum):
@@ -520,11 +520,40 @@ class RobustEstimate:
     verdict: Verdict = Verdict.inconclusive
 
 
+def _single_launch_verdict_apart(record: dict[str, Any]) -> dict[str, Any]:
+    """A comparison from before ``within_launch``, whose verdict held for one launch per arm
+    only, read as :meth:`Comparison.hold_for_launches_only` has it since."""
+    held = record.get("launches_only") and record["verdict"] != Verdict.cannot_test
+    if "within_launch" in record or not held:
+        return record
+    return {**record, "within_launch": record["verdict"], "verdict": Verdict.inconclusive.value}
+
+
 @dataclass
-class Comparison:
+class Comparison(Record):
     """Candidate against baseline: the ratio of geometric means (candidate / baseline), its
     interval, tests and verdict - one model for all of them: Welch's t on log values, or
     with the arms' time drift fitted, the drift-adjusted difference (ANCOVA)."""
+
+    HISTORY = History(
+        "comparison",
+        (
+            Version(
+                1,
+                "the comparison, its interval, tests and verdict (issue 27); robust, step, "
+                "confounded_by and within_launch came later within format 1",
+                ("robust", "step", "confounded_by"),
+            ),
+            Version(
+                2,
+                "one serializer; a format 1 verdict on one launch per arm from before "
+                "within_launch is read as today's: held in within_launch, the verdict inconclusive",
+                ("within_launch",),
+                upgrade=_single_launch_verdict_apart,
+            ),
+        ),
+    )
+    DERIVED = ("change", "finding", "label")
 
     baseline: str
     candidate: str
@@ -611,45 +640,6 @@ class Comparison:
         if self.verdict != Verdict.cannot_test:
             self.within_launch, self.verdict = self.verdict, Verdict.inconclusive
         self.robust = None  # of these launches' runs too
-
-    def to_json(self) -> dict:
-        return {
-            "format_version": COMPARISON_FORMAT,
-            **asdict(self),
-            "change": self.change,
-            "finding": self.finding,
-            "label": self.label,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Comparison:
-        check_format("comparison", data, COMPARISON_FORMAT)
-        fields = {
-            k: v
-            for k, v in data.items()
-            if k not in ("format_version", "change", "finding", "label")
-        }
-        return cls(
-            **{
-                **fields,
-                "verdict": Verdict(fields["verdict"]),
-                "within_launch": Verdict(fields["within_launch"])
-                if fields.get("within_launch")
-                else None,
-                "plan": RepetitionPlan(**fields["plan"]) if fields["plan"] else None,
-                "drift": TimeDrift(**fields["drift"]) if fields["drift"] else None,
-                "step": TimeStep(**fields["step"]) if fields.get("step") else None,
-                "robust": RobustEstimate(
-                    **{**fields["robust"], "verdict": Verdict(fields["robust"]["verdict"])}
-                )
-                if fields.get("robust")
-                else None,
-                "notes": [Note.from_json(n) for n in fields["notes"]],
-            }
-        )
-
-
-COMPARISON_FORMAT = 1
 
 
 def _alpha(confidence: float) -> float:

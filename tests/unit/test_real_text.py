@@ -327,7 +327,7 @@ def test_a_sweep_report_with_prompt_comparisons_loads_back():
         prompt_comparisons=[compared],
     )  # fmt: skip
     again = SweepReport.from_json(json.loads(json.dumps(report.to_json())))
-    assert again.prompt_comparisons[0].to_json() == compared.to_json()
+    assert again.prompt_comparisons[0] == compared
 
 
 def test_a_run_sends_every_prompt_of_the_set_once_shared_over_its_streams():
