@@ -5,7 +5,7 @@ spellings, how to tell that the server is ready, how to ask it for one streamed 
 and read that stream, where its speculative-decoding counters are, what it actually ran
 with (engaged or not), the preflight checks it needs, the packages a stack capture reads,
 and its own switch-off setting for dynamic speculation. It is told only the
-:class:`~specexp.schemas.ServerSettings` (and the workload for requests), never the whole
+:class:`~specexp.core.schemas.ServerSettings` (and the workload for requests), never the whole
 run config. Process lifecycle, load generation, statistics and tracking are engine-agnostic.
 """
 

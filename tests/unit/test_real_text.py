@@ -357,3 +357,10 @@ def test_a_packaged_model_that_fails_its_checksum_or_is_missing_is_refused(tmp_p
         trainedmodels.ensure_packaged("absent", tmp_path)
     with pytest.raises(trainedmodels.ModelPackageError, match="valid choices: two-chunks, absent"):
         trainedmodels.packaged_model("gemma-9000")
+
+
+def test_the_models_cache_is_read_from_the_environment_when_used_not_at_import(monkeypatch):
+    monkeypatch.setenv("SPECEXP_CACHE", "/elsewhere")
+    assert trainedmodels.models_cache() == Path("/elsewhere/models")
+    name = next(iter(trainedmodels.PACKAGED_MODELS))
+    assert trainedmodels.packaged_path(name).parent == Path("/elsewhere/models")
