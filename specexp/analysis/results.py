@@ -22,6 +22,7 @@ from specexp.core.load_curve import CurvePoint
 from specexp.core.records import History, Record, Version
 from specexp.core.steady import SteadyState, SteadyVerdict
 from specexp.engines.base import Engagement, Setting
+from specexp.host.capture import Hardware
 
 
 class RunKind(StrEnum):
@@ -71,9 +72,10 @@ class Tag(StrEnum):
     # ("baseline" on the baseline's own runs).
     verdict = "verdict"
     reference_point = "reference_point"
-    hardware = "hardware"
-    gpu_name = "gpu_name"
-    gpu_count = "gpu_count"
+    # Named where the hardware is captured.
+    hardware = Hardware.hardware.value
+    gpu_name = Hardware.gpu_name.value
+    gpu_count = Hardware.gpu_count.value
     # On a sweep's parent run.
     jobs = "jobs"
     jobs_to_run = "jobs_to_run"
