@@ -24,6 +24,7 @@ from specexp.core.stats import (
     MACHINE_SERIES,
     MACHINE_STEP_MIN,
     Comparison,
+    Confounder,
     NoteKind,
     RepetitionPlan,
     Summary,
@@ -661,7 +662,7 @@ def use_sequence(c: Comparison, record: SequentialRecord) -> None:
     c.confounded = bool(
         c.step and not c.step.separable and c.verdict in (Verdict.faster, Verdict.slower)
     )
-    c.confounded_by = "a step"
+    c.confounded_by = Confounder.step
     # What a fixed design would need no longer applies: the sequence planned its own.
     c.mde = c.runs_needed = c.plan = None
     replaced = {

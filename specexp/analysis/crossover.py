@@ -76,6 +76,27 @@ class Scale(StrEnum):
         return 1.0 if self == Scale.ratio else 0.0
 
 
+@dataclass(frozen=True)
+class Recommendation:
+    """The switch-off a crossover recommends: from ``threshold`` concurrent requests on (None:
+    none, ``note`` says why), what it was read off, and each engine's own setting for it."""
+
+    threshold: Optional[int] = None
+    note: str = ""
+    basis: str = ""
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _recommendation_typed(record: dict[str, Any]) -> dict[str, Any]:
+    """A format 2 crossover with its recommendation's engine settings under ``settings``."""
+    plain = ("threshold", "note", "basis")
+    advice = record.get("recommendation", {})
+    typed = {k: v for k, v in advice.items() if k in plain}
+    if any(k not in plain for k in advice):
+        typed["settings"] = {k: v for k, v in advice.items() if k not in plain}
+    return {**record, "recommendation": typed}
+
+
 def _effect_named(record: dict[str, Any]) -> dict[str, Any]:
     """A format 1 crossover (a ratio only) with its ratio named the effect."""
     renamed = {"ratio": "effect", "lowest_ratio_ci": "lowest_effect_ci"}
@@ -101,6 +122,12 @@ class Crossover(Record):
                 ("metric", "scale", "collapsed", "launch_variance_from"),
                 upgrade=_effect_named,
             ),
+            Version(
+                3,
+                "the recommendation typed: threshold, note, basis, and each engine's setting "
+                "under settings (beside them before)",
+                upgrade=_recommendation_typed,
+            ),
         ),
     )
 
@@ -118,7 +145,7 @@ class Crossover(Record):
     # Levels whose values cannot carry a crossover claim, with the reasons.
     unreliable: dict[int, list[str]] = field(default_factory=dict)
     statement: str = ""
-    recommendation: dict = field(default_factory=dict)
+    recommendation: Recommendation = field(default_factory=Recommendation)
     # Each level measured on one launch per arm, on servers of their own: the interval is of
     # those launches (their runs), without the launch-to-launch variance.
     launches_only: bool = False
@@ -332,58 +359,56 @@ def _statement(result: Crossover, confidence: float) -> str:
     return f"UNRELIABLE: no crossover claim on noisy levels - {noisy}. As measured: {finding}"
 
 
-def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
+def recommend(
+    crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024
+) -> Recommendation:
     """The switch-off threshold as each engine's own dynamic-speculation setting, where the
     interval carries launch-to-launch variance and places the crossover in range; none on
     one launch per arm and level, on noisy levels, where the lowest level's interval shows
     neither a gain nor a loss, or where the interval reaches beyond the highest level."""
     if crossover.launches_only:
-        return {"threshold": None, "note": f"no switch-off recommended: {LAUNCHES_ONLY}"}
+        return Recommendation(note=f"no switch-off recommended: {LAUNCHES_ONLY}")
     if not crossover.reliable:
-        return {
-            "threshold": None,
-            "note": "no switch-off recommended: the crossover is unreliable on levels "
+        return Recommendation(
+            note="no switch-off recommended: the crossover is unreliable on levels "
             + ", ".join(map(str, crossover.unreliable))
-            + " (re-measure them)",
-        }
+            + " (re-measure them)"
+        )
     if crossover.estimate is None:
-        return {
-            "threshold": None,
-            "note": "speculation paid at every level measured: keep it on in this range",
-        }
+        return Recommendation(
+            note="speculation paid at every level measured: keep it on in this range"
+        )
     lowest = crossover.lowest_effect_ci
     if lowest is not None and lowest[0] <= 1 and not crossover.never_pays:
         # Not shown to pay where it should pay most: a threshold would be read off noise.
-        return {
-            "threshold": None,
-            "note": f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
-            f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})",
-        }
+        return Recommendation(
+            note=f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
+            f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})"
+        )
     if crossover.ci_high is None and not crossover.never_pays:
         # A flat small gain crosses 0 somewhere by noise alone; a switch-off needs the
         # interval to place the crossing inside the levels measured.
-        return {
-            "threshold": None,
-            "note": "no switch-off recommended: the crossover's interval reaches beyond "
+        return Recommendation(
+            note="no switch-off recommended: the crossover's interval reaches beyond "
             f"concurrency {crossover.levels[-1]}, the highest level measured, so speculation "
-            "is not shown to stop paying in range (measure higher levels, or more launches)",
-        }
+            "is not shown to stop paying in range (measure higher levels, or more launches)"
+        )
     # The interval's lower end: speculation is switched off wherever it may not pay.
     conservative = crossover.ci_low if crossover.ci_low is not None else crossover.estimate
     threshold = max(1, math.ceil(conservative))
-    return {
-        "threshold": threshold,
-        "basis": (
+    return Recommendation(
+        threshold=threshold,
+        basis=(
             f"the lower end of the crossover's interval ({crossover.ci_low:.1f}; estimate "
             f"{crossover.estimate:.1f}), so that speculation is off wherever it may not pay"
             if crossover.ci_low is not None
             else f"the estimate ({crossover.estimate:.1f}); it has no interval"
         ),
-        **{
+        settings={
             name: engine.switch_off(threshold, speculative, max_batch)
             for name, engine in engines().items()
         },
-    }
+    )
 
 
 def family(arm: Arm, factor: str) -> str:

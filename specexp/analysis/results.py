@@ -66,10 +66,10 @@ class Tag(StrEnum):
     # completes that run rather than making another.
     journal = "specexp.journal"
     not_engaged = "not_engaged"
-    # Every requested setting at once: "yes", "NO: <settings>", or "unknown: <settings>".
+    # Every requested setting at once (Engaged): "yes", "NO: <settings>", "unknown: <settings>".
     engaged = "engaged"
-    # Set by the sweep report on each job it compared: the verdict against the baseline
-    # ("baseline" on the baseline's own runs).
+    # Set by the sweep report on each job it compared: the verdict against the baseline, or
+    # in its place a Standing ("baseline" on the baseline's own runs).
     verdict = "verdict"
     reference_point = "reference_point"
     # Named where the hardware is captured.
@@ -276,21 +276,35 @@ def launch_metric(metric: str) -> str:
     return f"launch_{metric}"
 
 
+class Engaged(StrEnum):
+    """Every requested setting at once, worst first: the engaged tag is the status, then
+    (NO, unknown) the settings it names."""
+
+    yes = "yes"
+    no = "NO"  # one or more did not engage
+    unknown = "unknown"  # none failed to, and one or more could not be told
+
+
+def engaged(effective: Mapping[str, Setting]) -> tuple[Engaged, list[str]]:
+    """Whether every requested setting engaged, and the settings that make it not "yes"."""
+    for status, overall in (
+        (Engagement.not_engaged, Engaged.no),
+        (Engagement.unknown, Engaged.unknown),
+    ):
+        names = [name for name, s in effective.items() if s.status == status]
+        if names:
+            return overall, names
+    return Engaged.yes, []
+
+
 def effective_tags(effective: Mapping[str, Setting]) -> dict[str, str]:
     """Each requested setting's engagement (and, when known, what actually ran)."""
     tags = {f"{ENGAGED}{name}": str(s.status) for name, s in effective.items()}
     tags.update({f"{EFFECTIVE}{name}": s.actual for name, s in effective.items() if s.actual})
-    missed = [name for name, s in effective.items() if s.status == Engagement.not_engaged]
-    unknown = [name for name, s in effective.items() if s.status == Engagement.unknown]
-    if missed:
-        tags[Tag.not_engaged] = ",".join(missed)
-    tags[Tag.engaged] = (
-        "NO: " + ", ".join(missed)
-        if missed
-        else "unknown: " + ", ".join(unknown)
-        if unknown
-        else "yes"
-    )
+    status, names = engaged(effective)
+    if status == Engaged.no:
+        tags[Tag.not_engaged] = ",".join(names)
+    tags[Tag.engaged] = f"{status}: {', '.join(names)}" if names else str(status)
     return tags
 
 

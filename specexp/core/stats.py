@@ -52,6 +52,29 @@ class Verdict(StrEnum):
         return self in (Verdict.faster, Verdict.slower, Verdict.equivalent)
 
 
+class Confounder(StrEnum):
+    """What the timeline holds that a difference cannot be told from."""
+
+    drift = "drift"
+    step = "a step"
+
+
+class Standing(StrEnum):
+    """What a job's verdict tag says in place of a verdict: it is the baseline, or the
+    difference is not the factor's (Comparison.label)."""
+
+    baseline = "baseline"
+    not_attributable = "not attributable"
+    confounded_by_drift = "confounded by drift"
+    confounded_by_step = "confounded by a step"
+
+
+_CONFOUNDED = {
+    Confounder.drift: Standing.confounded_by_drift,
+    Confounder.step: Standing.confounded_by_step,
+}
+
+
 @dataclass(frozen=True)
 class Summary:
     n: int
@@ -597,7 +620,7 @@ class Comparison(Record):
     # falls where the arms change: the difference cannot be told from the timeline's,
     # whatever ``verdict`` says. ``confounded_by`` names which.
     confounded: bool = False
-    confounded_by: str = "drift"
+    confounded_by: Confounder = Confounder.drift
     # The arms differ in more than the factor compared (it did not engage in one of them):
     # the difference is not the factor's.
     attributable: bool = True
@@ -623,13 +646,13 @@ class Comparison(Record):
         return self.verdict
 
     @property
-    def label(self) -> str:
-        """The verdict in words, with what limits it."""
+    def label(self) -> Verdict | Standing:
+        """The verdict, or what keeps it from being the factor's (the verdict tag)."""
         if not self.attributable:
-            return "not attributable"
+            return Standing.not_attributable
         if self.confounded:
-            return f"confounded by {self.confounded_by}"
-        return str(self.verdict)
+            return _CONFOUNDED[self.confounded_by]
+        return self.verdict
 
     def note(self, kind: NoteKind, message: str) -> None:
         self.notes.append(Note(kind, message))
@@ -831,7 +854,7 @@ def _judge_step(c: Comparison, step: TimeStep, alpha: float) -> None:
             "difference between them",
         )
         if c.verdict in (Verdict.faster, Verdict.slower):
-            c.confounded, c.confounded_by = True, "a step"
+            c.confounded, c.confounded_by = True, Confounder.step
             c.note(
                 NoteKind.confounded,
                 f"confounded: {c.verdict} across {what}; interleave the arms "
@@ -846,7 +869,7 @@ def _judge_step(c: Comparison, step: TimeStep, alpha: float) -> None:
         f"[{low:.4f}, {high:.4f}] ({unadjusted}) without it",
     )
     if unadjusted.decided and unadjusted != c.verdict:
-        c.confounded, c.confounded_by = True, "a step"
+        c.confounded, c.confounded_by = True, Confounder.step
         c.note(NoteKind.confounded, f"confounded: {unadjusted} only across {what}")
 
 

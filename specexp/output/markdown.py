@@ -137,15 +137,16 @@ def _findings(report: SweepReport) -> list[str]:
     """The crossovers with the setting they recommend, and the switch-off checks."""
     lines: list[str] = []
     for found in report.crossovers:
-        setting = found.recommendation.get(report.engine)
+        advice = found.recommendation
+        setting = advice.settings.get(report.engine)
         lines.append(f"**Crossover:** {found.statement}")
         if setting:
             lines.append(
                 f"**{report.engine} setting** (switch off from "
-                f"{found.recommendation['threshold']}): `{json.dumps(setting)}`"
+                f"{advice.threshold}): `{json.dumps(setting)}`"
             )
-        elif found.recommendation.get("note"):
-            lines.append(f"**Setting:** {found.recommendation['note']}")
+        elif advice.note:
+            lines.append(f"**Setting:** {advice.note}")
         lines.append("")
     for found in report.goodput_crossovers:
         lines += [f"**Crossover under the SLO:** {found.statement}", ""]

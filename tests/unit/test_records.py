@@ -60,6 +60,13 @@ def unversioned(value: Any) -> Any:
     return value
 
 
+def as_format_2(advice: dict[str, Any]) -> dict[str, Any]:
+    """A crossover's recommendation as format 2 wrote it: each engine's setting beside the
+    threshold, and only the words it had."""
+    said = {k: v for k, v in advice.items() if k in ("note", "basis") and v}
+    return {"threshold": advice["threshold"], **said, **advice["settings"]}
+
+
 def read_back(document: dict[str, Any]) -> tuple[SweepReport, dict[str, Any]]:
     """The report read from ``document``, and today's writing of it as JSON carries it."""
     report = SweepReport.from_json(document)
@@ -78,7 +85,11 @@ def test_a_sweep_report_of_the_previous_format_opens_as_it_was_written():
     assert report.checks and report.crossovers and report.caveats
     # Nothing read is lost when it is written again in today's format.
     assert again["format_version"] == SweepReport.HISTORY.current
-    renamed = {("switch_off_checks" if k == "checks" else k): v for k, v in again.items()}
+    renamed = copy.deepcopy(
+        {("switch_off_checks" if k == "checks" else k): v for k, v in again.items()}
+    )
+    for found in renamed["crossovers"]:
+        found["recommendation"] = as_format_2(found["recommendation"])
     assert unversioned(renamed) == unversioned(document)
     assert SweepReport.from_json(again) == report
     assert "stops paying" in describe(report)
