@@ -324,6 +324,57 @@ def limited_as(overall: Comparison, compared: PromptComparison) -> PromptCompari
     return compared
 
 
+def _compare_with_baseline(
+    report: SweepReport,
+    pairs: Sequence[tuple[Arm, Arm]],
+    facts: SweepFacts,
+    calibration: Mapping[tuple[str, ...], Calibration],
+    prompts: Mapping[str, JobPrompts],
+) -> None:
+    """Each arm against its baseline: the comparisons (those measured until decided with
+    their looks), the draft schedule, the efficiencies against the bound, and per category
+    on a prompt set."""
+    stats = facts.stats
+    report.comparisons = compare_arms(
+        pairs,
+        calibration=dict(calibration),
+        confidence=stats.confidence,
+        threshold=stats.threshold,
+        power=stats.power,
+        factor=Selector(facts.baseline).factor if facts.baseline else None,
+    )
+    if facts.crossover_factor:
+        report.schedule = draft_schedule(
+            pairs,
+            report.comparisons,
+            facts.speculative,
+            {a.run_id: a.run.tags.get(Tag.config_fingerprint, "") for a in report.arms},
+            facts.crossover_factor,
+        )
+    report.efficiencies = _efficiencies(pairs, report.comparisons, report.arms, facts)
+    report.sequences = list(facts.sequences)
+    records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
+    for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):
+        key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
+        if key in records:
+            use_sequence(comparison, records[key])
+    report.prompt_comparisons = [
+        limited_as(
+            overall,
+            compare_prompts(
+                prompts[base.run_id],
+                prompts[arm.run_id],
+                names=(base.label, arm.label),
+                confidence=stats.confidence,
+                threshold=stats.threshold,
+                power=stats.power,
+            ),
+        )
+        for (base, arm), overall in zip(pairs, report.comparisons, strict=True)
+        if base.run_id in prompts and arm.run_id in prompts
+    ]
+
+
 def compile_sweep_report(
     facts: SweepFacts,
     children: Sequence[JobRun],
@@ -371,45 +422,9 @@ def compile_sweep_report(
     report.capacity_arms = [ArmCapacity.of(a) for a in searched]
     if selector and arms:
         try:
-            pairs = baseline_pairs(arms, selector)
-            report.comparisons = compare_arms(
-                pairs,
-                calibration=dict(calibration),
-                confidence=stats.confidence,
-                threshold=stats.threshold,
-                power=stats.power,
-                factor=selector.factor,
+            _compare_with_baseline(
+                report, baseline_pairs(arms, selector), facts, calibration, prompts
             )
-            if facts.crossover_factor:
-                report.schedule = draft_schedule(
-                    pairs,
-                    report.comparisons,
-                    facts.speculative,
-                    {a.run_id: a.run.tags.get(Tag.config_fingerprint, "") for a in arms},
-                    facts.crossover_factor,
-                )
-            report.efficiencies = _efficiencies(pairs, report.comparisons, arms, facts)
-            report.sequences = list(facts.sequences)
-            records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
-            for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):
-                key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
-                if key in records:
-                    use_sequence(comparison, records[key])
-            report.prompt_comparisons = [
-                limited_as(
-                    overall,
-                    compare_prompts(
-                        prompts[base.run_id],
-                        prompts[arm.run_id],
-                        names=(base.label, arm.label),
-                        confidence=stats.confidence,
-                        threshold=stats.threshold,
-                        power=stats.power,
-                    ),
-                )
-                for (base, arm), overall in zip(pairs, report.comparisons, strict=True)
-                if base.run_id in prompts and arm.run_id in prompts
-            ]
         except SelectionError as exc:
             report.notes.append(Note(NoteKind.no_baseline, str(exc)))
     if skipped:
