@@ -176,29 +176,10 @@ def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]
     return lines
 
 
-def sweep_description(
-    report: SweepReport,
-    *,
-    view_link: str,
-    run_link: Callable[[str], str],
-    plot_link: Callable[[str], str],
-    limit: int,
-) -> str:
-    """The sweep's report as its parent run's description (markdown, at most ``limit``
-    characters): findings first, then the verdicts with links to the job runs, then what
-    may make them wrong, each caveat once."""
-    lines = _findings(report)
-    if report.comparisons:
-        counts = ", ".join(f"{n} {label}" for label, n in report.verdict_counts.items())
-        failed = f"; **{report.failed} job(s) failed**" if report.failed else ""
-        lines.append(f"**Verdicts** against {report.baseline}: {counts}{failed}")
-    lines += [
-        "",
-        f"[Open the sweep's jobs in the runs table]({view_link}) (configuration, tok/s with its "
-        "interval, verdict, engaged) - select them there to compare.",
-        "",
-        *_job_table(report, run_link),
-    ]
+def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> list[str]:
+    """What the report holds beside the verdicts: sequences, capacities, the draft schedule
+    and the efficiencies against the bound, each where the sweep measured it."""
+    lines: list[str] = []
     if report.sequences:
         lines += [
             "",
@@ -230,6 +211,33 @@ def sweep_description(
     if report.efficiencies:
         lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
         lines += [f"- {bound.sentence()}" for bound in report.efficiencies]
+    return lines
+
+
+def sweep_description(
+    report: SweepReport,
+    *,
+    view_link: str,
+    run_link: Callable[[str], str],
+    plot_link: Callable[[str], str],
+    limit: int,
+) -> str:
+    """The sweep's report as its parent run's description (markdown, at most ``limit``
+    characters): findings first, then the verdicts with links to the job runs, then what
+    may make them wrong, each caveat once."""
+    lines = _findings(report)
+    if report.comparisons:
+        counts = ", ".join(f"{n} {label}" for label, n in report.verdict_counts.items())
+        failed = f"; **{report.failed} job(s) failed**" if report.failed else ""
+        lines.append(f"**Verdicts** against {report.baseline}: {counts}{failed}")
+    lines += [
+        "",
+        f"[Open the sweep's jobs in the runs table]({view_link}) (configuration, tok/s with its "
+        "interval, verdict, engaged) - select them there to compare.",
+        "",
+        *_job_table(report, run_link),
+    ]
+    lines += _measured_sections(report, plot_link)
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
     if report.prompt_comparisons:
