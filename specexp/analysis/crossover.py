@@ -110,8 +110,7 @@ class Crossover(Record):
         (
             Version(
                 1,
-                "the crossover of the throughput ratio (issue 27); launches_only came later "
-                "within format 1",
+                "the crossover of the throughput ratio; launches_only came later within format 1",
                 ("launches_only",),
             ),
             Version(

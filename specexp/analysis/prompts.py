@@ -57,7 +57,7 @@ class CategoryOutcome:
 class JobPrompts(Record):
     """A job's prompt-set outcomes: the artifact ``prompts.json`` of its run."""
 
-    HISTORY = History("prompt outcomes", (Version(1, "each prompt's outcome (issue 28)"),))
+    HISTORY = History("prompt outcomes", (Version(1, "each prompt's outcome"),))
 
     greedy: bool
     outcomes: tuple[PromptOutcome, ...]

@@ -93,12 +93,8 @@ class SweepReport(Record):
     HISTORY = History(
         "sweep report",
         (
-            Version(
-                1, "arms, comparisons, crossovers, switch-off checks, notes, caveats (issue 27)"
-            ),
-            Version(
-                2, "prompt_comparisons: arms on a prompt set (issue 28)", ("prompt_comparisons",)
-            ),
+            Version(1, "arms, comparisons, crossovers, switch-off checks, notes, caveats"),
+            Version(2, "prompt_comparisons: arms on a prompt set", ("prompt_comparisons",)),
             Version(3, "sequences: comparisons measured until decided", ("sequences",)),
             Version(
                 4,
@@ -113,8 +109,7 @@ class SweepReport(Record):
             ),
             Version(
                 6,
-                "one serializer: the switch-off checks under their field's name, checks "
-                "(switch_off_checks before)",
+                "the switch-off checks under checks, their field's name (switch_off_checks before)",
                 upgrade=_checks_named,
             ),
         ),

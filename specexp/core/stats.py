@@ -563,14 +563,14 @@ class Comparison(Record):
         (
             Version(
                 1,
-                "the comparison, its interval, tests and verdict (issue 27); robust, step, "
+                "the comparison, its interval, tests and verdict; robust, step, "
                 "confounded_by and within_launch came later within format 1",
                 ("robust", "step", "confounded_by"),
             ),
             Version(
                 2,
-                "one serializer; a format 1 verdict on one launch per arm from before "
-                "within_launch is read as today's: held in within_launch, the verdict inconclusive",
+                "within_launch: a format 1 verdict on one launch per arm from before it is read "
+                "as held for those launches (in within_launch; the verdict inconclusive)",
                 ("within_launch",),
                 upgrade=_single_launch_verdict_apart,
             ),

@@ -19,6 +19,7 @@ from specexp.core.records import Record, RecordError
 from specexp.core.stats import Verdict
 from specexp.output.markdown import sweep_description
 from specexp.tracking.store import MAX_TAG
+from tests.conftest import REPO
 
 WRITTEN = Path(__file__).parent / "records"
 
@@ -157,3 +158,16 @@ def broken(change: Any) -> dict[str, Any]:
 def test_a_record_that_is_not_one_is_refused_saying_where_and_why(change, message):
     with pytest.raises(RecordError, match=message):
         SweepReport.from_json(broken(change))
+
+
+def test_the_results_reference_lists_every_record_types_versions_as_the_code_has_them():
+    page = (REPO / "docs" / "reference" / "results.md").read_text()
+    listed = page.split("## Record formats", 1)[1]
+    rows = {
+        f"| {kind.HISTORY.record} | {version.number} | {version.added} |"
+        for kind in record_types()
+        for version in kind.HISTORY.versions
+    }
+    assert {line for line in listed.splitlines() if line.startswith("| ")} - {
+        "| record | format | what it added |"
+    } == rows
