@@ -19,6 +19,7 @@ from scipy import stats as scipy_stats
 
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import History, Record, Version
+from specexp.core.schemas import JobOrder
 from specexp.core.sequential import SequentialRecord, StopReason
 from specexp.core.stats import (
     MACHINE_SERIES,
@@ -219,7 +220,7 @@ def time_drift(pairs: Sequence[tuple[JobRun, JobRun]], comparisons: Sequence[Com
         c.drift = fit_time_drift(base.values, base.times, arm.values, arm.times)
         _autocorrelation(base, arm, c)
         c.step = _step(base, arm, _alpha_of(c), c.drift)
-        blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == "blocked"]
+        blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == JobOrder.blocked]
         if blocked:
             c.note(
                 NoteKind.blocked_order,

@@ -54,8 +54,7 @@ class Tag(StrEnum):
     server_url = "server_url"
     server_started_at = "server_started_at"
     server_stopped_at = "server_stopped_at"
-    # How the job's runs were placed in time: "interleaved" with other jobs' runs or
-    # launches, or "blocked" (all of them back to back).
+    # How the job's runs were placed in time (core.schemas.JobOrder).
     order = "specexp.order"
     gpus = "gpus"
     cpus = "cpus"  # the cores a CPU server was leased (its affinity)
