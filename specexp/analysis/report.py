@@ -31,6 +31,7 @@ from specexp.analysis.capacity import (
     has_capacity,
 )
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
+from specexp.analysis.energy_arms import EnergyReport, energy_report
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
@@ -104,8 +105,8 @@ class SweepReport(Record):
             ),
             Version(
                 5,
-                "goodput_crossovers; efficiencies came later within format 5",
-                ("goodput_crossovers", "efficiencies"),
+                "goodput_crossovers; efficiencies and energy came later within format 5",
+                ("goodput_crossovers", "efficiencies", "energy"),
             ),
             Version(
                 6,
@@ -144,6 +145,8 @@ class SweepReport(Record):
     schedule: Optional[DraftSchedule] = None
     # Each speculative arm's speed-up as a share of its bound, and what limits it.
     efficiencies: list[Efficiency] = field(default_factory=list)
+    # Energy per output token: the arms, their comparisons, its crossover beside speed's.
+    energy: Optional[EnergyReport] = None
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -377,12 +380,14 @@ def compile_sweep_report(
     calibration: Mapping[tuple[str, ...], Calibration],
     prompts: Mapping[str, JobPrompts] = MappingProxyType({}),
     goodput_runs: Sequence[JobRun] = (),
+    energy_runs: Sequence[JobRun] = (),
 ) -> SweepReport:
     """The report on a sweep's job runs (``children``, and the finished runs of jobs it
     resumed), compared with the baseline when one is configured; arms measured on a prompt
     set (``prompts``, by run id) are compared per category and output by output too; the
     same runs read for their goodput (``goodput_runs``, when measured under an SLO) give
-    the crossover on goodput."""
+    the crossover on goodput; read for their energy per token (``energy_runs``, where
+    metered), energy's comparisons and crossover."""
     stats = facts.stats
     runs = [*children, *resumed]
     arms, skipped = make_arms(
@@ -429,5 +434,9 @@ def compile_sweep_report(
     if selector and facts.crossover_factor and arms:
         report.crossovers, report.checks = _crossovers(arms, selector, facts, calibration)
         report.goodput_crossovers = _goodput_crossovers(goodput_runs, selector, facts)
+    if arms:
+        report.energy = energy_report(
+            runs, energy_runs, selector, stats, facts.crossover_factor, report.crossovers
+        )
     report.caveats = caveats(report.comparisons)
     return report

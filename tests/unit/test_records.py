@@ -91,6 +91,12 @@ def test_a_sweep_report_of_the_previous_format_opens_as_it_was_written():
     )
     for found in renamed["crossovers"]:
         found["recommendation"] = as_format_2(found["recommendation"])
+    # Fields added since are written with their defaults.
+    defaults = {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(SweepReport)
+    }
+    assert all(renamed.pop(k) == defaults[k] for k in set(renamed) - set(document))
     assert unversioned(renamed) == unversioned(document)
     assert SweepReport.from_json(again) == report
     assert "stops paying" in describe(report)
