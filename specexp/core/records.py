@@ -148,12 +148,17 @@ def _structure(kind: Any, data: Any, where: str) -> Any:
         key, value = typing.get_args(kind)
         _expect(isinstance(data, Mapping), "an object", data, where)
         return {
-            _structure(key, int(k) if key is int else k, f"{where}[{k!r}]"): _structure(
-                value, v, f"{where}[{k!r}]"
-            )
-            for k, v in data.items()
+            _key(key, k, where): _structure(value, v, f"{where}[{k!r}]") for k, v in data.items()
         }
     return _scalar(kind, data, where)
+
+
+def _key(kind: Any, key: Any, where: str) -> Any:
+    """A mapping's key: JSON writes every key as a string, an integer's too."""
+    if kind is int and isinstance(key, str):
+        _expect(key.lstrip("-").isdigit(), "an integer key", key, where)
+        return int(key)
+    return _structure(kind, key, f"{where} key")
 
 
 def _union(options: tuple[Any, ...], data: Any, where: str) -> Any:
@@ -214,7 +219,10 @@ def _dataclass(kind: type, data: Any, where: str) -> Any:
             values[name] = _structure(hints[name], record[name], f"{where}.{name}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RecordError(f"{where}: lacks {name!r}, which a {kind.__name__} must have")
-    return kind(**values)
+    try:
+        return kind(**values)
+    except (TypeError, ValueError) as exc:  # the type's own checks of its values
+        raise RecordError(f"{where}: {exc}") from None
 
 
 def _expect(holds: bool, expected: str, data: Any, where: str) -> None:

@@ -158,6 +158,14 @@ def broken(change: Any) -> dict[str, Any]:
         ),
         (lambda d: d["arms"][0]["run"].update(format_version=2), r"a job run record of format 2"),
         (lambda d: d.update(surprise=1), "no field surprise in a SweepReport"),
+        (
+            lambda d: d["crossovers"][0].update(unreliable={"x": []}),
+            r"crossovers\[0\].unreliable: expected an integer key, found 'x'",
+        ),
+        (
+            lambda d: d["arms"][0]["run"].update(times=[1.0]),
+            r"arms\[0\].run: run none1: 1 times for 5 values",
+        ),
         (lambda d: d["caveats"][0].update(subjects="a"), r"caveats\[0\].subjects: expected a list"),
     ],
 )
