@@ -145,6 +145,9 @@ class ModelConfig:
     package: Optional[str] = None
     # A self-draft: draft_path is the target's own first N blocks, written as a model.
     self_draft_layers: Optional[int] = None
+    # Serve the draft model alone (path := draft_path): the arm whose speed, beside the
+    # target's, gives a draft arm's cost c against the speed-up bound.
+    serve_draft: bool = False
 
     def __post_init__(self) -> None:
         if self.generate is not None and self.package is not None:
