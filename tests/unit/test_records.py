@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import specexp
+from specexp.analysis.crossover import Crossover
 from specexp.analysis.report import SweepReport
 from specexp.core.records import Record, RecordError
 from specexp.core.stats import Verdict
@@ -185,3 +186,21 @@ def test_the_results_reference_lists_every_record_types_versions_as_the_code_has
     assert {line for line in listed.splitlines() if line.startswith("| ")} - {
         "| record | format | what it added |"
     } == rows
+
+
+def test_every_versioned_sweep_report_and_crossover_under_results_opens():
+    """The records real sweeps wrote (results/): those from before formats had versions
+    (results/h200/default, reference) were never read back and are left as they are."""
+    opened = 0
+    for path in sorted((REPO / "results").rglob("*.json")):
+        document = json.loads(path.read_text())
+        if path.name == "sweep_report.json" and "format_version" in document:
+            report = SweepReport.from_json(document)
+            assert len(report.comparisons) == len(document["comparisons"]), path
+            opened += 1
+        elif path.name == "crossover.json" and all("format_version" in c for c in document):
+            assert [Crossover.from_json(c).statement for c in document] == [
+                c["statement"] for c in document
+            ]
+            opened += 1
+    assert opened >= 10
