@@ -53,6 +53,7 @@ from specexp.core.stats import (
     notes_for,
 )
 from specexp.engines import engines
+from specexp.engines.records import SwitchOff
 
 DRAWS = 4000
 
@@ -84,16 +85,23 @@ class Recommendation:
     threshold: Optional[int] = None
     note: str = ""
     basis: str = ""
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    settings: dict[str, SwitchOff] = field(default_factory=dict)
 
 
 def _recommendation_typed(record: dict[str, Any]) -> dict[str, Any]:
-    """A format 2 crossover with its recommendation's engine settings under ``settings``."""
-    plain = ("threshold", "note", "basis")
+    """A format 2 crossover with its recommendation's engine settings under ``settings``,
+    the files each names (SGLang's adaptive.json) under ``files``."""
+    plain, setting = ("threshold", "note", "basis"), ("note", "speculative_config", "flags")
     advice = record.get("recommendation", {})
     typed = {k: v for k, v in advice.items() if k in plain}
-    if any(k not in plain for k in advice):
-        typed["settings"] = {k: v for k, v in advice.items() if k not in plain}
+    typed["settings"] = {
+        engine: {
+            **{k: v for k, v in switch.items() if k in setting},
+            "files": {k: v for k, v in switch.items() if k not in setting},
+        }
+        for engine, switch in advice.items()
+        if engine not in plain
+    }
     return {**record, "recommendation": typed}
 
 
@@ -124,7 +132,7 @@ class Crossover(Record):
             Version(
                 3,
                 "the recommendation typed: threshold, note, basis, and each engine's setting "
-                "under settings (beside them before)",
+                "under settings (beside them before), the files it names under files",
                 upgrade=_recommendation_typed,
             ),
         ),

@@ -21,6 +21,7 @@ __all__ = [
     "ServerLoad",
     "Setting",
     "StreamChunk",
+    "SwitchOff",
 ]
 
 # A prompt as text, or as the server's token ids.
@@ -54,6 +55,18 @@ class StreamChunk:
     # Final figures from the server: completion_tokens, why it stopped ("finish": "eos",
     # "length" or the engine's own word) and speculative statistics.
     final: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SwitchOff:
+    """The setting that stops drafting from a number of concurrent requests on, in an
+    engine's own terms (dynamic speculation): what to merge into its speculative config, the
+    flags to add, the files they name (by name), and how to use them."""
+
+    note: str
+    speculative_config: dict[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    files: dict[str, Any] = field(default_factory=dict)
 
 
 class Engagement(StrEnum):

@@ -13,6 +13,7 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
+from specexp.core.records import unstructure
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
@@ -144,7 +145,7 @@ def _findings(report: SweepReport) -> list[str]:
         if setting:
             lines.append(
                 f"**{report.engine} setting** (switch off from "
-                f"{advice.threshold}): `{json.dumps(setting)}`"
+                f"{advice.threshold}): `{json.dumps(unstructure(setting))}`"
             )
         elif advice.note:
             lines.append(f"**Setting:** {advice.note}")

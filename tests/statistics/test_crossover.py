@@ -68,12 +68,12 @@ def test_recommendation_is_each_engines_own_setting():
     # The conservative end: switched off from the interval's lower end, below the estimate.
     assert threshold == math.ceil(result.ci_low) <= math.ceil(result.estimate)
     assert "lower end of the crossover's interval" in advice.basis
-    assert advice.settings["sglang"]["adaptive.json"] == {
+    assert advice.settings["sglang"].files["adaptive.json"] == {
         "1": {"candidate_steps": [3]},
         str(threshold): {"candidate_steps": [0]},
     }
-    assert "--speculative-adaptive" in advice.settings["sglang"]["flags"]
-    ranges = advice.settings["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    assert "--speculative-adaptive" in advice.settings["sglang"].flags
+    ranges = advice.settings["vllm"].speculative_config["num_speculative_tokens_per_batch_size"]
     assert ranges == [[1, threshold - 1, 3], [threshold, 1024, 0]]
 
 

@@ -66,7 +66,11 @@ def as_format_2(advice: dict[str, Any]) -> dict[str, Any]:
     """A crossover's recommendation as format 2 wrote it: each engine's setting beside the
     threshold, and only the words it had."""
     said = {k: v for k, v in advice.items() if k in ("note", "basis") and v}
-    return {"threshold": advice["threshold"], **said, **advice["settings"]}
+    settings = {
+        engine: {k: v for k, v in {**switch, **switch["files"]}.items() if v and k != "files"}
+        for engine, switch in advice["settings"].items()
+    }
+    return {"threshold": advice["threshold"], **said, **settings}
 
 
 def read_back(document: dict[str, Any]) -> tuple[SweepReport, dict[str, Any]]:
