@@ -81,6 +81,7 @@ def read_back(document: dict[str, Any]) -> tuple[SweepReport, dict[str, Any]]:
 
 def test_a_sweep_report_of_the_previous_format_opens_as_it_was_written():
     document = written("sweep_report_format5.json")
+    # The format before today's: a change of format commits a report its predecessor wrote.
     assert document["format_version"] == SweepReport.HISTORY.current - 1
     report, again = read_back(document)
     # What the old writer derived from its values, today's derives from the values read.
