@@ -38,6 +38,7 @@ from specexp.analysis.history import (
     published_changes,
 )
 from specexp.compare import load_reference
+from specexp.core.records import unstructure
 from specexp.host.job import prepare
 from specexp.output import markdown, terminal
 from specexp.output.tables import Rows, pct
@@ -251,8 +252,8 @@ def _documents(found: Found, followed: dict[str, list[MetricChanges]]) -> list[d
         {
             "runs": [p.run_id for p in points],
             "first": points[0].name,
-            "changes": [c.to_json() for c in changes],
-            "metrics": [m.to_json() for m in followed.get(points[0].run_id, [])],
+            "changes": unstructure(changes),
+            "metrics": unstructure(followed.get(points[0].run_id, [])),
         }
         for points, changes in found
     ]
