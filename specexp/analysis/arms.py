@@ -744,18 +744,6 @@ class ClaimCheck:
     # launches, kept apart; the status is then inconclusive.
     within_launch: Optional[ClaimStatus] = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "text": self.text,
-            "published_ratio": self.published_ratio,
-            "status": self.status,
-            "within_launch": self.within_launch,
-            "agreement_low": self.agreement_low,
-            "agreement_high": self.agreement_high,
-            "comparison": self.comparison.to_json() if self.comparison else None,
-        }
-
 
 def _stand_in_scope(claim: Any, by_point: Mapping[str, Optional[Arm]]) -> str:
     """What a claim's runs on other hardware than the reference's can say of it."""
