@@ -228,11 +228,3 @@ def _dataclass(kind: type, data: Any, where: str) -> Any:
 def _expect(holds: bool, expected: str, data: Any, where: str) -> None:
     if not holds:
         raise RecordError(f"{where}: expected {expected}, found {data!r:.80}")
-
-
-def check_format(what: str, data: Mapping[str, Any], version: int) -> None:
-    """Refuse a ``what`` record written in another format than ``version`` (for a record
-    not yet written through :class:`Record`)."""
-    found = data.get(FORMAT_KEY)
-    if found != version:
-        raise RecordError(f"a {what} record of format {found!r}; this specexp reads {version}")
