@@ -102,7 +102,7 @@ class SweepObserver:
                 Tag.jobs: str(len(plan.jobs)),
                 Tag.jobs_to_run: str(len(plan.to_run)),
                 Tag.planned_server_launches: str(plan.server_launches),
-                Tag.order: str(self.order),
+                Tag.order: self.order,
             },
         )
         parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
