@@ -142,6 +142,7 @@ def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_e
     assert "server.log" in names
 
 
+@pytest.mark.no_engine_server
 def test_missing_model_file_is_a_config_error(tmp_path, tracking_env):
     result = run_cli(
         *QUICK,
