@@ -197,18 +197,6 @@ def upload_the_journal(tmp_path: Path) -> tuple[str, Any]:
     return uri, run
 
 
-def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
-    result = run_cli(*QUICK, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
-    assert result.returncode == 0, result.stdout[-2000:]
-    assert (
-        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
-    )
-    uri, run = upload_the_journal(tmp_path)
-    assert {"requests.jsonl", "server.log"} <= {
-        a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
-    }
-
-
 def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_completed_later(
     tmp_path,
 ):
@@ -288,10 +276,11 @@ def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_
     assert run.data.tags["engaged.resolution"] == "engaged"  # /props, read through urllib
 
 
-def test_credentials_in_urls_are_redacted_everywhere_specexp_writes(tmp_path):
-    """Passwords inside URLs - in inherited variables, in config values, in the tracking URI -
-    appear nowhere: not in the output, the job's files, the offline journal or, after the
-    upload, the MLflow store."""
+def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp_path):
+    """A store that cannot be reached: the run measures into its journal and says how to
+    upload it, and the upload logs its records and server log. Passwords inside URLs - in
+    inherited variables, in config values, in the tracking URI - appear nowhere: not in the
+    output, the job's files, the offline journal or, after the upload, the MLflow store."""
     secrets = ("s3cretpw", "hunter2", "pw-tracking", "pw-mirror")
     result = run_cli(
         *QUICK,
@@ -304,12 +293,18 @@ def test_credentials_in_urls_are_redacted_everywhere_specexp_writes(tmp_path):
         },
     )
     assert result.returncode == 0, result.stdout[-2000:]
+    assert (
+        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
+    )
     assert "alice:***@db" in result.stdout or "carol:***@" in result.stdout
     written = [result.stdout, result.stderr] + [
         p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()
     ]
     assert not [s for s in secrets for text in written if s in text]
     uri, run = upload_the_journal(tmp_path)
+    assert {"requests.jsonl", "server.log"} <= {
+        a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
+    }
     stored = json.dumps([run.data.params, run.data.tags])
     assert "carol:***@127.0.0.1:9" in stored and not any(s in stored for s in secrets)
     # The journal kept no credentials, so an upload has to be told the store.
