@@ -143,6 +143,7 @@ def first_ten_minutes(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return home, outputs
 
 
+@pytest.mark.no_engine_server
 def test_the_page_shows_install_run_comparison_and_ui_with_their_outputs():
     assert list(STEPS) == ["bash scripts/install.sh", "specexp run", "specexp sweep", "specexp ui"]
     assert all(any(_pattern(line) for line in step.shown) for step in STEPS.values())
