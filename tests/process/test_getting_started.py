@@ -1,7 +1,7 @@
 """docs/getting-started.md's transcript of a first ten minutes, checked: its commands, parsed
 from the page, run as a user types them - one after another in a fresh directory, so on the
-default store under mlruns/ (created empty, as a first command creates it) and the model
-cache as CI's install left it - and each output has the shape the page shows.
+default store under mlruns/, which the first command creates, and the model cache as CI's
+install left it - and each output has the shape the page shows.
 
 The shape: every line the page shows is in the output, its numbers, paths and ids free, but
 for tables' rules (their widths follow the numbers), `warning:`/`note:` lines (whether a run
@@ -32,7 +32,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.core.stats import Verdict
-from tests.conftest import REPO, runs_in, store_env, sweep_parent
+from tests.conftest import REPO, runs_in, sweep_parent
 
 PAGE = REPO / "docs" / "getting-started.md"
 SECTION = "## Transcript: the first ten minutes"
@@ -124,18 +124,22 @@ def run_step(step: Step, cwd: Path, *extra: str, timeout: float) -> str:
 
 
 def _user_env() -> dict[str, str]:
-    """A user's environment: no store named (the default under mlruns/), a 100-column
-    terminal as the page was captured in."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return {**env, "MLFLOW_DISABLE_TELEMETRY": "true", "COLUMNS": "100"}
+    """A user's environment: no store named (MLFLOW_TRACKING_URI empty, which counts as
+    unset: the default store under mlruns/), a 100-column terminal as the page was captured
+    in."""
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": "",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "COLUMNS": "100",
+    }
 
 
 @pytest.fixture(scope="module")
 def first_ten_minutes(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    """The first run, then the first comparison, in one fresh directory: their outputs."""
+    """The first run, then the first comparison, in one fresh directory (the first run
+    creates the store): their outputs."""
     home = tmp_path_factory.mktemp("first-ten-minutes")
-    (home / "mlruns").mkdir()
-    store_env(home / "mlruns")  # the empty store a first command creates, made once a session
     outputs = {
         name: run_step(STEPS[f"specexp {name}"], home, *SHRINK[name], timeout=900)
         for name in ("run", "sweep")
@@ -150,6 +154,17 @@ def test_the_page_shows_install_run_comparison_and_ui_with_their_outputs():
     # The install shown is the one CI runs on a fresh machine before these tests.
     install = " ".join(STEPS["bash scripts/install.sh"].argv)
     assert install in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_default_store_is_sqlite_under_mlruns_with_its_artifacts_beside(first_ten_minutes):
+    home, _ = first_ten_minutes
+    store = home / "mlruns" / "mlflow.db"
+    assert store.is_file()
+    runs = runs_in(f"sqlite:///{store}")
+    assert len(runs) == 4  # the run; the sweep and its two jobs
+    assert all(
+        r.info.artifact_uri.startswith((home / "mlruns" / "artifacts").as_uri()) for r in runs
+    )
 
 
 @pytest.mark.parametrize("name", ["run", "sweep"])
