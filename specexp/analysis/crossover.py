@@ -276,7 +276,9 @@ def _statement(result: Crossover, confidence: float) -> str:
         if lowest
         else f"{first}, no interval"
     )
-    better = "faster than" if result.scale == Scale.ratio else f"has more {result.metric} than"
+    better = (
+        "faster than" if result.metric == Metric.tok_per_s else f"has more {result.metric} than"
+    )
     if result.estimate is None:
         finding = (
             f"no crossover in {span}: {candidate} {better} {baseline} at every level "

@@ -33,6 +33,7 @@ from specexp.analysis.capacity import (
     has_capacity,
 )
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
+from specexp.analysis.energy_arms import EnergyReport, energy_report
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
@@ -122,6 +123,8 @@ class SweepReport:
     schedule: Optional[DraftSchedule] = None
     # Each speculative arm's speed-up as a share of its bound, and what limits it.
     efficiencies: list[Efficiency] = field(default_factory=list)
+    # Energy per output token: the arms, their comparisons, its crossover beside speed's.
+    energy: Optional[EnergyReport] = None
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -156,8 +159,10 @@ class SweepReport:
                     "capacity_arms",
                     "schedule",
                     "efficiencies",
+                    "energy",
                 )
             },
+            "energy": self.energy.to_json() if self.energy else None,
             "schedule": self.schedule.to_json() if self.schedule else None,
             "efficiencies": [e.to_json() for e in self.efficiencies],
             "capacities": [c.to_json() for c in self.capacities],
@@ -195,6 +200,7 @@ class SweepReport:
                 "capacity_arms",
                 "schedule",
                 "efficiencies",
+                "energy",
             )
         }
         return cls(
@@ -212,6 +218,7 @@ class SweepReport:
             capacity_arms=[ArmCapacity.from_json(a) for a in data["capacity_arms"]],
             schedule=DraftSchedule.from_json(data["schedule"]) if data["schedule"] else None,
             efficiencies=[Efficiency.from_json(e) for e in data.get("efficiencies", [])],
+            energy=EnergyReport.from_json(data["energy"]) if data.get("energy") else None,
         )
 
 
@@ -410,12 +417,14 @@ def compile_sweep_report(
     calibration: Mapping[tuple[str, ...], Calibration],
     prompts: Mapping[str, JobPrompts] = MappingProxyType({}),
     goodput_runs: Sequence[JobRun] = (),
+    energy_runs: Sequence[JobRun] = (),
 ) -> SweepReport:
     """The report on a sweep's job runs (``children``, and the finished runs of jobs it
     resumed), compared with the baseline when one is configured; arms measured on a prompt
     set (``prompts``, by run id) are compared per category and output by output too; the
     same runs read for their goodput (``goodput_runs``, when measured under an SLO) give
-    the crossover on goodput."""
+    the crossover on goodput; read for their energy per token (``energy_runs``, where
+    metered), energy's comparisons and crossover."""
     stats = facts.stats
     runs = [*children, *resumed]
     arms, skipped = make_arms(
@@ -498,5 +507,9 @@ def compile_sweep_report(
     if selector and facts.crossover_factor and arms:
         report.crossovers, report.checks = _crossovers(arms, selector, facts, calibration)
         report.goodput_crossovers = _goodput_crossovers(goodput_runs, selector, facts)
+    if arms:
+        report.energy = energy_report(
+            runs, energy_runs, selector, stats, facts.crossover_factor, report.crossovers
+        )
     report.caveats = caveats(report.comparisons)
     return report

@@ -162,11 +162,15 @@ class Metric(StrEnum):
     in_flight_predicted = "in_flight_little"
     steady = "steady"
     # Per measured run (specexp.host.energy.RunEnergy): joules the server's hardware drew,
-    # per output token, and 1 when the run was long enough for the meter; per job, joules
-    # per token summarised with its interval (energy_j_per_token_mean, _ci_low, ...).
+    # per output token, 1 when the run was long enough for the meter, and how long that is;
+    # per job, joules per token summarised with its interval (energy_j_per_token_mean,
+    # _ci_low, ...; per launch launch_energy_j_per_token) and the runs shorter than the meter
+    # resolves.
     energy_j = "energy_j"
     energy_j_per_token = "energy_j_per_token"
     energy_resolved = "energy_resolved"
+    energy_shortest_window_s = "energy_shortest_window_s"
+    energy_unresolved_runs = "energy_unresolved_runs"
     # Per job: measured runs flagged as not steady.
     not_steady_runs = "not_steady_runs"
     # A trace's replay (workload.trace), per job: what it sent, each field of

@@ -311,6 +311,9 @@ def summarize_job(
     if measured and all(v is not None for v in per_token):
         energy = summarize(_per_unit(measured, [float(v or 0.0) for v in per_token]), confidence)
         metrics.update(energy.as_dict(Metric.energy_j_per_token) if energy else {})
+        metrics[Metric.energy_unresolved_runs] = float(
+            sum(not r.telemetry.get(Metric.energy_resolved) for r in measured)
+        )
     steady, steady_notes = _steady_states(measured)
     notes.extend(steady_notes)
     if steady:

@@ -23,6 +23,7 @@ import numpy as np
 import statsmodels.api as sm
 from scipy import stats as scipy_stats
 
+from specexp.core.load_curve import curve_point
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import CapacitySearchConfig, SloConfig
 from specexp.core.slo import run_goodput
@@ -302,11 +303,16 @@ def next_rate(points: Sequence[RatePoint], search: CapacitySearchConfig, target:
 
 def rate_points(runs: Sequence[RunResult], slo: SloConfig) -> list[RatePoint]:
     """The search's points: each measured open-loop run's offered rate (what the client
-    sent at, not what was asked) and SLO outcome."""
+    sent at, not what was asked) and SLO outcome. A run whose server did not keep up
+    (:attr:`CurvePoint.oversaturated`) counts none of its requests as good: the latencies it
+    saw were a backlog's first minutes, which grow without end at that rate, so a capacity
+    read from them would be one the server cannot sustain."""
     points = []
     for run in runs:
         goodput = run_goodput(run, slo)
         offered = run.offered_rate
         if not run.warmup and offered is not None and goodput and goodput.requests:
-            points.append(RatePoint(offered, goodput.requests, goodput.good))
+            curve = curve_point(run)
+            kept_up = curve is None or not curve.oversaturated
+            points.append(RatePoint(offered, goodput.requests, goodput.good if kept_up else 0))
     return points

@@ -149,6 +149,9 @@ class ModelConfig:
     # earlier run of its configuration says better: as measured on the setup its config
     # file names (null: ASSUMED_TOK_PER_S_PER_STREAM). An estimate only; not fingerprinted.
     expected_tok_per_s: Optional[float] = None
+    # Serve the draft model alone (path := draft_path): the arm whose speed, beside the
+    # target's, gives a draft arm's cost c against the speed-up bound.
+    serve_draft: bool = False
 
     def __post_init__(self) -> None:
         if self.expected_tok_per_s is not None and self.expected_tok_per_s <= 0:

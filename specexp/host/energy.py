@@ -11,8 +11,10 @@ A run's energy is the counter's change over it, each end interpolated between th
 readings either side of it (the monitor reads every ``stats.telemetry_interval_s``). The
 error is at most the change in power across one reading interval at each end: relative to
 the run, about ``interval / run length``, so a run must be ``interval / error`` long for
-that error (``shortest_window_s``); the counter's own quantum (1 mJ NVML, 1 uJ RAPL) is far
-below it. Pure but for the readers.
+that error (``shortest_window_s``). A counter that moves less often than it is read (an
+H200's NVML counter moves every 100 ms) is interpolated across its own period instead, so
+the window is set by the longer of the two; the counter's quantum (1 mJ NVML, 1 uJ RAPL)
+is far below either. Pure but for the readers.
 """
 
 from __future__ import annotations
@@ -149,7 +151,11 @@ def counter_period_s(readings: Sequence[EnergyReading]) -> Optional[float]:
     return float(np.median(gaps)) if len(gaps) else None
 
 
-def shortest_window_s(interval_s: float, error: float = 0.05) -> float:
+# The relative error a run's energy is resolved to from its shortest window on.
+WINDOW_ERROR = 0.05
+
+
+def shortest_window_s(interval_s: float, error: float = WINDOW_ERROR) -> float:
     """The shortest run whose energy is within ``error`` (relative) whatever power does at
     its ends: each end is interpolated across one reading interval, at most the interval's
     share of the run's energy between them."""
@@ -179,7 +185,11 @@ class RunEnergy:
         if self.joules is None:
             return {}
         # Named as specexp.analysis.results.Metric names them (a band above this one).
-        figures = {"energy_j": self.joules, "energy_resolved": float(self.resolved)}
+        figures = {
+            "energy_j": self.joules,
+            "energy_resolved": float(self.resolved),
+            "energy_shortest_window_s": self.shortest_window_s,
+        }
         if self.joules_per_token is not None:
             figures["energy_j_per_token"] = self.joules_per_token
         return figures
@@ -193,7 +203,9 @@ def run_energy(
     tokens: int,
     interval_s: float,
 ) -> RunEnergy:
-    """A run's energy from its meter's readings (none: not measured)."""
+    """A run's energy from its meter's readings (none: not measured), read every
+    ``interval_s``: its shortest window from the longer of that and the counter's own period
+    (:func:`counter_period_s`)."""
     joules = (
         energy_between(readings, start_unix, start_unix + wall_s)
         if source != EnergySource.none
@@ -204,5 +216,5 @@ def run_energy(
         joules,
         tokens,
         wall_s,
-        shortest_window_s(interval_s),
+        shortest_window_s(max(interval_s, counter_period_s(readings) or 0.0)),
     )

@@ -45,7 +45,7 @@ _NOT_MEASURED = ("tracking", "dry_run", "multirun")
 # that measures what was measured before they existed: earlier runs keep their identity
 # (resume finds them).
 _LATER_SETTINGS: dict[str, dict[str, Any]] = {
-    "model": {"package": None, "self_draft_layers": None},
+    "model": {"package": None, "self_draft_layers": None, "serve_draft": False},
     "workload": {
         "dataset": None,
         "dataset_format": "auto",
@@ -173,6 +173,10 @@ def prepare(cfg: DictConfig) -> Job:
         if paths.eagle3:
             cfg.model.eagle3_draft_path = str(paths.eagle3)
     _trained_model_paths(cfg.model)
+    if cfg.model.get("serve_draft"):
+        if not cfg.model.get("draft_path"):
+            raise ConfigError(f"model.serve_draft: model={cfg.model.name} has no draft model")
+        cfg.model.path = cfg.model.draft_path
     run = to_run_config(cfg)
     engine = get_engine(run.engine.name)
     validate(run)

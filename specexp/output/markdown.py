@@ -11,7 +11,7 @@ from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
-from specexp.analysis.results import Tag
+from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
@@ -21,6 +21,7 @@ from specexp.output.tables import (
     category_rows,
     claim_rows,
     comparison_rows,
+    energy_rows,
     fmt,
     interval,
     pct,
@@ -149,6 +150,10 @@ def _findings(report: SweepReport) -> list[str]:
         lines.append("")
     for found in report.goodput_crossovers:
         lines += [f"**Crossover under the SLO:** {found.statement}", ""]
+    for found in report.energy.crossovers if report.energy else ():
+        lines += [f"**Crossover on energy:** {found.statement}", ""]
+    for said in report.energy.agreements if report.energy else ():
+        lines += [f"**Speed and energy:** {said.statement}", ""]
     for check in report.checks:
         lines += [f"**Switch-off check:** {check.statement}", ""]
     return lines
@@ -226,6 +231,19 @@ def sweep_description(
             if report.schedule.holds
             else NO_SCHEDULE,
         ]
+    if report.energy:
+        lines += ["", f"**Energy:** {report.energy.statement}"]
+        if report.energy.comparisons:
+            lines += [
+                "",
+                f"{Metric.energy_j_per_token} (lower is better) against the baseline:",
+                "",
+                table(energy_rows(report.energy)).rstrip("\n"),
+            ]
+        if report.energy.notes:
+            lines += ["", *(f"- {note}" for note in report.energy.notes)]
+        if report.energy.crossovers:
+            lines += ["", f"![energy against speed]({plot_link('energy/crossover.png')})"]
     if report.efficiencies:
         lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
         lines += [f"- {bound.sentence()}" for bound in report.efficiencies]

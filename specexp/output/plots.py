@@ -12,9 +12,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from specexp.analysis import crossover
 from specexp.analysis.arms import Arm, ci_label
 from specexp.analysis.capacity import ArmCapacity
 from specexp.analysis.crossover import Crossover
+from specexp.analysis.energy_arms import EnergyReport
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Metric
 from specexp.core.stats import Comparison, Verdict
@@ -172,6 +174,66 @@ def goodput_crossover_figure(crossovers: Sequence[Crossover], factor: str) -> Fi
         "goodput gained under the SLO (good tok/s, difference of means)",
         title,
     )
+    fig.tight_layout()
+    return fig
+
+
+def energy_crossover_plot(
+    energy: EnergyReport, speed: Sequence[Crossover], factor: str, path: Path
+) -> Path:
+    energy_crossover_figure(energy, speed, factor).savefig(path, dpi=100)
+    return path
+
+
+def energy_crossover_figure(
+    energy: EnergyReport, speed: Sequence[Crossover], factor: str
+) -> Figure:
+    """Joules per output token against ``factor`` for each family (mean and CI), with
+    energy's crossovers (on tokens per joule) and speed's beside them, each with its
+    interval; whether they agree, whole, as its title."""
+    title = _wrapped("; ".join(a.statement for a in energy.agreements), 100)
+    fig = Figure(figsize=(9, 5.5 + 0.2 * title.count("\n")))
+    ax = fig.subplots()
+    for name, levels in crossover.families(energy.arms, factor).items():
+        xs = sorted(levels)
+        summaries = [levels[x].summary for x in xs]
+        ax.errorbar(
+            xs,
+            [s.mean for s in summaries],
+            yerr=[
+                [s.mean - s.ci_low if s.n > 1 else 0 for s in summaries],
+                [s.ci_high - s.mean if s.n > 1 else 0 for s in summaries],
+            ],
+            marker="o",
+            capsize=4,
+            label=name or "(all)",
+        )
+    for found, color, style, what in (
+        (energy.crossovers, "tab:green", "--", "energy"),
+        (speed, "black", ":", "speed"),
+    ):
+        for c in found:
+            if c.estimate is None:
+                continue
+            ax.axvline(c.estimate, color=color, linestyle=style, linewidth=1.2)
+            if c.ci_low is not None and c.ci_high is not None:
+                ax.axvspan(c.ci_low, c.ci_high, color=color, alpha=0.1)
+            ax.annotate(
+                f"{what} crossover {c.estimate:.1f}",
+                (c.estimate, 1),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize="small",
+                color=color,
+            )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(factor)
+    ax.set_ylabel(f"joules per output token (mean, {ci_label(energy.arms)}); lower is better")
+    ax.set_title(title, fontsize="small")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 

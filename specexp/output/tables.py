@@ -10,12 +10,13 @@ from typing import Any, Optional, Sequence
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
 from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison
-from specexp.core.stats import Comparison
+from specexp.core.stats import Comparison, Verdict
 
 
 @dataclass
@@ -147,6 +148,23 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
             f"{c.plan.launches} launches x {c.plan.runs}" if c.plan else str(c.runs_needed or "-"),
         ]
         table.add(row, mark(c))
+    return table
+
+
+def energy_rows(energy: EnergyReport) -> Rows:
+    """The comparison table on joules per token: its verdicts in energy's words, marked as
+    what they mean (more energy per token is the worse outcome, as slower is for tok/s)."""
+    table = comparison_rows(energy.arms, energy.comparisons)
+    swapped = {Verdict.faster: Verdict.slower, Verdict.slower: Verdict.faster}
+    words = [table.headers.index(h) for h in ("verdict", "one launch each says")]
+    for row, arm in zip(table.rows, energy.arms, strict=True):
+        for column in words:
+            row[column] = in_energy_words(row[column])
+        # Three significant figures: a small model's joules per token is a few thousandths.
+        s = arm.summary
+        row[2] = f"{s.mean:.3g}"
+        row[3] = f"[{s.ci_low:.3g}, {s.ci_high:.3g}]" if s.n > 1 else "-"
+    table.marks = [str(swapped[Verdict(m)]) if m in swapped else m for m in table.marks]
     return table
 
 

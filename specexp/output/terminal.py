@@ -29,6 +29,7 @@ from rich.table import Table
 
 from specexp.analysis.arms import Arm, ClaimCheck
 from specexp.analysis.crossover import SwitchOffCheck
+from specexp.analysis.energy_arms import EnergyReport
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
@@ -46,6 +47,7 @@ from specexp.core.schemas import (
 from specexp.core.slo import run_goodput
 from specexp.core.stats import Comparison
 from specexp.engines.base import LaunchSpec, Resolution
+from specexp.host.energy import WINDOW_ERROR
 from specexp.host.job import Job
 from specexp.output.markdown import caveat_lines, hardware_line, run_warnings
 from specexp.output.tables import (
@@ -54,6 +56,7 @@ from specexp.output.tables import (
     category_rows,
     claim_rows,
     comparison_rows,
+    energy_rows,
     point_rows,
     schedule_rows,
     sequence_rows,
@@ -365,6 +368,7 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
                 f"between launches {between:.3g}"
             )
     _print_service_levels(cfg, job)
+    console.print(energy_line(job, runs))
     for note in job.notes:
         console.print(f"[yellow]warning:[/] {note.message}")
     accounting = [
@@ -403,6 +407,23 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
                 f"{c.stable}/{c.prompts}",
             )
         console.print(table)
+
+
+def energy_line(job: JobSummary, runs: Sequence[RunResult]) -> str:
+    """Energy per output token with its interval and the meter's shortest window, or that
+    it was not measured (no figure)."""
+    mean = job.metric(f"{Metric.energy_j_per_token}_mean")
+    if mean is None:
+        return "energy per output token: not measured"
+    low, high = (job.metric(f"{Metric.energy_j_per_token}_ci_{end}") for end in ("low", "high"))
+    interval = f"[{low:.3g}, {high:.3g}]" if low is not None and high is not None else "-"
+    window = max(r.telemetry.get(Metric.energy_shortest_window_s, 0.0) for r in runs)
+    short = job.metric(Metric.energy_unresolved_runs) or 0.0
+    return (
+        f"energy per output token {mean:.3g} J, CI {interval}; the meter resolves runs of "
+        f"{window:.1f} s or more to {WINDOW_ERROR:.0%}"
+        + (f" ({short:.0f} measured run(s) shorter)" if short else "")
+    )
 
 
 def _print_service_levels(cfg: RunConfig, job: JobSummary) -> None:
@@ -572,6 +593,8 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     for bound in report.efficiencies:
         console.print(f"[bold]against the bound:[/] {escape(bound.sentence())}")
+    if report.energy:
+        print_energy(report.energy)
     if report.schedule:
         console.print(
             rich_table(
@@ -591,6 +614,28 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     for check in report.checks:
         print_switch_off(check)
     console.print(ui_line)
+
+
+def print_energy(energy: EnergyReport) -> None:
+    """Energy per output token: its source and resolution (or that it was not measured),
+    the arms compared on joules per token, its crossover and whether speed's agrees."""
+    console.print(f"[bold]energy:[/] {escape(energy.statement)}")
+    if energy.comparisons:
+        console.print(
+            rich_table(
+                f"{Metric.energy_j_per_token} (lower is better): ratio of geometric means vs "
+                "baseline, Welch t on logs; simultaneous intervals (Bonferroni) over "
+                f"{len(energy.comparisons)} comparison(s)",
+                energy_rows(energy),
+            )
+        )
+    for note in energy.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    for found in energy.crossovers:
+        console.print(f"[bold]crossover on energy:[/] {escape(found.statement)}")
+    for said in energy.agreements:
+        style = "bold red" if said.disagree else "bold"
+        console.print(f"[{style}]speed and energy:[/] {escape(said.statement)}")
 
 
 def print_prompt_comparison(compared: PromptComparison) -> None:

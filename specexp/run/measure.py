@@ -98,6 +98,9 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
     if tracker and per_launch:
         measured = [r for r in records if not r.warmup]
         goodput = [g for g in (run_goodput(r, cfg.slo) for r in measured) if g]
+        per_token = [
+            v for r in measured if (v := r.telemetry.get(Metric.energy_j_per_token)) is not None
+        ]
         tracker.log_metrics(
             {
                 launch_metric(Metric.tok_per_s): sum(r.tok_per_s for r in measured) / len(measured),
@@ -110,6 +113,12 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
                         / len(goodput)
                     }
                     if goodput
+                    else {}
+                ),
+                # A launch's energy per token, where every run of it was metered.
+                **(
+                    {launch_metric(Metric.energy_j_per_token): sum(per_token) / len(per_token)}
+                    if per_token and len(per_token) == len(measured)
                     else {}
                 ),
             },

@@ -74,14 +74,17 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
         with terminal.status(f"generating model {cfg.model.name} (cached after the first time)"):
             ensure_pair(cfg.model.generate, engine.model_format)
     try:
+        # The self-draft's target: the packaged file (model.path is the draft's own when
+        # model.serve_draft), else model.path.
+        target = cfg.model.path
         if cfg.model.package is not None:
             with terminal.status(f"checking model {cfg.model.name} (assembled once, SHA-256)"):
-                ensure_packaged(cfg.model.package)
+                target = str(ensure_packaged(cfg.model.package))
         # Written only for a job that loads the draft (not for speculative=none).
         draft = cfg.model.draft_path
         if (
             cfg.model.self_draft_layers is not None
-            and cfg.model.path
+            and target
             and draft
             and str(draft) in engine.local_files(job.server)
         ):
@@ -89,7 +92,7 @@ def check_prerequisites(job: Job, launch: LaunchSpec) -> None:
                 f"writing the self-draft: {cfg.model.name}'s first {cfg.model.self_draft_layers} "
                 "blocks (cached after the first time)"
             ):
-                ensure_self_draft(Path(cfg.model.path), cfg.model.self_draft_layers, Path(draft))
+                ensure_self_draft(Path(target), cfg.model.self_draft_layers, Path(draft))
     except (ModelPackageError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]

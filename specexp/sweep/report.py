@@ -154,6 +154,9 @@ def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> Non
     under_slo = facts.crossover_factor and any(
         Metric.goodput_tok_per_s in r.metrics for r in [*children, *resumed_runs]
     )
+    metered = any(
+        f"{Metric.energy_j_per_token}_mean" in r.metrics for r in [*children, *resumed_runs]
+    )
     report = compile_sweep_report(
         facts,
         children,
@@ -165,6 +168,12 @@ def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> Non
             *(store.job_runs(run_ids=resumed, metric=Metric.goodput_tok_per_s) if resumed else []),
         ]
         if under_slo
+        else (),
+        energy_runs=[
+            *store.job_runs(parent=parent.run_id, metric=Metric.energy_j_per_token),
+            *(store.job_runs(run_ids=resumed, metric=Metric.energy_j_per_token) if resumed else []),
+        ]
+        if metered
         else (),
     )
     view = store.view_link(_view_id(parent.run_id))

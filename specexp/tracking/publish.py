@@ -174,6 +174,15 @@ def log_sweep_report(
                     )
                 )
             parent.log_artifacts(made, artifact_path="goodput")
+    if report.energy and report.energy.crossovers:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = plots.energy_crossover_plot(
+                report.energy,
+                report.crossovers,
+                report.crossover_factor or "",
+                Path(tmp) / "crossover.png",
+            )
+            parent.log_artifacts([path], artifact_path="energy")
     log_verdicts(store, report.arms, report.comparisons)
     for bound in report.efficiencies:
         store.run(bound.candidate_run_id).log_metrics(bound.metrics())

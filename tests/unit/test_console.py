@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 
+import numpy as np
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR
@@ -25,6 +27,7 @@ from specexp.output.tables import capacity_rows, comparison_rows
 from specexp.sweep.launch import failed_jobs
 from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
+from tests import energy_sweep
 from tests.conftest import TINY, compose_job
 from tests.unit.test_sweep_plan import planned
 from tests.unit.test_sweep_report import compiled, describe
@@ -62,6 +65,20 @@ def test_no_renderer_leaves_a_template_unrendered(screen):
     for name, text in texts.items():
         assert not UNRENDERED.findall(text), name
     assert "95% CI" in texts["description"]  # the header the template stood for
+
+
+def test_the_energy_section_renders_whole_in_100_columns(screen):
+    """Energy's table, its crossover and the disagreement with speed's (tests.energy_sweep)."""
+    swept = energy_sweep.simulate(
+        np.random.default_rng(0), lambda c: 0.8 * math.exp(0.1 * math.log2(c))
+    )
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    text = screen.export_text()
+    assert not UNRENDERED.findall(text) and not UNRENDERED.findall(describe(swept))
+    assert "SPEED AND ENERGY DISAGREE" in text and "crossover on energy:" in text
+    table_lines = [line for line in text.splitlines() if line[:1] in "┏┃│└┡┗"]
+    assert max(map(len, table_lines)) <= 100 and "…" not in text
+    assert "less energy per" in text and "more energy per" in text
 
 
 def test_the_template_check_catches_a_lost_f():

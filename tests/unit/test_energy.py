@@ -26,6 +26,7 @@ from specexp.host.energy import (
     shortest_window_s,
     unwrapped_step,
 )
+from specexp.output.terminal import energy_line
 
 pytestmark = pytest.mark.unit
 READINGS = Path(__file__).with_name("readings")
@@ -92,6 +93,7 @@ def test_a_runs_energy_is_interpolated_at_its_ends():
         "energy_j": pytest.approx(660.0),
         "energy_resolved": 0.0,
         "energy_j_per_token": pytest.approx(3.0),
+        "energy_shortest_window_s": pytest.approx(20.0),
     }
     assert shortest_window_s(0.5) == pytest.approx(20.0)
     assert shortest_window_s(0.05, error=0.01) == pytest.approx(10.0)
@@ -135,6 +137,17 @@ def test_energy_per_token_is_summarised_over_runs_with_its_interval():
         cores=2,
     )
     assert f"{Metric.energy_j_per_token}_mean" not in unmetered.metrics
+    # What the job's summary prints: the figure with its interval and the meter's window,
+    # or "not measured" and no figure.
+    runs = [run(0, 2.0), run(1, 3.0), run(2, 4.0)]
+    for result in runs:
+        result.telemetry.update(
+            {Metric.energy_shortest_window_s: 20.0, Metric.energy_resolved: 0.0}
+        )
+    assert energy_line(summary, runs).startswith(
+        "energy per output token 3 J, CI [0.516, 5.48]; the meter resolves runs of 20.0 s"
+    )
+    assert energy_line(unmetered, runs) == "energy per output token: not measured"
 
 
 def h200_readings() -> tuple[list[EnergyReading], list[EnergyReading]]:
@@ -162,3 +175,16 @@ def test_an_h200s_energy_counter_moves_every_100_ms_and_sees_the_load_at_once():
     loaded = energy_between(counter, 2.1, 3.9), energy_between(power, 2.1, 3.9)
     after = energy_between(counter, 4.1, 5.9), energy_between(power, 4.1, 5.9)
     assert loaded[1] < 0.85 * loaded[0] and after[1] > 1.3 * after[0]
+
+
+def test_a_counter_read_faster_than_it_moves_sets_the_shortest_window_by_its_own_period():
+    """The H200's counter read every ~6 ms moves every 100 ms: each end of a run is
+    interpolated across 100 ms, so 4 s is the shortest run resolved to 5%, not 0.24 s. The
+    1.4 s of load is measured (625 W, within 5% of the 629 W recorded) but not resolved."""
+    counter, _ = h200_readings()
+    loaded = run_energy(EnergySource.nvml_counter, counter, 2.5, 1.4, 1400, 0.006)
+    assert loaded.shortest_window_s == pytest.approx(4.0, rel=0.02)
+    assert not loaded.resolved
+    assert loaded.joules / 1.4 == pytest.approx(629, rel=0.05)
+    whole = run_energy(EnergySource.nvml_counter, counter, 0.5, 5.0, 5000, 0.006)
+    assert whole.resolved and whole.metrics()["energy_resolved"] == 1.0

@@ -20,7 +20,7 @@ from specexp.analysis.results import (
     rate_curve_tag,
 )
 from specexp.analysis.summary import summarize_job
-from specexp.core.capacity import rate_points
+from specexp.core.capacity import estimate, rate_points
 from specexp.core.load_curve import (
     CurvePoint,
     fit_latency_model,
@@ -176,3 +176,22 @@ def test_a_capacity_search_gets_its_curve_knee_and_model_and_they_reach_the_repo
     assert CapacityComparison.from_json(json.loads(json.dumps(compared.to_json()))) == compared
     path = latency_curve_plot([read, ArmCapacity.of(spec)], tmp_path / "curve.png")
     assert path.stat().st_size > 10_000
+
+
+def test_a_capacity_is_never_read_from_runs_whose_server_fell_behind():
+    """Four servers of 1 s (4 req/s sustained) offered 1-12 req/s, 96 arrivals a run, with an
+    SLO every request meets within the run: above 4 req/s the backlog only grows, so those
+    runs' requests count as missing it, and the capacity lies between the fastest run that
+    kept up and the slowest that did not (on the H200, a search that counted them read 23
+    req/s from a server that completed 13)."""
+    rng = np.random.default_rng(7)
+    runs = [
+        run_result(rng, 96, rate, 1.0, servers=4, run=k)
+        for k, rate in enumerate([1.0, 2.0, 3.0, 6.0, 8.0, 12.0])
+    ]
+    lenient = SloConfig(name="test", e2e_s=1000.0)
+    points = rate_points(runs, lenient)
+    assert [p.good for p in points[:3]] == [96, 96, 96]
+    assert [p.good for p in points[3:]] == [0, 0, 0]
+    capacity = estimate(points, 0.9)
+    assert capacity.rate is not None and 3.0 < capacity.rate < 6.0
