@@ -27,7 +27,7 @@ from specexp.core.trainedmodels import (
     packaged_model,
     self_draft_path,
 )
-from specexp.engines.llamacpp import llama_server_binary
+from specexp.engines.llamacpp.binary import llama_server_binary
 from specexp.host.leases import free_port
 
 

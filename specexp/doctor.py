@@ -14,24 +14,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Optional
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 from rich.table import Table
 
 from specexp import hydra_app
-from specexp.core.schemas import AllreduceBackend, ConfigError, ServerSettings
-from specexp.engines.base import (
-    Check,
-    CheckStatus,
-    Engine,
-    LaunchSpec,
-    last_line,
-    run_in_stack,
-    run_with_stack_env,
-    stack_python,
-)
+from specexp.core.schemas import AllreduceBackend, ConfigError, RunConfig, ServerSettings
+from specexp.engines.records import Check, CheckStatus, LaunchSpec
+from specexp.engines.resolution import ChoosingEngine, ResolvingEngine, resolve
+from specexp.engines.stack import last_line, run_in_stack, run_with_stack_env, stack_python
 from specexp.host import capture
 from specexp.host.job import Job, prepare
 from specexp.output.terminal import console
@@ -50,9 +43,46 @@ NEEDS_CAPABILITY = {
 }
 
 
+class DoctorEngine(Protocol):
+    """What the doctor needs of an engine (the doctor owns this interface): how it runs, its
+    command, its version and what to know of how it takes the command."""
+
+    @property
+    def name(self) -> str: ...
+    # The server is a module of the stack's Python interpreter (else a native binary).
+    @property
+    def runs_in_stack_python(self) -> bool: ...
+    @property
+    def multi_gpu(self) -> bool: ...
+
+    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
+    def version(self, server: ServerSettings[Any]) -> tuple[Optional[str], str]: ...
+    def plan_notes(self, server: ServerSettings[Any]) -> list[str]: ...
+
+
+@runtime_checkable
+class FlagCheckingEngine(Protocol):
+    """An engine with a parse-only mode: its own argument parser run on composed flags."""
+
+    def flag_check_command(
+        self, server: ServerSettings[Any], launches: list[LaunchSpec]
+    ) -> list[str]:
+        """A command that parses each launch's flags without serving and prints a JSON list
+        with one error message (or null) per launch."""
+        ...
+
+
+@runtime_checkable
+class SelfCheckingEngine(Protocol):
+    """An engine with preflight checks of its own (the doctor runs the common ones)."""
+
+    def doctor_checks(self, server: ServerSettings[Any]) -> list[Check]: ...
+
+
 def check_job(job: Job) -> list[Check]:
     """The checks every engine gets, then the engine's own."""
-    engine, server, cfg = job.engine, job.server, job.config
+    engine: DoctorEngine = job.engine
+    server, cfg = job.server, job.config
     checks: list[Check] = []
     interpreter = stack_python(server)
     have_python = os.access(interpreter, os.X_OK)
@@ -68,49 +98,15 @@ def check_job(job: Job) -> list[Check]:
             )
         )
     launch = engine.launch_spec(server, cfg.engine.port or 30000)
-    command = engine.flag_check_command(server, [launch])
-    version = engine.version(server)[0]
-    if command is None:
-        binary = launch.argv[0]
-        ok = os.access(binary, os.X_OK)
-        checks.append(
-            Check(
-                "engine",
-                PASS if ok else FAIL,
-                f"{binary} {version or ''}".strip()
-                if ok
-                else f"{binary} not found: install {engine.name} into the stack, or set stack.bin_dir",
-            )
-        )
-        checks.append(Check("flags", SKIP, f"engine={engine.name} has no parse-only mode"))
+    if not isinstance(engine, FlagCheckingEngine):
+        checks += _binary_checks(engine, server, launch)
     elif not have_python:
         checks.append(
             Check("engine and flags", SKIP, "no stack interpreter to import the engine with")
         )
     else:
-        out = run_with_stack_env(server, command)
-        if out.returncode != 0:
-            checks.append(
-                Check(
-                    "engine importable",
-                    FAIL,
-                    f"{last_line(out.stderr)}: install {engine.name} "
-                    f"{version or ''} into {interpreter}",
-                )
-            )
-        else:
-            error = json.loads(out.stdout.strip().splitlines()[-1])[0]
-            checks.append(Check("engine importable", PASS, f"{engine.name} {version}"))
-            checks.append(
-                Check(
-                    "flags",
-                    PASS if error is None else FAIL,
-                    f"accepted by {engine.name} {version}'s own parser" if error is None else error,
-                )
-            )
-            if error is None:
-                checks.append(_resolution_check(engine, server, launch))
-    checks += _gpu_checks(job)
+        checks += _flag_checks(engine, engine.flag_check_command(server, [launch]), server, launch)
+    checks += _gpu_checks(engine, cfg)
     cuda = cfg.stack.versions.get("cuda")
     if cuda and engine.runs_in_stack_python:
         library = f"libnvrtc.so.{str(cuda).split('.')[0]}"
@@ -131,19 +127,70 @@ def check_job(job: Job) -> list[Check]:
                 )
             )
     notes = [Check("how the engine takes it", NOTE, n) for n in engine.plan_notes(server)]
-    predicted = engine.predicted_choices(server, [job.planned_launch()])
+    predicted = (
+        engine.predicted_choices(server, [job.planned_launch()])
+        if isinstance(engine, ChoosingEngine)
+        else None
+    )
     if predicted is not None:
         (choices,), basis = predicted
         for setting, value in sorted(choices.items()):
             notes.append(Check(f"{setting} it will choose", NOTE, f"{value} ({basis})"))
-    return checks + engine.doctor_checks(server) + notes
+    own = engine.doctor_checks(server) if isinstance(engine, SelfCheckingEngine) else []
+    return checks + own + notes
 
 
-def _resolution_check(engine: Engine, server: ServerSettings, launch: LaunchSpec) -> Check:
+def _binary_checks(engine: DoctorEngine, server: ServerSettings, launch: LaunchSpec) -> list[Check]:
+    """An engine without a parse-only mode: its binary is there, its flags unchecked."""
+    binary, version = launch.argv[0], engine.version(server)[0]
+    ok = os.access(binary, os.X_OK)
+    return [
+        Check(
+            "engine",
+            PASS if ok else FAIL,
+            f"{binary} {version or ''}".strip()
+            if ok
+            else f"{binary} not found: install {engine.name} into the stack, or set stack.bin_dir",
+        ),
+        Check("flags", SKIP, f"engine={engine.name} has no parse-only mode"),
+    ]
+
+
+def _flag_checks(
+    engine: DoctorEngine, command: list[str], server: ServerSettings, launch: LaunchSpec
+) -> list[Check]:
+    """The engine importable by the stack's interpreter, its own parser (``command``)
+    accepting the launch's flags, and its own resolution keeping them."""
+    version = engine.version(server)[0]
+    out = run_with_stack_env(server, command)
+    if out.returncode != 0:
+        return [
+            Check(
+                "engine importable",
+                FAIL,
+                f"{last_line(out.stderr)}: install {engine.name} "
+                f"{version or ''} into {stack_python(server)}",
+            )
+        ]
+    error = json.loads(out.stdout.strip().splitlines()[-1])[0]
+    checks = [
+        Check("engine importable", PASS, f"{engine.name} {version}"),
+        Check(
+            "flags",
+            PASS if error is None else FAIL,
+            f"accepted by {engine.name} {version}'s own parser" if error is None else error,
+        ),
+    ]
+    if error is None:
+        checks.append(_resolution_check(engine, server, launch))
+    return checks
+
+
+def _resolution_check(engine: DoctorEngine, server: ServerSettings, launch: LaunchSpec) -> Check:
     """The engine's own resolution of the parsed command, run without serving: it must keep
     every setting the command gives."""
     name = "resolution"
-    resolved = engine.resolve(server, [launch])
+    resolved = resolve(engine, server, [launch]) if isinstance(engine, ResolvingEngine) else None
     if resolved is None:
         return Check(name, SKIP, f"engine={engine.name} has no resolution-only mode")
     (resolution,) = resolved
@@ -154,8 +201,7 @@ def _resolution_check(engine: Engine, server: ServerSettings, launch: LaunchSpec
     return Check(name, PASS, f"{engine.name}'s own code keeps the command's settings")
 
 
-def _gpu_checks(job: Job) -> list[Check]:
-    cfg, engine = job.config, job.engine
+def _gpu_checks(engine: DoctorEngine, cfg: RunConfig) -> list[Check]:
     tp = cfg.engine.tensor_parallel_size
     hardware = capture.hardware()
     gpus = int(hardware["gpu_count"])

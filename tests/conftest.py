@@ -31,7 +31,7 @@ from hydra.core.global_hydra import GlobalHydra
 from specexp import hydra_app
 from specexp.analysis.results import RunKind, Tag
 from specexp.core.tinymodels import ensure_pair
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from specexp.host.job import Job, prepare
 from specexp.host.leases import free_port
 from specexp.serving.server import die_with_parent

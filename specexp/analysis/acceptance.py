@@ -39,7 +39,7 @@ from scipy.stats import norm, t
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas import SpeculativeMethod
-from specexp.engines.base import ACCEPTED_AT_POSITION
+from specexp.engines.prometheus import ACCEPTED_AT_POSITION
 
 SCHEMA_VERSION = "1.0"  # specdec_bench's speculation_profile.json
 # |1 + sum of marginals - AL| allowed before a record is flagged (specdec_bench's own): the

@@ -40,7 +40,7 @@ from specexp.core.stats import (
     summarize,
     use_launch_level_error,
 )
-from specexp.engines.base import Engagement
+from specexp.engines.records import Engagement
 
 # Launches a run needs to calibrate its server family's launch-to-launch variance.
 CALIBRATION_MIN_LAUNCHES = 3

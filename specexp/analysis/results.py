@@ -21,7 +21,7 @@ from specexp.core.capacity import RatePoint
 from specexp.core.load_curve import CurvePoint
 from specexp.core.records import check_format
 from specexp.core.steady import SteadyState, SteadyVerdict
-from specexp.engines.base import Engagement, Setting
+from specexp.engines.records import Engagement, Setting
 
 
 class RunKind(StrEnum):

@@ -1,6 +1,8 @@
-"""Engine plugins. Adding an engine is one module here (an :class:`Engine` subclass with its
-:class:`EngineConfig` subclass) and one ``conf/engine/<name>.yaml``: modules of this package
-are discovered on first use, not listed anywhere."""
+"""Engine plugins. Adding an engine is one folder here (``specexp/engines/<name>/``: its
+settings, its engine, its stream parsing, the programs its own interpreter runs) and one
+``conf/engine/<name>.yaml``: the folders of this package are discovered on first use, not
+listed anywhere. What each consumer needs of an engine is a Protocol the consumer owns
+(base.py names them)."""
 
 from __future__ import annotations
 
@@ -15,18 +17,23 @@ from specexp.engines.base import Engine
 
 @cache
 def engines() -> dict[str, Engine[Any]]:
-    """Every engine defined in a module of this package, by name."""
+    """The engine of every folder of this package, by name."""
     found: dict[str, Engine[Any]] = {}
-    for module_info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
-        for value in vars(module).values():
-            if (
-                isinstance(value, type)
-                and issubclass(value, Engine)
-                and value is not Engine
-                and value.__module__ == module.__name__
-            ):
-                found[value.name] = value()
+    for folder in pkgutil.iter_modules(__path__):
+        if not folder.ispkg:
+            continue
+        package = importlib.import_module(f"{__name__}.{folder.name}")
+        classes = [
+            value
+            for value in vars(package).values()
+            if isinstance(value, type)
+            and issubclass(value, Engine)
+            and f"{value.__module__}.".startswith(f"{package.__name__}.")
+        ]
+        if len(classes) != 1:
+            raise TypeError(f"{package.__name__} must export one Engine class, found {classes}")
+        (engine,) = classes
+        found[engine.name] = engine()
     return dict(sorted(found.items()))
 
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional, Protocol
 
 from specexp.core.schemas import ServerSettings
-from specexp.engines.base import stack_env, stack_python
+from specexp.engines.stack import stack_env, stack_python
 from specexp.host.leases import command_output
 
 

@@ -14,11 +14,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from specexp.core.datasets import DatasetError
+from specexp.core.measurements import RunResult
 from specexp.core.schemas import (
     Arrival,
     ConfigError,
@@ -27,7 +28,7 @@ from specexp.core.schemas import (
     SpeculativeMethod,
     to_run_config,
 )
-from specexp.core.tinymodels import TinyPairSpec, pair_paths
+from specexp.core.tinymodels import ModelFormat, TinyPairSpec, pair_paths
 from specexp.core.trainedmodels import (
     ModelPackageError,
     file_identity,
@@ -36,7 +37,9 @@ from specexp.core.trainedmodels import (
     self_draft_path,
 )
 from specexp.engines import get_engine
-from specexp.engines.base import Engine, LaunchSpec, Resolution
+from specexp.engines.base import Engine
+from specexp.engines.records import LaunchSpec, Resolution, Setting
+from specexp.engines.resolution import predicted_resolution
 from specexp.host.leases import free_port
 
 # Settings that say where and how a job is tracked or planned, not what it measures.
@@ -60,6 +63,38 @@ _LATER_SETTINGS: dict[str, dict[str, Any]] = {
         "synthetic_acceptance_length": None,
     },
 }
+
+
+class LaunchingEngine(Protocol):
+    """What preparing, launching and measuring a job need of its engine (run/ launches
+    through the job): its checks of a configuration, its command, the cores and files it
+    needs, its health endpoint, and what its server ran with and counted."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def health_path(self) -> str: ...
+    # How the engine loads weights (a generated model is written so).
+    @property
+    def model_format(self) -> ModelFormat: ...
+    # Its requests can go to a chat endpoint that applies the model's template.
+    @property
+    def chat_endpoint(self) -> bool: ...
+
+    def validate(self, server: ServerSettings[Any]) -> None: ...
+    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
+    def cpu_cores(self, server: ServerSettings[Any]) -> Optional[int]: ...
+    def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None: ...
+    def local_files(self, server: ServerSettings[Any]) -> list[str]: ...
+    def effective(
+        self,
+        server: ServerSettings[Any],
+        base_url: str,
+        log_text: str,
+        runs: Sequence[RunResult],
+    ) -> dict[str, Setting]: ...
+    def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]: ...
+    def pinned_marginals(self, length: float, positions: int) -> Optional[list[float]]: ...
 
 
 @dataclass(frozen=True)
@@ -127,17 +162,7 @@ class Job:
     def predicted_resolution(self, launch: LaunchSpec) -> Optional[Resolution]:
         """What the engine's own resolution would do to ``launch``, where the stack's
         interpreter can run it here (the dry run shows it)."""
-        resolved = self.engine.resolve(self.server, [launch])
-        resolution = resolved[0] if resolved else None
-        predicted = self.engine.predicted_choices(self.server, [launch])
-        if predicted is None:
-            return resolution
-        (choices,), basis = predicted
-        return dataclasses.replace(
-            resolution or Resolution(ran=False),
-            chosen=tuple(sorted(choices.items())),
-            chosen_for=basis,
-        )
+        return predicted_resolution(self.engine, self.server, launch)
 
     def request_headers(self) -> dict[str, str]:
         """Headers every request to the server carries: the bearer token from the variable

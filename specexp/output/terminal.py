@@ -46,7 +46,7 @@ from specexp.core.schemas import (
 )
 from specexp.core.slo import run_goodput
 from specexp.core.stats import Comparison
-from specexp.engines.base import LaunchSpec, Resolution
+from specexp.engines.records import LaunchSpec, Resolution
 from specexp.host.energy import WINDOW_ERROR
 from specexp.host.job import Job
 from specexp.output.markdown import caveat_lines, hardware_line, run_warnings

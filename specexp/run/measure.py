@@ -19,7 +19,8 @@ from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import run_requests
 from specexp.core.slo import run_goodput
-from specexp.engines.base import LaunchSpec, host_cpus, server_share
+from specexp.engines.records import LaunchSpec
+from specexp.engines.stack import host_cpus, server_share
 from specexp.host import telemetry
 from specexp.host.energy import run_energy
 from specexp.host.job import Job

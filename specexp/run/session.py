@@ -15,7 +15,8 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
-from specexp.engines.base import LaunchSpec, Setting, host_cpus
+from specexp.engines.records import LaunchSpec, Setting
+from specexp.engines.stack import host_cpus
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
 from specexp.output import failure, terminal

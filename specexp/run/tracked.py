@@ -27,7 +27,7 @@ from specexp.analysis.results import (
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_env, redact_text, redact_tree
 from specexp.core.schemas import RunConfig
-from specexp.engines.base import Engagement, LaunchSpec, Setting
+from specexp.engines.records import Engagement, LaunchSpec, Setting
 from specexp.host import capture, owner
 from specexp.host.job import Job
 from specexp.host.leases import command_output

@@ -44,13 +44,9 @@ from specexp.core.schemas import (
     requests_per_stream,
 )
 from specexp.core.traces import synthesise_prompt
-from specexp.engines.base import (
-    Prompt,
-    ServerLoad,
-    StreamChunk,
-    is_local,
-    parse_prometheus,
-)
+from specexp.engines.http import is_local
+from specexp.engines.prometheus import parse_prometheus
+from specexp.engines.records import Prompt, ServerLoad, StreamChunk
 from specexp.host import interrupt
 
 T = TypeVar("T")

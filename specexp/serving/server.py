@@ -24,7 +24,8 @@ from typing import Callable, Optional, Sequence
 import psutil
 
 from specexp.core.durable import write_atomic
-from specexp.engines.base import LaunchSpec, is_local, urlopen
+from specexp.engines.http import is_local, urlopen
+from specexp.engines.records import LaunchSpec
 from specexp.host.leases import Lease
 
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)

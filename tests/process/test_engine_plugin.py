@@ -1,5 +1,5 @@
-"""Adding an engine is one module and one config: a fourth engine, added to a copy of the
-tree as exactly those two files, composes, dry-runs and lands a finished MLflow run. Its
+"""Adding an engine is one folder and one config: a fourth engine, added to a copy of the
+tree as exactly a folder of one module and a config group file, composes, dry-runs and lands a finished MLflow run. Its
 server is the fake llama.cpp-protocol server (a test double: the point is the wiring)."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ ENGINE_MODULE = textwrap.dedent('''\
     from dataclasses import dataclass
     from typing import Any
 
-    from specexp.engines.base import Engine, LaunchSpec, StreamChunk
     from specexp.core.schemas import EngineConfig, ServerSettings, WorkloadConfig
+    from specexp.engines.base import Engine
+    from specexp.engines.records import LaunchSpec, StreamChunk
 
 
     @dataclass
@@ -52,7 +53,7 @@ ENGINE_MODULE = textwrap.dedent('''\
 ENGINE_CONFIG = "# The fourth engine.\ndefaults:\n  - echo_schema\n"
 
 
-def test_a_fourth_engine_is_one_module_and_one_config(tmp_path):
+def test_a_fourth_engine_is_one_folder_and_one_config(tmp_path):
     tree = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__")
     for part in ("specexp", "conf", "hydra_plugins", "tests/__init__.py", "tests/fake_server.py"):
@@ -64,15 +65,16 @@ def test_a_fourth_engine_is_one_module_and_one_config(tmp_path):
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", "three engines"], check=True)
 
-    (tree / "specexp/engines/echo.py").write_text(ENGINE_MODULE)
+    (tree / "specexp/engines/echo").mkdir()
+    (tree / "specexp/engines/echo/__init__.py").write_text(ENGINE_MODULE)
     (tree / "conf/engine/echo.yaml").write_text(ENGINE_CONFIG)
     subprocess.run([*git, "add", "-A"], check=True)
     numstat = subprocess.run(
         [*git, "diff", "--cached", "--numstat"], capture_output=True, text=True
     ).stdout
     changes = {line.split()[2]: int(line.split()[0]) for line in numstat.splitlines()}
-    assert set(changes) == {"specexp/engines/echo.py", "conf/engine/echo.yaml"}
-    assert sum(changes.values()) == 39  # docs/design.md quotes this diff
+    assert set(changes) == {"specexp/engines/echo/__init__.py", "conf/engine/echo.yaml"}
+    assert sum(changes.values()) == 40  # docs/design.md quotes this diff
 
     env = {"PYTHONPATH": str(tree), **store_env(tmp_path)}
     dry = run_cli("engine=echo", "dry_run=true", cwd=tree, env=env, timeout=120)

@@ -8,7 +8,7 @@ import json
 import statistics
 import urllib.request
 
-from specexp.engines.base import fresh_cached_bound
+from specexp.engines.evidence import fresh_cached_bound
 from specexp.host.leases import free_port
 from specexp.serving.client import LoadClient, run_async
 from specexp.serving.server import ServerProcess

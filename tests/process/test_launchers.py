@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
 from specexp.core.schemas import ConfigError
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from specexp.host.leases import ProcessCores, gpu_ids, lease_devices
 from specexp.serving.server import ServerProcess
 from tests.conftest import (

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from specexp.host.leases import free_port
 from specexp.serving.server import ServerError, ServerProcess, live_group_members
 from tests.conftest import llamacpp_launch

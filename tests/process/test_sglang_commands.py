@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from tests.sglang_parser import (
     ENGINE,
     STACKS,

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from tests.conftest import TINY, is_sweep, run_cli, runs_in, server_pids, start_cli, sweep_parent
 from tests.sglang_parser import check_with_real_parser, composed
 

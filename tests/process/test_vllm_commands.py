@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from specexp.engines import get_engine
-from specexp.engines.base import LaunchSpec
+from specexp.engines.records import LaunchSpec
 from specexp.host.job import Job
 from tests.conftest import REPO, compose_job, run_cli
 

@@ -22,7 +22,7 @@ from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
 from specexp.core.schemas import ConfigError
 from specexp.engines import get_engine
-from specexp.engines.base import parse_prometheus
+from specexp.engines.prometheus import parse_prometheus
 from tests.conftest import compose_job
 
 READINGS = Path(__file__).parent / "readings"

@@ -12,7 +12,9 @@ import threading
 import pytest
 
 from specexp.core.schemas import ConfigError
-from specexp.engines.base import Engagement, is_local, parse_prometheus
+from specexp.engines.http import is_local
+from specexp.engines.prometheus import parse_prometheus
+from specexp.engines.records import Engagement
 from specexp.host.job import prepare
 from specexp.serving.client import LoadClient
 from tests.conftest import compose_job, compose_run

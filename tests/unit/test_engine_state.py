@@ -11,7 +11,9 @@ from pathlib import Path
 
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.engines import get_engine
-from specexp.engines.base import ServerLoad, caches_setting, parse_prometheus
+from specexp.engines.evidence import caches_setting
+from specexp.engines.prometheus import parse_prometheus
+from specexp.engines.records import ServerLoad
 from specexp.serving.client import wait_until_idle
 from tests.conftest import QUICK, compose_job
 

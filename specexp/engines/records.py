@@ -1,0 +1,131 @@
+"""The typed values engines hand their consumers: a launch, a stream's chunk, a setting as
+the server ran it, a preflight check, a resolution, a server's load."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Optional, Union
+
+from specexp.core.records import check_format
+
+__all__ = [
+    "SETTING_FORMAT",
+    "Check",
+    "CheckStatus",
+    "Engagement",
+    "LaunchSpec",
+    "Prompt",
+    "Resolution",
+    "ServerLoad",
+    "Setting",
+    "StreamChunk",
+]
+
+# A prompt as text, or as the server's token ids.
+Prompt = Union[str, list[int]]
+
+
+@dataclass
+class LaunchSpec:
+    argv: list[str]
+    env: dict[str, str]  # only the variables specexp sets; the rest is inherited
+
+    def shell_line(self) -> str:
+        """One copy-pasteable shell line: variables, then the quoted command."""
+        assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        return " ".join(assignments + [shlex.join(self.argv)])
+
+
+@dataclass
+class StreamChunk:
+    """What one server-sent event contributed to a streamed completion."""
+
+    # Output tokens so far as the server counts them (cumulative), when it says.
+    tokens_so_far: Optional[int] = None
+    # Tokens in this event, when the server gives per-event counts instead.
+    tokens_in_chunk: Optional[int] = None
+    done: bool = False
+    # The text this event carried (outputs are compared across arms by it), or the whole
+    # text so far where the server streams it so (SGLang).
+    text: str = ""
+    text_so_far: Optional[str] = None
+    # Final figures from the server: completion_tokens, why it stopped ("finish": "eos",
+    # "length" or the engine's own word) and speculative statistics.
+    final: dict[str, Any] = field(default_factory=dict)
+
+
+class Engagement(StrEnum):
+    engaged = "engaged"
+    not_engaged = "not engaged"
+    unknown = "unknown"
+
+
+SETTING_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One requested setting as the live server ran it, with the evidence."""
+
+    requested: str
+    actual: str
+    status: Engagement
+    evidence: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format_version": SETTING_FORMAT, **{k: str(v) for k, v in asdict(self).items()}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Setting:
+        check_format("effective setting", data, SETTING_FORMAT)
+        return cls(data["requested"], data["actual"], Engagement(data["status"]), data["evidence"])
+
+
+class CheckStatus(StrEnum):
+    passed = "pass"
+    failed = "fail"
+    skipped = "skip"
+    noted = "note"  # nothing wrong, something to know
+
+
+@dataclass(frozen=True)
+class Check:
+    """One preflight check: passed, failed with a fix hint, or skipped with its reason."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """What the engine's own resolution does to one launch's settings before serving."""
+
+    changed: tuple[str, ...] = ()
+    filled: tuple[str, ...] = ()
+    # Why the resolution could not be run (its interpreter's last word); None when it ran.
+    error: Optional[str] = None
+    # Settings the engine chooses by itself where the command leaves them to it (setting ->
+    # value), from its own code for the declared hardware, and what that was.
+    chosen: tuple[tuple[str, str], ...] = ()
+    chosen_for: str = ""
+    ran: bool = True  # False: only the choices were predicted
+
+
+@dataclass(frozen=True)
+class ServerLoad:
+    """What a server is working on, as its own endpoints say: requests running and waiting.
+    Read through the server's own request loop (llama.cpp answers /metrics and /slots from
+    it), so an idle reading also means the work after the last request is done."""
+
+    running: float
+    waiting: float
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and self.waiting == 0
+
+    def describe(self) -> str:
+        return f"{self.running:.0f} request(s) running, {self.waiting:.0f} waiting"
