@@ -39,6 +39,7 @@ from specexp.analysis.arms import (
 )
 from specexp.analysis.report import Caveat, caveats
 from specexp.analysis.results import Metric, RunKind, RunStatus, Tag
+from specexp.core.records import unstructure
 from specexp.core.schemas import StatsConfig, TrackingConfig
 from specexp.core.stats import Comparison
 from specexp.output import terminal
@@ -104,7 +105,7 @@ class ComparisonReport:
                 "hardware_matches": r.hardware_matches,
                 "measured_hardware": r.measured_hardware,
                 "points": {p: (a.to_json() if a else None) for p, a in r.points.items()},
-                "claims": [c.to_json() for c in r.claims],
+                "claims": unstructure(r.claims),
             }
         return document
 

@@ -26,6 +26,7 @@ from specexp.engines.records import Check, CheckStatus, LaunchSpec
 from specexp.engines.resolution import ChoosingEngine, ResolvingEngine, resolve
 from specexp.engines.stack import last_line, run_in_stack, run_with_stack_env, stack_python
 from specexp.host import capture
+from specexp.host.capture import Hardware
 from specexp.host.job import Job, prepare
 from specexp.output.terminal import console
 from specexp.sweep.plan import expand_overrides
@@ -240,7 +241,7 @@ def _gpu_checks(engine: DoctorEngine, cfg: RunConfig) -> list[Check]:
         if f in NEEDS_CAPABILITY
     ]
     for feature in wanted:
-        capability = hardware.get("gpu_compute_capability")
+        capability = hardware.get(Hardware.gpu_compute_capability)
         name = f"compute capability for {feature}"
         if not capability:
             checks.append(Check(name, SKIP, "no GPU to read the capability from"))
@@ -267,10 +268,10 @@ def _links_check(hardware: dict[str, str], declared: Optional[str]) -> Check:
     """How the GPUs a server spreads over are linked (``nvidia-smi topo -m``): the verify
     pass of a tensor split all-reduces across them every layer, so over PCIe speculation
     pays for it sooner. A declared host.gpu_interconnect that the links contradict fails."""
-    if "gpu_links" not in hardware:
+    if Hardware.gpu_links not in hardware:
         return Check("GPU links", SKIP, "nvidia-smi topo -m shows no link between GPUs here")
-    links = json.loads(hardware["gpu_links"])
-    measured = hardware["gpu_interconnect"]
+    links = json.loads(hardware[Hardware.gpu_links])
+    measured = hardware[Hardware.gpu_interconnect]
     kinds: dict[str, list[str]] = {}
     for pair, link in links.items():
         kinds.setdefault(link, []).append(pair)

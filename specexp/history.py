@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Optional
+from typing import Any, Optional
 
 from hydra import compose, initialize_config_dir
 
@@ -38,6 +38,7 @@ from specexp.analysis.history import (
     published_changes,
 )
 from specexp.compare import load_reference
+from specexp.core.records import unstructure
 from specexp.host.job import prepare
 from specexp.output import markdown, terminal
 from specexp.output.tables import Rows, pct
@@ -196,80 +197,94 @@ def main(argv: Optional[list[str]] = None) -> int:
     return run(args)
 
 
+# Each history's points and their changes, in the order found.
+Found = list[tuple[list[HistoryPoint], list[Change]]]
+
+
 def run(args: argparse.Namespace) -> int:
     """``specexp history``: the histories printed (or their JSON), and the exit status."""
-    found = []
-    # Acceptance length and goodput along each history, by its first run.
-    followed: dict[str, list[MetricChanges]] = {}
-    if args.reference:
-        points = reference_history(args.reference)
-        method = load_reference(args.reference).method
-        changes = published_changes(
-            points,
-            cv_max=float(method.published_cv_max),
-            runs=int(method.measured_runs),
-            confidence=args.confidence,
-        )
-        found.append((points, changes))
-    else:
-        store = TrackingStore(args.tracking_uri, args.experiment, create=False)
-        across = [key for key in args.across.split(",") if key]
-        runs = store.job_runs(filter_string=args.filter)
-        by_id = {run.run_id: run for run in runs}
-        for points in histories(runs, across):
-            changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
-            found.append((points, changes))
-            followed[points[0].run_id] = [
-                metric_changes(
-                    points, by_id, m, max_pvalue=args.max_pvalue, confidence=args.confidence
-                )
-                for m in FOLLOWED_METRICS
-            ]
-        if args.describe:
-            store.describe_history(history_markdown(found, args.max_pvalue, followed))
+    found, followed = _reference_histories(args) if args.reference else _store_histories(args)
     if args.json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "runs": [p.run_id for p in points],
-                        "first": points[0].name,
-                        "changes": [c.to_json() for c in changes],
-                        "metrics": [m.to_json() for m in followed.get(points[0].run_id, [])],
-                    }
-                    for points, changes in found
-                ],
-                indent=1,
-                default=str,
-            )
-        )
+        print(json.dumps(_documents(found, followed), indent=1, default=str))
     else:
-        for points, changes in found:
-            title = history_title(points, changes)
-            if changes:
-                terminal.console.print(terminal.rich_table(title, change_rows(changes)))
-            else:
-                terminal.console.print(f"{title}: no change at p < {args.max_pvalue:g}")
-            for metric in followed.get(points[0].run_id, []):
-                terminal.console.print(f"  {metric.describe(args.max_pvalue)}")
-                if metric.changes:
-                    terminal.console.print(
-                        terminal.rich_table(metric.metric, change_rows(metric.changes))
-                    )
-    if args.fail_on_regression is not None:
-        regressed = [
-            c
-            for _, changes in found
-            if (c := newest_regression(changes, args.fail_on_regression)) is not None
-        ]
-        for c in regressed:
-            terminal.console.print(
-                f"[red]regression[/] from run {c.run_id[:8]}: {pct(c.change)} "
-                f"[{pct(c.ci_low)}, {pct(c.ci_high)}], beyond -{args.fail_on_regression:.0%}"
-            )
-        if regressed:
-            return REGRESSION_EXIT
+        _print_histories(found, followed, args.max_pvalue)
+    if args.fail_on_regression is not None and _regressed(found, args.fail_on_regression):
+        return REGRESSION_EXIT
     return 0
+
+
+def _reference_histories(args: argparse.Namespace) -> tuple[Found, dict[str, list[MetricChanges]]]:
+    """A reference's published points as one history."""
+    points = reference_history(args.reference)
+    method = load_reference(args.reference).method
+    changes = published_changes(
+        points,
+        cv_max=float(method.published_cv_max),
+        runs=int(method.measured_runs),
+        confidence=args.confidence,
+    )
+    return [(points, changes)], {}
+
+
+def _store_histories(args: argparse.Namespace) -> tuple[Found, dict[str, list[MetricChanges]]]:
+    """The store's histories, with acceptance length and goodput along each (by its first
+    run); with ``--describe``, written to the experiment's description."""
+    store = TrackingStore(args.tracking_uri, args.experiment, create=False)
+    across = [key for key in args.across.split(",") if key]
+    runs = store.job_runs(filter_string=args.filter)
+    by_id = {run.run_id: run for run in runs}
+    found: Found = []
+    followed: dict[str, list[MetricChanges]] = {}
+    for points in histories(runs, across):
+        changes = find_changes(points, max_pvalue=args.max_pvalue, confidence=args.confidence)
+        found.append((points, changes))
+        followed[points[0].run_id] = [
+            metric_changes(points, by_id, m, max_pvalue=args.max_pvalue, confidence=args.confidence)
+            for m in FOLLOWED_METRICS
+        ]
+    if args.describe:
+        store.describe_history(history_markdown(found, args.max_pvalue, followed))
+    return found, followed
+
+
+def _documents(found: Found, followed: dict[str, list[MetricChanges]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "runs": [p.run_id for p in points],
+            "first": points[0].name,
+            "changes": unstructure(changes),
+            "metrics": unstructure(followed.get(points[0].run_id, [])),
+        }
+        for points, changes in found
+    ]
+
+
+def _print_histories(
+    found: Found, followed: dict[str, list[MetricChanges]], max_pvalue: float
+) -> None:
+    for points, changes in found:
+        title = history_title(points, changes)
+        if changes:
+            terminal.console.print(terminal.rich_table(title, change_rows(changes)))
+        else:
+            terminal.console.print(f"{title}: no change at p < {max_pvalue:g}")
+        for metric in followed.get(points[0].run_id, []):
+            terminal.console.print(f"  {metric.describe(max_pvalue)}")
+            if metric.changes:
+                terminal.console.print(
+                    terminal.rich_table(metric.metric, change_rows(metric.changes))
+                )
+
+
+def _regressed(found: Found, limit: float) -> bool:
+    """Whether a history's newest change is a regression beyond ``limit``, each one said."""
+    regressed = [c for _, changes in found if (c := newest_regression(changes, limit)) is not None]
+    for c in regressed:
+        terminal.console.print(
+            f"[red]regression[/] from run {c.run_id[:8]}: {pct(c.change)} "
+            f"[{pct(c.ci_low)}, {pct(c.ci_high)}], beyond -{limit:.0%}"
+        )
+    return bool(regressed)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
@@ -455,6 +455,8 @@ class Efficiency:
     three losses that multiply back to the measured speed-up - acceptance, (gamma + 1) / tau;
     draft cost, gamma c + 1; and the rest, bound / measured - and ``limit`` names the largest."""
 
+    DERIVED = ("limit",)
+
     baseline: str
     candidate: str
     candidate_run_id: str
@@ -510,13 +512,6 @@ class Efficiency:
             "bound_share_ci_low_pct": 100 * self.low,
             "bound_share_ci_high_pct": 100 * self.high,
         }
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "limit": str(self.limit)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Efficiency:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 def log_mean_se(values: Sequence[float]) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Mapping, Optional, Sequence
 
@@ -18,12 +18,14 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
+from specexp.core.schemas import JobOrder
 from specexp.core.sequential import SequentialRecord, StopReason
 from specexp.core.stats import (
     MACHINE_SERIES,
     MACHINE_STEP_MIN,
     Comparison,
+    Confounder,
     NoteKind,
     RepetitionPlan,
     Summary,
@@ -87,8 +89,11 @@ class Selector:
 
 
 @dataclass(frozen=True)
-class Arm:
+class Arm(Record):
     """One configuration's independent values, from one job run."""
+
+    HISTORY = History("arm", (Version(1, "the arm: its run, label, factors and summary"),))
+    DERIVED = ("run_id", "values", "unit")
 
     run: JobRun
     label: str
@@ -110,31 +115,6 @@ class Arm:
     def others(self, factor: str) -> tuple[tuple[str, str], ...]:
         """The arm's factors without ``factor``: what a partner arm must share."""
         return tuple(sorted((k, v) for k, v in self.factors.items() if k != factor))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": ARM_FORMAT,
-            "run_id": self.run_id,
-            "label": self.label,
-            "factors": dict(self.factors),
-            "values": list(self.values),
-            "unit": str(self.unit),
-            "summary": asdict(self.summary),
-            "run": self.run.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Arm:
-        check_format("arm", data, ARM_FORMAT)
-        return cls(
-            JobRun.from_json(data["run"]),
-            data["label"],
-            data["factors"],
-            Summary(**data["summary"]),
-        )
-
-
-ARM_FORMAT = 1
 
 
 def ci_label(arms: Sequence[Arm]) -> str:
@@ -240,7 +220,7 @@ def time_drift(pairs: Sequence[tuple[JobRun, JobRun]], comparisons: Sequence[Com
         c.drift = fit_time_drift(base.values, base.times, arm.values, arm.times)
         _autocorrelation(base, arm, c)
         c.step = _step(base, arm, _alpha_of(c), c.drift)
-        blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == "blocked"]
+        blocked = [r.name for r in (base, arm) if r.tags.get(Tag.order) == JobOrder.blocked]
         if blocked:
             c.note(
                 NoteKind.blocked_order,
@@ -296,29 +276,18 @@ def _step(
     trend, where it is fitted: a slope is no step); fitted where it can be told from the
     arms."""
     logs, is_candidate, times, order = _timeline(base, arm)
-    series: list[tuple[str, np.ndarray]] = []
-    for name in MACHINE_SERIES:
-        if name in base.machine and name in arm.machine:
-            series.append((name, np.asarray([*base.machine[name], *arm.machine[name]])[order]))
-    fitted = np.zeros_like(logs)
-    for arm_flag in (0.0, 1.0):
-        mine = is_candidate == arm_flag
-        fitted[mine] = logs[mine].mean()
-        if trend is not None:
-            fitted[mine] += trend.slope_per_min * (times[mine] - times[mine].mean()) / 60
-    series.append(("tok/s", logs - fitted))
+    series = [
+        (name, np.asarray([*base.machine[name], *arm.machine[name]])[order])
+        for name in MACHINE_SERIES
+        if name in base.machine and name in arm.machine
+    ]
+    series.append(("tok/s", logs - _levels(logs, is_candidate, times, trend)))
     for name, values in series:
         found = find_step(values.tolist(), alpha)
         if found is None:
             continue
         at, p = found
-        before, after = values[:at].mean(), values[at:].mean()
-        if name == "cpu_other_cores":
-            size = float(after - before)
-        elif name == "tok/s":
-            size = math.expm1(after - before)
-        else:
-            size = float(after / before - 1) if before else math.inf
+        size = _step_size(name, values[:at].mean(), values[at:].mean())
         if name in MACHINE_STEP_MIN and abs(size) < MACHINE_STEP_MIN[name]:
             continue
         fit = fit_with_step(logs, is_candidate, (np.arange(logs.size) >= at).astype(float))
@@ -327,6 +296,29 @@ def _step(
             step = dataclasses.replace(step, log_diff=fit[0], se=fit[1], df=fit[2])
         return step
     return None
+
+
+def _levels(
+    logs: np.ndarray, is_candidate: np.ndarray, times: np.ndarray, trend: Optional[TimeDrift]
+) -> np.ndarray:
+    """Each arm's level on the timeline, with the drift's trend where it is fitted."""
+    fitted = np.zeros_like(logs)
+    for arm_flag in (0.0, 1.0):
+        mine = is_candidate == arm_flag
+        fitted[mine] = logs[mine].mean()
+        if trend is not None:
+            fitted[mine] += trend.slope_per_min * (times[mine] - times[mine].mean()) / 60
+    return fitted
+
+
+def _step_size(name: str, before: float, after: float) -> float:
+    """How large a step in series ``name`` is: in busy cores, a share of throughput (its
+    logs), or a share of the level before."""
+    if name == "cpu_other_cores":
+        return float(after - before)
+    if name == "tok/s":
+        return math.expm1(after - before)
+    return float(after / before - 1) if before else math.inf
 
 
 def drift(base: Arm, arm: Arm, factor: Optional[str]) -> list[str]:
@@ -386,58 +378,65 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
     """Each server family's launch-to-launch variance, pooled over its finished runs with 3
     or more launches (weighted by their degrees of freedom) measured within
     CALIBRATION_MAX_AGE_H of its newest: an old calibration does not ride on a new one."""
-    usable: dict[tuple[str, ...], list[tuple[JobRun, float]]] = {}
+    usable: dict[tuple[str, ...], list[JobRun]] = {}
     for run in runs:
-        if (
-            run.status != RunStatus.finished
-            or run.unit != Unit.launch
-            or len(run.values) < CALIBRATION_MIN_LAUNCHES
-        ):
-            continue
-        if not {Metric.var_within_launch, Metric.tok_per_s_mean, Metric.measured_runs} <= set(
-            run.metrics
-        ):
-            continue
-        usable.setdefault(family_key(run), []).append((run, max(run.times, default=-math.inf)))
-    pooled: dict[tuple[str, ...], list[tuple[float, float, float, float, str]]] = {}
-    latest: dict[tuple[str, ...], float] = {}
-    stacks: dict[tuple[str, ...], dict[str, str]] = {}
-    for key, family in usable.items():
-        newest = max(measured for _, measured in family)
-        for run, measured in family:
-            if newest - measured > CALIBRATION_MAX_AGE_H * 3600:
-                continue
-            metrics = run.metrics
-            launch_var = float(np.var(np.log(run.values), ddof=1))
-            within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
-            per_launch = metrics[Metric.measured_runs] / len(run.values)
-            entry = (launch_var, within, per_launch, len(run.values) - 1.0, run.run_id)
-            pooled.setdefault(key, []).append(entry)
-            latest[key] = newest
-            for name, value in run.captured().items():  # stack keys the runs disagree on drop
-                if (
-                    name.startswith(STACK)
-                    and stacks.setdefault(key, {}).setdefault(name, value) != value
-                ):
-                    stacks[key][name] = "(differs between calibration runs)"
+        if _calibrates(run):
+            usable.setdefault(family_key(run), []).append(run)
     known = {}
-    for key, entries in pooled.items():
-        df = sum(e[3] for e in entries)
-
-        def weighted(i: int, entries: list = entries, df: float = df) -> float:
-            return sum(e[i] * e[3] for e in entries) / df
-
-        known[key] = Calibration(
-            weighted(0),
-            weighted(1),
-            weighted(2),
-            df,
-            tuple(e[4] for e in entries),
-            within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
-            measured_unix=latest[key] if math.isfinite(latest[key]) else math.nan,
-            stack=stacks.get(key, {}),
-        )
+    for key, family in usable.items():
+        newest = max(_last_measured(run) for run in family)
+        # Not "<=": runs without times (-inf) are all as new as each other.
+        recent = [
+            run for run in family if not newest - _last_measured(run) > CALIBRATION_MAX_AGE_H * 3600
+        ]
+        known[key] = _pooled(recent, newest)
     return known
+
+
+def _calibrates(run: JobRun) -> bool:
+    """A finished run of 3 or more launches with the figures a calibration pools."""
+    return (
+        run.status == RunStatus.finished
+        and run.unit == Unit.launch
+        and len(run.values) >= CALIBRATION_MIN_LAUNCHES
+        and {Metric.var_within_launch, Metric.tok_per_s_mean, Metric.measured_runs}
+        <= set(run.metrics)
+    )
+
+
+def _last_measured(run: JobRun) -> float:
+    return max(run.times, default=-math.inf)
+
+
+def _pooled(runs: Sequence[JobRun], newest: float) -> Calibration:
+    """One family's runs pooled, weighted by their degrees of freedom; the stack they share
+    (a stack key they disagree on says so)."""
+    entries = []
+    stack: dict[str, str] = {}
+    for run in runs:
+        metrics = run.metrics
+        launch_var = float(np.var(np.log(run.values), ddof=1))
+        within = metrics[Metric.var_within_launch] / metrics[Metric.tok_per_s_mean] ** 2
+        per_launch = metrics[Metric.measured_runs] / len(run.values)
+        entries.append((launch_var, within, per_launch, len(run.values) - 1.0))
+        for name, value in run.captured().items():
+            if name.startswith(STACK) and stack.setdefault(name, value) != value:
+                stack[name] = "(differs between calibration runs)"
+    df = sum(e[3] for e in entries)
+
+    def weighted(i: int) -> float:
+        return sum(e[i] * e[3] for e in entries) / df
+
+    return Calibration(
+        weighted(0),
+        weighted(1),
+        weighted(2),
+        df,
+        tuple(run.run_id for run in runs),
+        within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
+        measured_unix=newest if math.isfinite(newest) else math.nan,
+        stack=stack,
+    )
 
 
 def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> Optional[str]:
@@ -683,7 +682,7 @@ def use_sequence(c: Comparison, record: SequentialRecord) -> None:
     c.confounded = bool(
         c.step and not c.step.separable and c.verdict in (Verdict.faster, Verdict.slower)
     )
-    c.confounded_by = "a step"
+    c.confounded_by = Confounder.step
     # What a fixed design would need no longer applies: the sequence planned its own.
     c.mde = c.runs_needed = c.plan = None
     replaced = {
@@ -745,17 +744,63 @@ class ClaimCheck:
     # launches, kept apart; the status is then inconclusive.
     within_launch: Optional[ClaimStatus] = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "text": self.text,
-            "published_ratio": self.published_ratio,
-            "status": self.status,
-            "within_launch": self.within_launch,
-            "agreement_low": self.agreement_low,
-            "agreement_high": self.agreement_high,
-            "comparison": self.comparison.to_json() if self.comparison else None,
-        }
+
+def _stand_in_scope(claim: Any, by_point: Mapping[str, Optional[Arm]]) -> str:
+    """What a claim's runs on other hardware than the reference's can say of it."""
+    missing = [p for p in (claim.baseline, claim.candidate) if by_point.get(p) is None]
+    if missing:
+        return f"not measured: no run stands in for {' or '.join(missing)}"
+    if by_point[claim.baseline] is by_point[claim.candidate]:
+        return "not measured: one run stands for both points (nothing here differs as they do)"
+    return (
+        "a stand-in, judged by direction only (is the same kind of change faster or "
+        "slower here); how large it is on the reference hardware cannot be told here"
+    )
+
+
+def _judge(
+    check: ClaimCheck,
+    c: Comparison,
+    published: tuple[float, float],
+    family: int,
+    confidence: float,
+    same_hardware: bool,
+) -> None:
+    """A measured claim's agreement with the published ratio (both noises, Bonferroni over
+    the ``family``) and its status; one launch per arm holds the status for those launches."""
+    se_published, df_published = published
+    se = math.sqrt(c.se**2 + se_published**2)
+    df = se**4 / (c.se**4 / c.df + se_published**4 / df_published)
+    half = float(scipy_stats.t.ppf(1 - round(1 - confidence, 12) / (2 * family), df)) * se
+    gap = c.log_diff - math.log(check.published_ratio)
+    agreement = math.exp(gap - half), math.exp(gap + half)
+    check.agreement_low, check.agreement_high = agreement
+    finding = c.within_launch if c.launches_only else c.finding
+    status = _claim_status(check.published_ratio, agreement, finding, same_hardware)
+    if c.launches_only:
+        check.within_launch, check.status = status, ClaimStatus.inconclusive
+    else:
+        check.status = status
+
+
+def _claim_status(
+    published_ratio: float,
+    agreement: tuple[float, float],
+    finding: Optional[Verdict],
+    same_hardware: bool,
+) -> ClaimStatus:
+    """On the reference's hardware, contradicted by a ratio that disagrees beyond the noise
+    (``agreement``: measured / published); on other hardware, by a verdict the other way;
+    reproduced by one the published way."""
+    published_way = Verdict.faster if published_ratio > 1 else Verdict.slower
+    other_way = Verdict.slower if published_ratio > 1 else Verdict.faster
+    if same_hardware and (agreement[0] > 1 or agreement[1] < 1):
+        return ClaimStatus.contradicted
+    if not same_hardware and finding == other_way:
+        return ClaimStatus.contradicted
+    if finding == published_way:
+        return ClaimStatus.reproduced
+    return ClaimStatus.inconclusive
 
 
 def published_noise(reference: Any) -> tuple[float, float]:
@@ -797,21 +842,11 @@ def reproduce(
         )
         base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
         comparison = None
-        text = claim.text
-        if not same_hardware:
-            missing = [p for p in (claim.baseline, claim.candidate) if by_point.get(p) is None]
-            if missing:
-                scope = f"not measured: no run stands in for {' or '.join(missing)}"
-            elif base is cand:
-                scope = (
-                    "not measured: one run stands for both points (nothing here differs as they do)"
-                )
-            else:
-                scope = (
-                    "a stand-in, judged by direction only (is the same kind of change faster or "
-                    "slower here); how large it is on the reference hardware cannot be told here"
-                )
-            text = f"{claim.text}; on this hardware: {scope}"
+        text = (
+            claim.text
+            if same_hardware
+            else f"{claim.text}; on this hardware: " + (_stand_in_scope(claim, by_point))
+        )
         if base and cand and base is not cand:
             comparison = compare(
                 base.values,
@@ -832,27 +867,7 @@ def reproduce(
     se_published, df_published = published_noise(reference)
     family = sum(c.testable for c in comparisons)
     for check in checks:
-        c = check.comparison
-        if c is None or not c.testable:
-            continue
-        se = math.sqrt(c.se**2 + se_published**2)
-        df = se**4 / (c.se**4 / c.df + se_published**4 / df_published)
-        half = float(scipy_stats.t.ppf(1 - round(1 - confidence, 12) / (2 * family), df)) * se
-        gap = c.log_diff - math.log(check.published_ratio)
-        check.agreement_low, check.agreement_high = math.exp(gap - half), math.exp(gap + half)
-        finding = c.within_launch if c.launches_only else c.finding
-        published_way = Verdict.faster if check.published_ratio > 1 else Verdict.slower
-        other_way = Verdict.slower if check.published_ratio > 1 else Verdict.faster
-        if same_hardware and (check.agreement_low > 1 or check.agreement_high < 1):
-            status = ClaimStatus.contradicted
-        elif not same_hardware and finding == other_way:
-            status = ClaimStatus.contradicted
-        elif finding == published_way:
-            status = ClaimStatus.reproduced
-        else:
-            status = ClaimStatus.inconclusive
-        if c.launches_only:
-            check.within_launch, check.status = status, ClaimStatus.inconclusive
-        else:
-            check.status = status
+        if check.comparison is not None and check.comparison.testable:
+            published = (se_published, df_published)
+            _judge(check, check.comparison, published, family, confidence, same_hardware)
     return by_point, checks

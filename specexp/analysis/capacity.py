@@ -6,9 +6,9 @@ arms' job runs, which carry what the search estimated (``Metric.capacity_*``).""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.results import Metric, capacity_points, rate_curve
@@ -22,9 +22,7 @@ from specexp.core.load_curve import (
     knee,
     model_ratio,
 )
-from specexp.core.records import check_format
-
-CAPACITY_FORMAT = 1
+from specexp.core.records import History, Record, Version
 
 
 class CapacityVerdict(StrEnum):
@@ -69,26 +67,6 @@ class ArmCapacity:
             fit_latency_model(curve),
         )
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ArmCapacity:
-        return cls(
-            **{
-                **data,
-                "points": tuple(tuple(p) for p in data.get("points", ())),
-                "curve": tuple(CurvePoint(**p) for p in data.get("curve", ())),
-                "knee": Knee(**data["knee"]) if data.get("knee") else None,
-                "latency_model": LatencyModel(
-                    **{
-                        **data["latency_model"],
-                        "c1_ci": tuple(data["latency_model"]["c1_ci"]),
-                        "c2_ci": tuple(data["latency_model"]["c2_ci"]),
-                    }
-                )
-                if data.get("latency_model")
-                else None,
-            }
-        )
-
     def rate_points(self) -> list[RatePoint]:
         return [RatePoint(rate, requests, good) for rate, requests, good in self.points]
 
@@ -99,9 +77,21 @@ class ArmCapacity:
 
 
 @dataclass(frozen=True)
-class CapacityComparison:
+class CapacityComparison(Record):
     """A candidate's capacity against its baseline's: the ratio and its interval (None where
     unbounded), from both searches' runs on independent servers."""
+
+    HISTORY = History(
+        "capacity comparison",
+        (
+            Version(
+                1,
+                "the capacity ratio and its interval; the latency models' ratio (model) and "
+                "each arm's curve, knee and latency_model came later within format 1",
+                ("model",),
+            ),
+        ),
+    )
 
     baseline: ArmCapacity
     candidate: ArmCapacity
@@ -112,23 +102,6 @@ class CapacityComparison:
     verdict: CapacityVerdict
     # The capacity ratio both arms' latency models predict, checked against this one.
     model: Optional[ModelRatio] = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format_version": CAPACITY_FORMAT, **asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> CapacityComparison:
-        check_format("capacity comparison", data, CAPACITY_FORMAT)
-        return cls(
-            ArmCapacity.from_json(data["baseline"]),
-            ArmCapacity.from_json(data["candidate"]),
-            data["confidence"],
-            data["ratio"],
-            data["ci_low"],
-            data["ci_high"],
-            CapacityVerdict(data["verdict"]),
-            ModelRatio(**data["model"]) if data.get("model") else None,
-        )
 
 
 def has_capacity(arm: Arm) -> bool:

@@ -23,11 +23,11 @@ is of these launches only, which the statement says, and no engine setting is re
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 from types import MappingProxyType
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from specexp.analysis.arms import (
     why_not_applicable,
 )
 from specexp.analysis.results import JobRun, Metric, Unit
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import (
     UNSTEADY,
@@ -53,6 +53,7 @@ from specexp.core.stats import (
     notes_for,
 )
 from specexp.engines import engines
+from specexp.engines.records import SwitchOff
 
 DRAWS = 4000
 
@@ -63,9 +64,6 @@ LAUNCHES_ONLY = (
     "the sweep with stats.launches=3 (launches interleaved at every level), or after "
     "calibrating the server family (a run with stats.launches=3 or more)"
 )
-
-
-CROSSOVER_FORMAT = 2
 
 
 class Scale(StrEnum):
@@ -79,8 +77,67 @@ class Scale(StrEnum):
         return 1.0 if self == Scale.ratio else 0.0
 
 
+@dataclass(frozen=True)
+class Recommendation:
+    """The switch-off a crossover recommends: from ``threshold`` concurrent requests on (None:
+    none, ``note`` says why), what it was read off, and each engine's own setting for it."""
+
+    threshold: Optional[int] = None
+    note: str = ""
+    basis: str = ""
+    settings: dict[str, SwitchOff] = field(default_factory=dict)
+
+
+def _recommendation_typed(record: dict[str, Any]) -> dict[str, Any]:
+    """A format 2 crossover with its recommendation's engine settings under ``settings``,
+    the files each names (SGLang's adaptive.json) under ``files``."""
+    plain, setting = ("threshold", "note", "basis"), ("note", "speculative_config", "flags")
+    advice = record.get("recommendation", {})
+    typed = {k: v for k, v in advice.items() if k in plain}
+    typed["settings"] = {
+        engine: {
+            **{k: v for k, v in switch.items() if k in setting},
+            "files": {k: v for k, v in switch.items() if k not in setting},
+        }
+        for engine, switch in advice.items()
+        if engine not in plain
+    }
+    return {**record, "recommendation": typed}
+
+
+def _effect_named(record: dict[str, Any]) -> dict[str, Any]:
+    """A format 1 crossover (a ratio only) with its ratio named the effect."""
+    renamed = {"ratio": "effect", "lowest_ratio_ci": "lowest_effect_ci"}
+    return {renamed.get(k, k): v for k, v in record.items()}
+
+
 @dataclass
-class Crossover:
+class Crossover(Record):
+    HISTORY = History(
+        "crossover",
+        (
+            Version(
+                1,
+                "the crossover of the throughput ratio; launches_only came later within format 1",
+                ("launches_only",),
+            ),
+            Version(
+                2,
+                "any metric on a ratio or difference scale (goodput): ratio renamed effect, "
+                "lowest_ratio_ci lowest_effect_ci, with metric, scale and collapsed; "
+                "launch_variance_from came later within format 2",
+                ("metric", "scale", "collapsed", "launch_variance_from"),
+                upgrade=_effect_named,
+            ),
+            Version(
+                3,
+                "the recommendation typed: threshold, note, basis, and each engine's setting "
+                "under settings (beside them before), the files it names under files",
+                upgrade=_recommendation_typed,
+            ),
+        ),
+    )
+
     candidate: str
     baseline: str
     levels: list[int]
@@ -95,7 +152,7 @@ class Crossover:
     # Levels whose values cannot carry a crossover claim, with the reasons.
     unreliable: dict[int, list[str]] = field(default_factory=dict)
     statement: str = ""
-    recommendation: dict = field(default_factory=dict)
+    recommendation: Recommendation = field(default_factory=Recommendation)
     # Each level measured on one launch per arm, on servers of their own: the interval is of
     # those launches (their runs), without the launch-to-launch variance.
     launches_only: bool = False
@@ -119,24 +176,6 @@ class Crossover:
     def describe_effect(self, value: float) -> str:
         """One level's effect in words: x1.234, or +12.3 (the metric's units)."""
         return f"x{value:.3f}" if self.scale == Scale.ratio else f"{value:+.1f}"
-
-    def to_json(self) -> dict:
-        return {"format_version": CROSSOVER_FORMAT, **asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: dict) -> Crossover:
-        """A crossover as :meth:`to_json` wrote it and JSON carried it (levels as string
-        keys, the interval as a list)."""
-        check_format("crossover", data, CROSSOVER_FORMAT)
-        lowest = data.get("lowest_effect_ci")
-        return cls(
-            **{
-                **{k: v for k, v in data.items() if k != "format_version"},
-                "lowest_effect_ci": tuple(lowest) if lowest is not None else None,
-                "unreliable": {int(k): list(v) for k, v in data.get("unreliable", {}).items()},
-                "scale": Scale(data["scale"]),
-            }
-        )
 
 
 def _crossings(levels: Sequence[int], gain: np.ndarray) -> np.ndarray:
@@ -329,58 +368,56 @@ def _statement(result: Crossover, confidence: float) -> str:
     return f"UNRELIABLE: no crossover claim on noisy levels - {noisy}. As measured: {finding}"
 
 
-def recommend(crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024) -> dict:
+def recommend(
+    crossover: Crossover, speculative: SpeculativeConfig, max_batch: int = 1024
+) -> Recommendation:
     """The switch-off threshold as each engine's own dynamic-speculation setting, where the
     interval carries launch-to-launch variance and places the crossover in range; none on
     one launch per arm and level, on noisy levels, where the lowest level's interval shows
     neither a gain nor a loss, or where the interval reaches beyond the highest level."""
     if crossover.launches_only:
-        return {"threshold": None, "note": f"no switch-off recommended: {LAUNCHES_ONLY}"}
+        return Recommendation(note=f"no switch-off recommended: {LAUNCHES_ONLY}")
     if not crossover.reliable:
-        return {
-            "threshold": None,
-            "note": "no switch-off recommended: the crossover is unreliable on levels "
+        return Recommendation(
+            note="no switch-off recommended: the crossover is unreliable on levels "
             + ", ".join(map(str, crossover.unreliable))
-            + " (re-measure them)",
-        }
+            + " (re-measure them)"
+        )
     if crossover.estimate is None:
-        return {
-            "threshold": None,
-            "note": "speculation paid at every level measured: keep it on in this range",
-        }
+        return Recommendation(
+            note="speculation paid at every level measured: keep it on in this range"
+        )
     lowest = crossover.lowest_effect_ci
     if lowest is not None and lowest[0] <= 1 and not crossover.never_pays:
         # Not shown to pay where it should pay most: a threshold would be read off noise.
-        return {
-            "threshold": None,
-            "note": f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
-            f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})",
-        }
+        return Recommendation(
+            note=f"no switch-off recommended: at concurrency {crossover.levels[0]} speculation "
+            f"is shown neither to pay nor to cost (ratio CI {lowest[0]:.3f}..{lowest[1]:.3f})"
+        )
     if crossover.ci_high is None and not crossover.never_pays:
         # A flat small gain crosses 0 somewhere by noise alone; a switch-off needs the
         # interval to place the crossing inside the levels measured.
-        return {
-            "threshold": None,
-            "note": "no switch-off recommended: the crossover's interval reaches beyond "
+        return Recommendation(
+            note="no switch-off recommended: the crossover's interval reaches beyond "
             f"concurrency {crossover.levels[-1]}, the highest level measured, so speculation "
-            "is not shown to stop paying in range (measure higher levels, or more launches)",
-        }
+            "is not shown to stop paying in range (measure higher levels, or more launches)"
+        )
     # The interval's lower end: speculation is switched off wherever it may not pay.
     conservative = crossover.ci_low if crossover.ci_low is not None else crossover.estimate
     threshold = max(1, math.ceil(conservative))
-    return {
-        "threshold": threshold,
-        "basis": (
+    return Recommendation(
+        threshold=threshold,
+        basis=(
             f"the lower end of the crossover's interval ({crossover.ci_low:.1f}; estimate "
             f"{crossover.estimate:.1f}), so that speculation is off wherever it may not pay"
             if crossover.ci_low is not None
             else f"the estimate ({crossover.estimate:.1f}); it has no interval"
         ),
-        **{
+        settings={
             name: engine.switch_off(threshold, speculative, max_batch)
             for name, engine in engines().items()
         },
-    }
+    )
 
 
 def family(arm: Arm, factor: str) -> str:
@@ -522,10 +559,16 @@ def level_warnings(arm: Arm, name: str, cv_warn: float, spread: bool = True) -> 
 
 
 @dataclass
-class SwitchOffCheck:
+class SwitchOffCheck(Record):
     """Dynamic speculation checked level by level: the arm that stops drafting from
     ``threshold`` requests per batch against the faster of the two fixed arms it should
     follow (speculation always on, or off), over the levels all three were measured at."""
+
+    HISTORY = History(
+        "switch-off check",
+        (Version(1, "the adaptive arm against the faster fixed arm, level by level"),),
+    )
+    DERIVED = ("outcomes",)
 
     adaptive: str
     static: str
@@ -546,24 +589,7 @@ class SwitchOffCheck:
             for c in self.comparisons
         ]
 
-    def to_json(self) -> dict:
-        return {
-            "format_version": SWITCH_OFF_FORMAT,
-            **{k: v for k, v in asdict(self).items() if k != "comparisons"},
-            "outcomes": self.outcomes,
-            "comparisons": [c.to_json() for c in self.comparisons],
-        }
 
-    @classmethod
-    def from_json(cls, data: dict) -> SwitchOffCheck:
-        check_format("switch-off check", data, SWITCH_OFF_FORMAT)
-        fields = {k: v for k, v in data.items() if k not in ("format_version", "outcomes")}
-        return cls(
-            **{**fields, "comparisons": [Comparison.from_json(c) for c in data["comparisons"]]}
-        )
-
-
-SWITCH_OFF_FORMAT = 1
 ONE_LAUNCH_EACH = "inconclusive: one launch each"
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from specexp.analysis import crossover
 from specexp.analysis.arms import (
@@ -31,12 +31,11 @@ from specexp.analysis.arms import (
 from specexp.analysis.capacity import has_capacity
 from specexp.analysis.crossover import Crossover
 from specexp.analysis.results import JobRun, Metric, Tag
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.schemas import StatsConfig
 from specexp.core.stats import Comparison, Verdict, summarize
 from specexp.host.energy import WINDOW_ERROR, EnergySource
 
-ENERGY_FORMAT = 1
 # What the energy crossover is found on (higher is better, as tok/s).
 TOKENS_PER_JOULE = "tokens per joule"
 # A comparison's verdict on joules per token, in energy's words.
@@ -65,8 +64,12 @@ class CrossoverAgreement:
 
 
 @dataclass
-class EnergyReport:
+class EnergyReport(Record):
     """What a sweep's runs say of energy per output token."""
+
+    HISTORY = History(
+        "energy report", (Version(1, "energy per token: arms, comparisons, crossovers"),)
+    )
 
     # Per job run (its name): where its energy came from, or "not measured".
     sources: dict[str, str]
@@ -93,31 +96,6 @@ class EnergyReport:
             )
         sources = sorted(set(self.sources.values()) - {EnergySource.none})
         return f"energy per output token from the {' and the '.join(sources)}; {self.resolution}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": ENERGY_FORMAT,
-            "sources": self.sources,
-            "arms": [a.to_json() for a in self.arms],
-            "comparisons": [c.to_json() for c in self.comparisons],
-            "crossovers": [c.to_json() for c in self.crossovers],
-            "agreements": [dataclasses.asdict(a) for a in self.agreements],
-            "resolution": self.resolution,
-            "notes": self.notes,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EnergyReport:
-        check_format("energy report", data, ENERGY_FORMAT)
-        return cls(
-            sources=dict(data["sources"]),
-            arms=[Arm.from_json(a) for a in data["arms"]],
-            comparisons=[Comparison.from_json(c) for c in data["comparisons"]],
-            crossovers=[Crossover.from_json(c) for c in data["crossovers"]],
-            agreements=[CrossoverAgreement(**a) for a in data["agreements"]],
-            resolution=data["resolution"],
-            notes=list(data["notes"]),
-        )
 
 
 def resolution(runs: Sequence[JobRun]) -> str:

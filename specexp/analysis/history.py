@@ -20,10 +20,10 @@ without how it was tracked, on one hardware class.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -137,9 +137,6 @@ class Change:
     @property
     def regression(self) -> bool:
         return self.ci_high < 0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _interval(before: np.ndarray, after: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -374,6 +371,8 @@ MIN_POINTS = 4
 class MetricChanges:
     """The change points of one more metric of a history, over the runs that carry it."""
 
+    DERIVED = ("too_little_data",)
+
     metric: str
     points: int
     changes: list[Change]
@@ -391,14 +390,6 @@ class MetricChanges:
         if not self.changes:
             return f"{self.metric}: no change at p < {max_pvalue:g} over {self.points} runs"
         return f"{self.metric}: {len(self.changes)} change(s) over {self.points} runs"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "metric": self.metric,
-            "points": self.points,
-            "too_little_data": self.too_little_data,
-            "changes": [c.to_json() for c in self.changes],
-        }
 
 
 def metric_changes(

@@ -4,16 +4,14 @@ by output (greedy speculation must be lossless). Pure: values in, values out."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.stats import Comparison, compare
 
-PROMPTS_FORMAT = 1
 # Divergences a comparison lists (the share covers them all).
 _SHOWN_DIVERGENCES = 3
 _SNIPPET = 40
@@ -56,8 +54,10 @@ class CategoryOutcome:
 
 
 @dataclass(frozen=True)
-class JobPrompts:
+class JobPrompts(Record):
     """A job's prompt-set outcomes: the artifact ``prompts.json`` of its run."""
+
+    HISTORY = History("prompt outcomes", (Version(1, "each prompt's outcome"),))
 
     greedy: bool
     outcomes: tuple[PromptOutcome, ...]
@@ -78,19 +78,6 @@ class JobPrompts:
                 )
             )
         return found
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format_version": PROMPTS_FORMAT, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JobPrompts:
-        check_format("prompt outcomes", data, PROMPTS_FORMAT)
-        return cls(
-            greedy=data["greedy"],
-            outcomes=tuple(
-                PromptOutcome(**{**o, "tok_per_s": tuple(o["tok_per_s"])}) for o in data["outcomes"]
-            ),
-        )
 
 
 def job_prompts(measured: Sequence[RunResult], greedy: bool) -> Optional[JobPrompts]:
@@ -159,30 +146,6 @@ class PromptComparison:
     @property
     def identical_share(self) -> Optional[float]:
         return self.identical / self.compared if self.compared else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
-            "rows": [
-                {**dataclasses.asdict(r), "comparison": r.comparison.to_json()} for r in self.rows
-            ],
-            "divergences": [dataclasses.asdict(d) for d in self.divergences],
-            "notes": [dataclasses.asdict(n) for n in self.notes],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> PromptComparison:
-        return cls(
-            **{
-                **data,
-                "rows": [
-                    CategoryRow(**{**r, "comparison": Comparison.from_json(r["comparison"])})
-                    for r in data["rows"]
-                ],
-                "divergences": [Divergence(**d) for d in data["divergences"]],
-                "notes": [Note.from_json(n) for n in data["notes"]],
-            }
-        )
 
 
 def compare_prompts(

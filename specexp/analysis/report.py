@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from omegaconf import OmegaConf
-
 from specexp.analysis import acceptance, crossover
 from specexp.analysis.acceptance import Efficiency
 from specexp.analysis.arms import (
@@ -38,12 +36,10 @@ from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_promp
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.core.notes import Note, NoteKind
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod, StatsConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
-
-REPORT_FORMAT = 5
 
 
 @dataclass(frozen=True)
@@ -53,10 +49,6 @@ class Caveat:
     kind: NoteKind
     message: str
     subjects: tuple[str, ...]
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Caveat:
-        return cls(NoteKind(data["kind"]), data["message"], tuple(data["subjects"]))
 
 
 def _range(values: Sequence[float], fmt: Callable[[float], str]) -> str:
@@ -89,10 +81,40 @@ def caveats(comparisons: Sequence[Comparison]) -> list[Caveat]:
     return sorted(found, key=lambda caveat: -len(caveat.subjects))
 
 
+def _checks_named(record: dict[str, Any]) -> dict[str, Any]:
+    """A format 5 report with its switch-off checks under their field's name."""
+    return {("checks" if k == "switch_off_checks" else k): v for k, v in record.items()}
+
+
 @dataclass
-class SweepReport:
+class SweepReport(Record):
     """What a sweep found. ``notes`` are the report's own (a baseline that matched nothing,
     runs left out); the comparisons' notes are in ``caveats``."""
+
+    HISTORY = History(
+        "sweep report",
+        (
+            Version(1, "arms, comparisons, crossovers, switch-off checks, notes, caveats"),
+            Version(2, "prompt_comparisons: arms on a prompt set", ("prompt_comparisons",)),
+            Version(3, "sequences: comparisons measured until decided", ("sequences",)),
+            Version(
+                4,
+                "capacities and capacity_arms: capacity searches; schedule came later within "
+                "format 4",
+                ("capacities", "capacity_arms", "schedule"),
+            ),
+            Version(
+                5,
+                "goodput_crossovers; efficiencies and energy came later within format 5",
+                ("goodput_crossovers", "efficiencies", "energy"),
+            ),
+            Version(
+                6,
+                "the switch-off checks under checks, their field's name (switch_off_checks before)",
+                upgrade=_checks_named,
+            ),
+        ),
+    )
 
     parent_run_id: str
     engine: str
@@ -138,89 +160,6 @@ class SweepReport:
             return {}
         return crossover.families(self.arms, self.crossover_factor)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": REPORT_FORMAT,
-            **{
-                f.name: getattr(self, f.name)
-                for f in dataclasses.fields(self)
-                if f.name
-                not in (
-                    "arms",
-                    "comparisons",
-                    "crossovers",
-                    "goodput_crossovers",
-                    "checks",
-                    "notes",
-                    "caveats",
-                    "prompt_comparisons",
-                    "sequences",
-                    "capacities",
-                    "capacity_arms",
-                    "schedule",
-                    "efficiencies",
-                    "energy",
-                )
-            },
-            "energy": self.energy.to_json() if self.energy else None,
-            "schedule": self.schedule.to_json() if self.schedule else None,
-            "efficiencies": [e.to_json() for e in self.efficiencies],
-            "capacities": [c.to_json() for c in self.capacities],
-            "capacity_arms": [dataclasses.asdict(a) for a in self.capacity_arms],
-            "prompt_comparisons": [p.to_json() for p in self.prompt_comparisons],
-            "sequences": [s.to_json() for s in self.sequences],
-            "arms": [a.to_json() for a in self.arms],
-            "comparisons": [c.to_json() for c in self.comparisons],
-            "crossovers": [c.to_json() for c in self.crossovers],
-            "goodput_crossovers": [c.to_json() for c in self.goodput_crossovers],
-            "switch_off_checks": [c.to_json() for c in self.checks],
-            "notes": [dataclasses.asdict(n) for n in self.notes],
-            "caveats": [dataclasses.asdict(c) for c in self.caveats],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SweepReport:
-        check_format("sweep report", data, REPORT_FORMAT)
-        plain = {
-            k: v
-            for k, v in data.items()
-            if k
-            not in (
-                "format_version",
-                "arms",
-                "comparisons",
-                "crossovers",
-                "goodput_crossovers",
-                "switch_off_checks",
-                "notes",
-                "caveats",
-                "prompt_comparisons",
-                "sequences",
-                "capacities",
-                "capacity_arms",
-                "schedule",
-                "efficiencies",
-                "energy",
-            )
-        }
-        return cls(
-            **plain,
-            arms=[Arm.from_json(a) for a in data["arms"]],
-            comparisons=[Comparison.from_json(c) for c in data["comparisons"]],
-            crossovers=[Crossover.from_json(c) for c in data["crossovers"]],
-            goodput_crossovers=[Crossover.from_json(c) for c in data["goodput_crossovers"]],
-            checks=[SwitchOffCheck.from_json(c) for c in data["switch_off_checks"]],
-            notes=[Note.from_json(n) for n in data["notes"]],
-            caveats=[Caveat.from_json(c) for c in data["caveats"]],
-            prompt_comparisons=[PromptComparison.from_json(p) for p in data["prompt_comparisons"]],
-            sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
-            capacities=[CapacityComparison.from_json(c) for c in data["capacities"]],
-            capacity_arms=[ArmCapacity.from_json(a) for a in data["capacity_arms"]],
-            schedule=DraftSchedule.from_json(data["schedule"]) if data["schedule"] else None,
-            efficiencies=[Efficiency.from_json(e) for e in data.get("efficiencies", [])],
-            energy=EnergyReport.from_json(data["energy"]) if data.get("energy") else None,
-        )
-
 
 @dataclass(frozen=True)
 class SweepFacts:
@@ -241,33 +180,6 @@ class SweepFacts:
     models: Mapping[str, str] = field(default_factory=dict)
     # Finished runs of the sweep's jobs from before it resumed.
     resumed: Sequence[str] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **{k: getattr(self, k) for k in _FACT_VALUES},
-            "stats": dataclasses.asdict(self.stats),
-            "speculative": {k: dataclasses.asdict(v) for k, v in self.speculative.items()},
-            "sequences": [s.to_json() for s in self.sequences],
-            "resumed": list(self.resumed),
-            "models": dict(self.models),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SweepFacts:
-        def typed(schema: type, values: dict[str, Any]) -> Any:
-            return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), values))
-
-        return cls(
-            **{k: data[k] for k in _FACT_VALUES},
-            stats=typed(StatsConfig, data["stats"]),
-            speculative={k: typed(SpeculativeConfig, v) for k, v in data["speculative"].items()},
-            sequences=[SequentialComparison.from_json(s) for s in data["sequences"]],
-            resumed=data["resumed"],
-            models=data.get("models", {}),
-        )
-
-
-_FACT_VALUES = ("parent_run_id", "engine", "order", "baseline", "crossover_factor")
 
 
 def _crossovers(
@@ -410,6 +322,57 @@ def limited_as(overall: Comparison, compared: PromptComparison) -> PromptCompari
     return compared
 
 
+def _compare_with_baseline(
+    report: SweepReport,
+    pairs: Sequence[tuple[Arm, Arm]],
+    facts: SweepFacts,
+    calibration: Mapping[tuple[str, ...], Calibration],
+    prompts: Mapping[str, JobPrompts],
+) -> None:
+    """Each arm against its baseline: the comparisons (those measured until decided with
+    their looks), the draft schedule, the efficiencies against the bound, and per category
+    on a prompt set."""
+    stats = facts.stats
+    report.comparisons = compare_arms(
+        pairs,
+        calibration=dict(calibration),
+        confidence=stats.confidence,
+        threshold=stats.threshold,
+        power=stats.power,
+        factor=Selector(facts.baseline).factor if facts.baseline else None,
+    )
+    if facts.crossover_factor:
+        report.schedule = draft_schedule(
+            pairs,
+            report.comparisons,
+            facts.speculative,
+            {a.run_id: a.run.tags.get(Tag.config_fingerprint, "") for a in report.arms},
+            facts.crossover_factor,
+        )
+    report.efficiencies = _efficiencies(pairs, report.comparisons, report.arms, facts)
+    report.sequences = list(facts.sequences)
+    records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
+    for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):
+        key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
+        if key in records:
+            use_sequence(comparison, records[key])
+    report.prompt_comparisons = [
+        limited_as(
+            overall,
+            compare_prompts(
+                prompts[base.run_id],
+                prompts[arm.run_id],
+                names=(base.label, arm.label),
+                confidence=stats.confidence,
+                threshold=stats.threshold,
+                power=stats.power,
+            ),
+        )
+        for (base, arm), overall in zip(pairs, report.comparisons, strict=True)
+        if base.run_id in prompts and arm.run_id in prompts
+    ]
+
+
 def compile_sweep_report(
     facts: SweepFacts,
     children: Sequence[JobRun],
@@ -459,45 +422,9 @@ def compile_sweep_report(
     report.capacity_arms = [ArmCapacity.of(a) for a in searched]
     if selector and arms:
         try:
-            pairs = baseline_pairs(arms, selector)
-            report.comparisons = compare_arms(
-                pairs,
-                calibration=dict(calibration),
-                confidence=stats.confidence,
-                threshold=stats.threshold,
-                power=stats.power,
-                factor=selector.factor,
+            _compare_with_baseline(
+                report, baseline_pairs(arms, selector), facts, calibration, prompts
             )
-            if facts.crossover_factor:
-                report.schedule = draft_schedule(
-                    pairs,
-                    report.comparisons,
-                    facts.speculative,
-                    {a.run_id: a.run.tags.get(Tag.config_fingerprint, "") for a in arms},
-                    facts.crossover_factor,
-                )
-            report.efficiencies = _efficiencies(pairs, report.comparisons, arms, facts)
-            report.sequences = list(facts.sequences)
-            records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
-            for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):
-                key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
-                if key in records:
-                    use_sequence(comparison, records[key])
-            report.prompt_comparisons = [
-                limited_as(
-                    overall,
-                    compare_prompts(
-                        prompts[base.run_id],
-                        prompts[arm.run_id],
-                        names=(base.label, arm.label),
-                        confidence=stats.confidence,
-                        threshold=stats.threshold,
-                        power=stats.power,
-                    ),
-                )
-                for (base, arm), overall in zip(pairs, report.comparisons, strict=True)
-                if base.run_id in prompts and arm.run_id in prompts
-            ]
         except SelectionError as exc:
             report.notes.append(Note(NoteKind.no_baseline, str(exc)))
     if skipped:

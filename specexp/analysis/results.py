@@ -19,9 +19,10 @@ from typing import Mapping, Optional, Sequence
 
 from specexp.core.capacity import RatePoint
 from specexp.core.load_curve import CurvePoint
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.steady import SteadyState, SteadyVerdict
 from specexp.engines.records import Engagement, Setting
+from specexp.host.capture import Hardware
 
 
 class RunKind(StrEnum):
@@ -53,8 +54,7 @@ class Tag(StrEnum):
     server_url = "server_url"
     server_started_at = "server_started_at"
     server_stopped_at = "server_stopped_at"
-    # How the job's runs were placed in time: "interleaved" with other jobs' runs or
-    # launches, or "blocked" (all of them back to back).
+    # How the job's runs were placed in time (core.schemas.JobOrder).
     order = "specexp.order"
     gpus = "gpus"
     cpus = "cpus"  # the cores a CPU server was leased (its affinity)
@@ -65,15 +65,16 @@ class Tag(StrEnum):
     # completes that run rather than making another.
     journal = "specexp.journal"
     not_engaged = "not_engaged"
-    # Every requested setting at once: "yes", "NO: <settings>", or "unknown: <settings>".
+    # Every requested setting at once (Engaged): "yes", "NO: <settings>", "unknown: <settings>".
     engaged = "engaged"
-    # Set by the sweep report on each job it compared: the verdict against the baseline
-    # ("baseline" on the baseline's own runs).
+    # Set by the sweep report on each job it compared: the verdict against the baseline, or
+    # in its place a Standing ("baseline" on the baseline's own runs).
     verdict = "verdict"
     reference_point = "reference_point"
-    hardware = "hardware"
-    gpu_name = "gpu_name"
-    gpu_count = "gpu_count"
+    # Named where the hardware is captured.
+    hardware = Hardware.hardware.value
+    gpu_name = Hardware.gpu_name.value
+    gpu_count = Hardware.gpu_count.value
     # On a sweep's parent run.
     jobs = "jobs"
     jobs_to_run = "jobs_to_run"
@@ -273,29 +274,40 @@ STACK, EFFECTIVE, ENGAGED, FACTOR = "stack.", "effective.", "engaged.", "factor.
 CAPTURED = (STACK, EFFECTIVE)
 
 
-JOB_RUN_FORMAT = 1
-
-
 def launch_metric(metric: str) -> str:
     """The per-launch series of a per-run metric."""
     return f"launch_{metric}"
+
+
+class Engaged(StrEnum):
+    """Every requested setting at once, worst first: the engaged tag is the status, then
+    (NO, unknown) the settings it names."""
+
+    yes = "yes"
+    no = "NO"  # one or more did not engage
+    unknown = "unknown"  # none failed to, and one or more could not be told
+
+
+def engaged(effective: Mapping[str, Setting]) -> tuple[Engaged, list[str]]:
+    """Whether every requested setting engaged, and the settings that make it not "yes"."""
+    for status, overall in (
+        (Engagement.not_engaged, Engaged.no),
+        (Engagement.unknown, Engaged.unknown),
+    ):
+        names = [name for name, s in effective.items() if s.status == status]
+        if names:
+            return overall, names
+    return Engaged.yes, []
 
 
 def effective_tags(effective: Mapping[str, Setting]) -> dict[str, str]:
     """Each requested setting's engagement (and, when known, what actually ran)."""
     tags = {f"{ENGAGED}{name}": str(s.status) for name, s in effective.items()}
     tags.update({f"{EFFECTIVE}{name}": s.actual for name, s in effective.items() if s.actual})
-    missed = [name for name, s in effective.items() if s.status == Engagement.not_engaged]
-    unknown = [name for name, s in effective.items() if s.status == Engagement.unknown]
-    if missed:
-        tags[Tag.not_engaged] = ",".join(missed)
-    tags[Tag.engaged] = (
-        "NO: " + ", ".join(missed)
-        if missed
-        else "unknown: " + ", ".join(unknown)
-        if unknown
-        else "yes"
-    )
+    status, names = engaged(effective)
+    if status == Engaged.no:
+        tags[Tag.not_engaged] = ",".join(names)
+    tags[Tag.engaged] = f"{status}: {', '.join(names)}" if names else str(status)
     return tags
 
 
@@ -309,8 +321,19 @@ def factor_tags(factors: Mapping[str, str]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class JobRun:
+class JobRun(Record):
     """One finished or failed job as the store holds it."""
+
+    HISTORY = History(
+        "job run",
+        (
+            Version(
+                1,
+                "the run as read from the store; machine came later within format 1",
+                ("machine",),
+            ),
+        ),
+    )
 
     run_id: str
     name: str
@@ -389,41 +412,6 @@ class JobRun:
             {k: tuple(map(float, v)) for k, v in (run_machine or {}).items()}
             if unit == Unit.run
             else {},
-        )
-
-    def to_json(self) -> dict:
-        return {
-            "format_version": JOB_RUN_FORMAT,
-            "run_id": self.run_id,
-            "name": self.name,
-            "status": self.status,
-            "kind": str(self.kind),
-            "factors": dict(self.factors),
-            "tags": dict(self.tags),
-            "params": dict(self.params),
-            "metrics": dict(self.metrics),
-            "values": list(self.values),
-            "unit": str(self.unit),
-            "times": list(self.times),
-            "machine": {k: list(v) for k, v in self.machine.items()},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> JobRun:
-        check_format("job run", data, JOB_RUN_FORMAT)
-        return cls(
-            data["run_id"],
-            data["name"],
-            data["status"],
-            RunKind(data["kind"]),
-            data["factors"],
-            data["tags"],
-            data["params"],
-            data["metrics"],
-            tuple(data["values"]),
-            Unit(data["unit"]),
-            tuple(data["times"]),
-            data.get("machine", {}),
         )
 
     def engagement(self, setting: str) -> Optional[Engagement]:

@@ -15,16 +15,15 @@ measure with stats.launches=3).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.crossover import level as level_of
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import Comparison, Verdict
 
-SCHEDULE_FORMAT = 1
 NO_SCHEDULE = (
     "no draft-length setting: levels measured on one launch per arm, where no length can be "
     "shown faster across launches; re-run the sweep with stats.launches=3 for one"
@@ -49,7 +48,14 @@ class LevelChoice:
 
 
 @dataclass(frozen=True)
-class DraftSchedule:
+class DraftSchedule(Record):
+    """A draft length for each level of ``factor``."""
+
+    HISTORY = History(
+        "draft schedule",
+        (Version(1, "each level's choice; launches_only came later within format 1"),),
+    )
+
     factor: str
     choices: tuple[LevelChoice, ...]
 
@@ -86,24 +92,6 @@ class DraftSchedule:
             str(1 if k == 0 else c.level): {"candidate_steps": [c.draft_tokens]}
             for k, c in enumerate(ordered)
         }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format_version": SCHEDULE_FORMAT,
-            "factor": self.factor,
-            "choices": [asdict(c) for c in self.choices],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> DraftSchedule:
-        check_format("draft schedule", data, SCHEDULE_FORMAT)
-        return cls(
-            data["factor"],
-            tuple(
-                LevelChoice(**{**c, "indistinguishable": tuple(c["indistinguishable"])})
-                for c in data["choices"]
-            ),
-        )
 
 
 def draft_schedule(

@@ -60,20 +60,7 @@ def load_dataset(
     source: str, dataset_format: DatasetFormat = DatasetFormat.auto, limit: Optional[int] = None
 ) -> tuple[DatasetPrompt, ...]:
     """The prompts of ``source`` (``humaneval`` or a JSONL path), the first ``limit`` of them."""
-    shipped = _SHIPPED / f"{source}.jsonl"
-    if source == HUMANEVAL:
-        try:
-            path = installed_file(*_HUMANEVAL_FILE, f"workload.dataset={HUMANEVAL}")
-        except MissingPackageFile as exc:
-            raise DatasetError(str(exc)) from None
-        dataset_format = DatasetFormat.humaneval
-    elif "/" not in source and shipped.is_file():
-        path = shipped
-    else:
-        path = Path(source).expanduser()
-        if not path.is_file():
-            names = ", ".join([HUMANEVAL, *sorted(p.stem for p in _SHIPPED.glob("*.jsonl"))])
-            raise DatasetError(f"workload.dataset: {source} is not a file, nor one of {names}")
+    path, dataset_format = _dataset_file(source, dataset_format)
     opener: Any = gzip.open if path.suffix == ".gz" else open
     prompts: list[DatasetPrompt] = []
     with opener(path, "rt", encoding="utf-8") as lines:
@@ -97,6 +84,25 @@ def load_dataset(
         duplicate = next(i for i in ids if ids.count(i) > 1)
         raise DatasetError(f"workload.dataset: {source} has prompt id {duplicate!r} twice")
     return tuple(prompts)
+
+
+def _dataset_file(source: str, dataset_format: DatasetFormat) -> tuple[Path, DatasetFormat]:
+    """Where ``source``'s prompts are (an installed package's file, a set specexp ships, or
+    a path), and their format (HumanEval's is known)."""
+    if source == HUMANEVAL:
+        try:
+            path = installed_file(*_HUMANEVAL_FILE, f"workload.dataset={HUMANEVAL}")
+        except MissingPackageFile as exc:
+            raise DatasetError(str(exc)) from None
+        return path, DatasetFormat.humaneval
+    shipped = _SHIPPED / f"{source}.jsonl"
+    if "/" not in source and shipped.is_file():
+        return shipped, dataset_format
+    path = Path(source).expanduser()
+    if not path.is_file():
+        names = ", ".join([HUMANEVAL, *sorted(p.stem for p in _SHIPPED.glob("*.jsonl"))])
+        raise DatasetError(f"workload.dataset: {source} is not a file, nor one of {names}")
+    return path, dataset_format
 
 
 def _detect(record: Any, where: str) -> DatasetFormat:

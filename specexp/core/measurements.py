@@ -6,19 +6,40 @@ per-request records are also the lines of ``requests.jsonl``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from specexp.core.notes import Note
-from specexp.core.records import check_format
-
-# The format of what to_json writes (a line of requests.jsonl); from_json reads this one.
-FORMAT_VERSION = 1
+from specexp.core.records import History, Record, Version
 
 
 @dataclass
-class RequestRecord:
-    """One streamed completion as measured by the client."""
+class RequestRecord(Record):
+    """One streamed completion as measured by the client: a line of ``requests.jsonl``,
+    with its derived rates for readers of the file."""
+
+    HISTORY = History(
+        "request",
+        (
+            Version(
+                1,
+                "the request as measured; the prompt set's prompt_id, category, output_text and "
+                "finish, the open loop's due_s and send_lag_s, stalled and events_read_together "
+                "came later within format 1",
+                (
+                    "prompt_id",
+                    "category",
+                    "output_text",
+                    "finish",
+                    "due_s",
+                    "send_lag_s",
+                    "stalled",
+                    "events_read_together",
+                ),
+            ),
+        ),
+    )
+    DERIVED = ("tok_per_s", "decode_tok_per_s")
 
     run: int
     stream: int
@@ -78,22 +99,6 @@ class RequestRecord:
             decoding = self.e2e_s - (self.ttft_s or 0.0)
             return (self.output_tokens - 1) / decoding if decoding > 0 else None
         return None
-
-    def to_json(self) -> dict[str, Any]:
-        """The record, its format version and its derived rates (for readers of the file;
-        :meth:`from_json` recomputes them)."""
-        return {
-            "format_version": FORMAT_VERSION,
-            **asdict(self),
-            "tok_per_s": self.tok_per_s,
-            "decode_tok_per_s": self.decode_tok_per_s,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RequestRecord:
-        """A record as :meth:`to_json` wrote it; another format version is refused."""
-        check_format("request", data, FORMAT_VERSION)
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass

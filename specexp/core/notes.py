@@ -60,7 +60,3 @@ class Note:
 
     def __str__(self) -> str:
         return self.message
-
-    @classmethod
-    def from_json(cls, data: dict) -> Note:
-        return cls(NoteKind(data["kind"]), data["message"])

@@ -21,7 +21,7 @@ alike to both arms.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from typing import Optional, Sequence
@@ -238,24 +238,6 @@ class SequentialRecord:
     def verdict(self) -> Verdict:
         return self.looks[-1].verdict if self.looks else Verdict.cannot_test
 
-    def to_json(self) -> dict:
-        return {
-            "design": asdict(self.design),
-            "looks": [asdict(look) for look in self.looks],
-            "stop": self.stop,
-            "runs_per_launch": self.runs_per_launch,
-            "planned_launches": self.planned_launches,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> SequentialRecord:
-        design = SequentialDesign(
-            **{**data["design"], "spending": Spending(data["design"]["spending"])}
-        )
-        looks = [Look(**{**look, "verdict": Verdict(look["verdict"])}) for look in data["looks"]]
-        stop = StopReason(data["stop"]) if data["stop"] else None
-        return cls(design, looks, stop, data["runs_per_launch"], data["planned_launches"])
-
 
 @dataclass(frozen=True)
 class SequentialComparison:
@@ -267,16 +249,6 @@ class SequentialComparison:
     baseline_label: str
     candidate_label: str
     record: SequentialRecord
-
-    def to_json(self) -> dict:
-        return {**{k: getattr(self, k) for k in _ARMS}, "record": self.record.to_json()}
-
-    @classmethod
-    def from_json(cls, data: dict) -> SequentialComparison:
-        return cls(**{k: data[k] for k in _ARMS}, record=SequentialRecord.from_json(data["record"]))
-
-
-_ARMS = ("baseline", "candidate", "baseline_label", "candidate_label")
 
 
 def look(

@@ -28,14 +28,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from scipy import optimize, special
 from scipy import stats as scipy_stats
 
 from specexp.core.notes import Note, NoteKind
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 
 
 class Verdict(StrEnum):
@@ -50,6 +50,29 @@ class Verdict(StrEnum):
     @property
     def decided(self) -> bool:
         return self in (Verdict.faster, Verdict.slower, Verdict.equivalent)
+
+
+class Confounder(StrEnum):
+    """What the timeline holds that a difference cannot be told from."""
+
+    drift = "drift"
+    step = "a step"
+
+
+class Standing(StrEnum):
+    """What a job's verdict tag says in place of a verdict: it is the baseline, or the
+    difference is not the factor's (Comparison.label)."""
+
+    baseline = "baseline"
+    not_attributable = "not attributable"
+    confounded_by_drift = "confounded by drift"
+    confounded_by_step = "confounded by a step"
+
+
+_CONFOUNDED = {
+    Confounder.drift: Standing.confounded_by_drift,
+    Confounder.step: Standing.confounded_by_step,
+}
 
 
 @dataclass(frozen=True)
@@ -520,11 +543,40 @@ class RobustEstimate:
     verdict: Verdict = Verdict.inconclusive
 
 
+def _single_launch_verdict_apart(record: dict[str, Any]) -> dict[str, Any]:
+    """A comparison from before ``within_launch``, whose verdict held for one launch per arm
+    only, read as :meth:`Comparison.hold_for_launches_only` has it since."""
+    held = record.get("launches_only") and record["verdict"] != Verdict.cannot_test
+    if "within_launch" in record or not held:
+        return record
+    return {**record, "within_launch": record["verdict"], "verdict": Verdict.inconclusive.value}
+
+
 @dataclass
-class Comparison:
+class Comparison(Record):
     """Candidate against baseline: the ratio of geometric means (candidate / baseline), its
     interval, tests and verdict - one model for all of them: Welch's t on log values, or
     with the arms' time drift fitted, the drift-adjusted difference (ANCOVA)."""
+
+    HISTORY = History(
+        "comparison",
+        (
+            Version(
+                1,
+                "the comparison, its interval, tests and verdict; robust, step, "
+                "confounded_by and within_launch came later within format 1",
+                ("robust", "step", "confounded_by"),
+            ),
+            Version(
+                2,
+                "within_launch: a format 1 verdict on one launch per arm from before it is read "
+                "as held for those launches (in within_launch; the verdict inconclusive)",
+                ("within_launch",),
+                upgrade=_single_launch_verdict_apart,
+            ),
+        ),
+    )
+    DERIVED = ("change", "finding", "label")
 
     baseline: str
     candidate: str
@@ -568,7 +620,7 @@ class Comparison:
     # falls where the arms change: the difference cannot be told from the timeline's,
     # whatever ``verdict`` says. ``confounded_by`` names which.
     confounded: bool = False
-    confounded_by: str = "drift"
+    confounded_by: Confounder = Confounder.drift
     # The arms differ in more than the factor compared (it did not engage in one of them):
     # the difference is not the factor's.
     attributable: bool = True
@@ -594,13 +646,13 @@ class Comparison:
         return self.verdict
 
     @property
-    def label(self) -> str:
-        """The verdict in words, with what limits it."""
+    def label(self) -> Verdict | Standing:
+        """The verdict, or what keeps it from being the factor's (the verdict tag)."""
         if not self.attributable:
-            return "not attributable"
+            return Standing.not_attributable
         if self.confounded:
-            return f"confounded by {self.confounded_by}"
-        return str(self.verdict)
+            return _CONFOUNDED[self.confounded_by]
+        return self.verdict
 
     def note(self, kind: NoteKind, message: str) -> None:
         self.notes.append(Note(kind, message))
@@ -611,45 +663,6 @@ class Comparison:
         if self.verdict != Verdict.cannot_test:
             self.within_launch, self.verdict = self.verdict, Verdict.inconclusive
         self.robust = None  # of these launches' runs too
-
-    def to_json(self) -> dict:
-        return {
-            "format_version": COMPARISON_FORMAT,
-            **asdict(self),
-            "change": self.change,
-            "finding": self.finding,
-            "label": self.label,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> Comparison:
-        check_format("comparison", data, COMPARISON_FORMAT)
-        fields = {
-            k: v
-            for k, v in data.items()
-            if k not in ("format_version", "change", "finding", "label")
-        }
-        return cls(
-            **{
-                **fields,
-                "verdict": Verdict(fields["verdict"]),
-                "within_launch": Verdict(fields["within_launch"])
-                if fields.get("within_launch")
-                else None,
-                "plan": RepetitionPlan(**fields["plan"]) if fields["plan"] else None,
-                "drift": TimeDrift(**fields["drift"]) if fields["drift"] else None,
-                "step": TimeStep(**fields["step"]) if fields.get("step") else None,
-                "robust": RobustEstimate(
-                    **{**fields["robust"], "verdict": Verdict(fields["robust"]["verdict"])}
-                )
-                if fields.get("robust")
-                else None,
-                "notes": [Note.from_json(n) for n in fields["notes"]],
-            }
-        )
-
-
-COMPARISON_FORMAT = 1
 
 
 def _alpha(confidence: float) -> float:
@@ -841,7 +854,7 @@ def _judge_step(c: Comparison, step: TimeStep, alpha: float) -> None:
             "difference between them",
         )
         if c.verdict in (Verdict.faster, Verdict.slower):
-            c.confounded, c.confounded_by = True, "a step"
+            c.confounded, c.confounded_by = True, Confounder.step
             c.note(
                 NoteKind.confounded,
                 f"confounded: {c.verdict} across {what}; interleave the arms "
@@ -856,7 +869,7 @@ def _judge_step(c: Comparison, step: TimeStep, alpha: float) -> None:
         f"[{low:.4f}, {high:.4f}] ({unadjusted}) without it",
     )
     if unadjusted.decided and unadjusted != c.verdict:
-        c.confounded, c.confounded_by = True, "a step"
+        c.confounded, c.confounded_by = True, Confounder.step
         c.note(NoteKind.confounded, f"confounded: {unadjusted} only across {what}")
 
 

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import shutil
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,13 +29,12 @@ import numpy as np
 import safetensors.numpy
 import tokenizers
 
+from specexp.core.trainedmodels import models_cache
+
 # Bumped whenever the file layout written below changes, so cached files are regenerated.
 _FORMAT_VERSION = 1
 _LETTERS = "etaoinshrdlcumwfgypbvkjxqz"
 _MAX_VOCAB = 256 + len(_LETTERS) * (1 + 2 * len(_LETTERS)) + 2
-_DEFAULT_CACHE = (
-    Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
-)
 
 
 @dataclass
@@ -102,7 +100,7 @@ def pair_paths(
 ) -> TinyPairPaths:
     """Where the pair for ``spec`` lives in ``model_format`` (the same weights in either);
     deterministic, so a dry run can print it."""
-    directory = Path(cache_dir or _DEFAULT_CACHE) / f"tiny-pair-{spec.fingerprint()}"
+    directory = Path(cache_dir or models_cache()) / f"tiny-pair-{spec.fingerprint()}"
     if model_format == ModelFormat.hf:
         return TinyPairPaths(
             target=directory / "target-hf",
@@ -391,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
             default=getattr(defaults, field.name),
         )
     parser.add_argument(
-        "--out", type=Path, default=None, help=f"cache directory (default {_DEFAULT_CACHE})"
+        "--out", type=Path, default=None, help=f"cache directory (default {models_cache()})"
     )
     parser.add_argument(
         "--format", type=ModelFormat, choices=list(ModelFormat), default=ModelFormat.gguf

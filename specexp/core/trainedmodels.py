@@ -28,7 +28,13 @@ import gguf
 
 from specexp.core.packages import MissingPackageFile, installed_file
 
-_CACHE = Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
+
+def models_cache() -> Path:
+    """Where models made or verified here are kept: $SPECEXP_CACHE/models, read when asked
+    (a test or a caller may set it after import), else ~/.cache/specexp/models."""
+    return Path(os.environ.get("SPECEXP_CACHE", Path.home() / ".cache" / "specexp")) / "models"
+
+
 # Bumped whenever the self-draft's layout changes, so cached drafts are written anew.
 _SELF_DRAFT_FORMAT = 1
 
@@ -92,7 +98,7 @@ def packaged_path(name: str, cache_dir: Path | None = None) -> Path:
     model = packaged_model(name)
     if len(model.parts) == 1:
         return _part_path(*model.parts[0])
-    return Path(cache_dir or _CACHE) / f"{model.name}.gguf"
+    return Path(cache_dir or models_cache()) / f"{model.name}.gguf"
 
 
 def ensure_packaged(name: str, cache_dir: Path | None = None) -> Path:
@@ -133,7 +139,7 @@ def self_draft_path(
     so that a changed target gets a new draft; deterministic, so a dry run can print it."""
     key = f"{_SELF_DRAFT_FORMAT}/{target.resolve()}/{identity}/{layers}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return Path(cache_dir or _CACHE) / f"self-draft-{target.stem}-{layers}-{digest}.gguf"
+    return Path(cache_dir or models_cache()) / f"self-draft-{target.stem}-{layers}-{digest}.gguf"
 
 
 def file_identity(path: Path) -> str:
@@ -210,7 +216,7 @@ def _check_sha256(path: Path, model: PackagedModel) -> None:
 
 def _stamp(path: Path, cache_dir: Path | None) -> Path:
     return (
-        Path(cache_dir or _CACHE)
+        Path(cache_dir or models_cache())
         / f".verified-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     )
 

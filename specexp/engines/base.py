@@ -33,7 +33,7 @@ from specexp.core.tinymodels import ModelFormat
 from specexp.engines.choices import refuse_unsupported
 from specexp.engines.evidence import unreported
 from specexp.engines.prometheus import accounting_figures, gauged_load
-from specexp.engines.records import LaunchSpec, Prompt, ServerLoad, Setting, StreamChunk
+from specexp.engines.records import LaunchSpec, Prompt, ServerLoad, Setting, StreamChunk, SwitchOff
 from specexp.engines.stack import declared_version, python_engine_version
 
 __all__ = ["Engine"]
@@ -139,13 +139,13 @@ class Engine(Generic[EngineConfigT]):
 
     def switch_off(
         self, threshold: int, speculative: SpeculativeConfig, max_batch: int
-    ) -> dict[str, Any]:
+    ) -> SwitchOff:
         """The setting that stops drafting from ``threshold`` concurrent requests on, in this
         engine's own terms (dynamic speculation)."""
-        return {
-            "note": f"engine={self.name} has no per-batch-size switch: serve without speculation from "
+        return SwitchOff(
+            f"engine={self.name} has no per-batch-size switch: serve without speculation from "
             f"{threshold} concurrent streams"
-        }
+        )
 
     # What the client needs.
 

@@ -4,14 +4,13 @@ the server ran it, a preflight check, a resolution, a server's load."""
 from __future__ import annotations
 
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Optional, Union
 
-from specexp.core.records import check_format
+from specexp.core.records import History, Record, Version
 
 __all__ = [
-    "SETTING_FORMAT",
     "Check",
     "CheckStatus",
     "Engagement",
@@ -21,6 +20,7 @@ __all__ = [
     "ServerLoad",
     "Setting",
     "StreamChunk",
+    "SwitchOff",
 ]
 
 # A prompt as text, or as the server's token ids.
@@ -56,31 +56,37 @@ class StreamChunk:
     final: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SwitchOff:
+    """The setting that stops drafting from a number of concurrent requests on, in an
+    engine's own terms (dynamic speculation): what to merge into its speculative config, the
+    flags to add, the files they name (by name), and how to use them."""
+
+    note: str
+    speculative_config: dict[str, Any] = field(default_factory=dict)
+    flags: tuple[str, ...] = ()
+    files: dict[str, Any] = field(default_factory=dict)
+
+
 class Engagement(StrEnum):
     engaged = "engaged"
     not_engaged = "not engaged"
     unknown = "unknown"
 
 
-SETTING_FORMAT = 1
-
-
 @dataclass(frozen=True)
-class Setting:
+class Setting(Record):
     """One requested setting as the live server ran it, with the evidence."""
+
+    HISTORY = History(
+        "effective setting",
+        (Version(1, "the setting as the live server ran it: requested, actual, status, evidence"),),
+    )
 
     requested: str
     actual: str
     status: Engagement
     evidence: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format_version": SETTING_FORMAT, **{k: str(v) for k, v in asdict(self).items()}}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Setting:
-        check_format("effective setting", data, SETTING_FORMAT)
-        return cls(data["requested"], data["actual"], Engagement(data["status"]), data["evidence"])
 
 
 class CheckStatus(StrEnum):

@@ -8,6 +8,7 @@ import platform
 import re
 import shutil
 import subprocess
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional, Protocol
 
@@ -31,14 +32,29 @@ class StackEngine(Protocol):
 _COMMON_PACKAGES = {"torch": "torch", "triton": "triton"}
 
 
+class Hardware(StrEnum):
+    """The tags a run's hardware is recorded under (:func:`hardware`)."""
+
+    # In one phrase: "2x NVIDIA H200", or "CPU: <model> (<count> cores)".
+    hardware = "hardware"
+    cpu_model = "cpu_model"
+    cpu_count = "cpu_count"
+    gpu_count = "gpu_count"
+    gpu_name = "gpu_name"
+    gpu_compute_capability = "gpu_compute_capability"
+    # With several GPUs: how each pair is linked (JSON), and what the slowest pair crosses.
+    gpu_links = "gpu_links"
+    gpu_interconnect = "gpu_interconnect"
+
+
 @lru_cache(maxsize=1)
 def hardware() -> dict[str, str]:
     """GPU model and count (via nvidia-smi when present), CPU model and core count."""
     tags = {
-        "cpu_model": _cpu_model(),
-        "cpu_count": str(os.cpu_count() or 0),
-        "gpu_count": "0",
-        "gpu_name": "",
+        Hardware.cpu_model: _cpu_model(),
+        Hardware.cpu_count: str(os.cpu_count() or 0),
+        Hardware.gpu_count: "0",
+        Hardware.gpu_name: "",
     }
     if shutil.which("nvidia-smi"):
         out = command_output(
@@ -46,22 +62,20 @@ def hardware() -> dict[str, str]:
         )
         rows = [line.split(",") for line in (out or "").strip().splitlines() if line.strip()]
         if rows:
-            tags.update(
-                gpu_count=str(len(rows)),
-                gpu_name=rows[0][0].strip(),
-                gpu_compute_capability=rows[0][-1].strip(),
-            )
-    if int(tags["gpu_count"]) > 1:
+            tags[Hardware.gpu_count] = str(len(rows))
+            tags[Hardware.gpu_name] = rows[0][0].strip()
+            tags[Hardware.gpu_compute_capability] = rows[0][-1].strip()
+    if int(tags[Hardware.gpu_count]) > 1:
         links = gpu_links(command_output(["nvidia-smi", "topo", "-m"]) or "")
         if links:
-            tags["gpu_links"] = json.dumps(links, sort_keys=True)
-            tags["gpu_interconnect"] = interconnect(links.values())
-    tags["hardware"] = (
-        f"{tags['gpu_count']}x {tags['gpu_name']}"
-        if tags["gpu_count"] != "0"
-        else f"CPU: {tags['cpu_model']} ({tags['cpu_count']} cores)"
+            tags[Hardware.gpu_links] = json.dumps(links, sort_keys=True)
+            tags[Hardware.gpu_interconnect] = interconnect(links.values())
+    tags[Hardware.hardware] = (
+        f"{tags[Hardware.gpu_count]}x {tags[Hardware.gpu_name]}"
+        if tags[Hardware.gpu_count] != "0"
+        else f"CPU: {tags[Hardware.cpu_model]} ({tags[Hardware.cpu_count]} cores)"
     )
-    return tags
+    return {str(k): v for k, v in tags.items()}
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

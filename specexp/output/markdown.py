@@ -13,6 +13,7 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
+from specexp.core.records import unstructure
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
@@ -138,15 +139,16 @@ def _findings(report: SweepReport) -> list[str]:
     """The crossovers with the setting they recommend, and the switch-off checks."""
     lines: list[str] = []
     for found in report.crossovers:
-        setting = found.recommendation.get(report.engine)
+        advice = found.recommendation
+        setting = advice.settings.get(report.engine)
         lines.append(f"**Crossover:** {found.statement}")
         if setting:
             lines.append(
                 f"**{report.engine} setting** (switch off from "
-                f"{found.recommendation['threshold']}): `{json.dumps(setting)}`"
+                f"{advice.threshold}): `{json.dumps(unstructure(setting))}`"
             )
-        elif found.recommendation.get("note"):
-            lines.append(f"**Setting:** {found.recommendation['note']}")
+        elif advice.note:
+            lines.append(f"**Setting:** {advice.note}")
         lines.append("")
     for found in report.goodput_crossovers:
         lines += [f"**Crossover under the SLO:** {found.statement}", ""]
@@ -180,29 +182,10 @@ def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]
     return lines
 
 
-def sweep_description(
-    report: SweepReport,
-    *,
-    view_link: str,
-    run_link: Callable[[str], str],
-    plot_link: Callable[[str], str],
-    limit: int,
-) -> str:
-    """The sweep's report as its parent run's description (markdown, at most ``limit``
-    characters): findings first, then the verdicts with links to the job runs, then what
-    may make them wrong, each caveat once."""
-    lines = _findings(report)
-    if report.comparisons:
-        counts = ", ".join(f"{n} {label}" for label, n in report.verdict_counts.items())
-        failed = f"; **{report.failed} job(s) failed**" if report.failed else ""
-        lines.append(f"**Verdicts** against {report.baseline}: {counts}{failed}")
-    lines += [
-        "",
-        f"[Open the sweep's jobs in the runs table]({view_link}) (configuration, tok/s with its "
-        "interval, verdict, engaged) - select them there to compare.",
-        "",
-        *_job_table(report, run_link),
-    ]
+def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> list[str]:
+    """What the report holds beside the verdicts: sequences, capacities, the draft schedule
+    and the efficiencies against the bound, each where the sweep measured it."""
+    lines: list[str] = []
     if report.sequences:
         lines += [
             "",
@@ -247,6 +230,33 @@ def sweep_description(
     if report.efficiencies:
         lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
         lines += [f"- {bound.sentence()}" for bound in report.efficiencies]
+    return lines
+
+
+def sweep_description(
+    report: SweepReport,
+    *,
+    view_link: str,
+    run_link: Callable[[str], str],
+    plot_link: Callable[[str], str],
+    limit: int,
+) -> str:
+    """The sweep's report as its parent run's description (markdown, at most ``limit``
+    characters): findings first, then the verdicts with links to the job runs, then what
+    may make them wrong, each caveat once."""
+    lines = _findings(report)
+    if report.comparisons:
+        counts = ", ".join(f"{n} {label}" for label, n in report.verdict_counts.items())
+        failed = f"; **{report.failed} job(s) failed**" if report.failed else ""
+        lines.append(f"**Verdicts** against {report.baseline}: {counts}{failed}")
+    lines += [
+        "",
+        f"[Open the sweep's jobs in the runs table]({view_link}) (configuration, tok/s with its "
+        "interval, verdict, engaged) - select them there to compare.",
+        "",
+        *_job_table(report, run_link),
+    ]
+    lines += _measured_sections(report, plot_link)
     for compared in report.prompt_comparisons:
         lines += ["", prompt_comparison_markdown(compared).rstrip("\n")]
     if report.prompt_comparisons:

@@ -37,6 +37,7 @@ from specexp.analysis.schedule import NO_SCHEDULE
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
+from specexp.core.records import unstructure
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import (
     ASSUMED_TOK_PER_S_PER_STREAM,
@@ -588,7 +589,9 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
             console.print(f"[yellow]note:[/] {escape(note.message)}")
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
-        console.print(f"recommended switch-off: {escape(json.dumps(found.recommendation))}")
+        console.print(
+            f"recommended switch-off: {escape(json.dumps(unstructure(found.recommendation)))}"
+        )
     for found in report.goodput_crossovers:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     for bound in report.efficiencies:

@@ -12,6 +12,7 @@ from specexp.analysis.arms import calibrations
 from specexp.analysis.report import SweepFacts, compile_sweep_report
 from specexp.analysis.results import FACTOR, Artifact, Metric, RunStatus
 from specexp.core.durable import write_atomic
+from specexp.core.records import structure, unstructure
 from specexp.core.redaction import redact_text
 from specexp.core.sequential import SequentialComparison
 from specexp.output import terminal
@@ -118,7 +119,7 @@ def journal_sweep_end(
                 "status": status,
                 "end_children": end_children,
                 "at_ms": at_ms,
-                "facts": facts.to_json(),
+                "facts": unstructure(facts),
             },
             indent=1,
         ),
@@ -131,7 +132,7 @@ def replay_sweep_end(path: Path, uri: Optional[str] = None) -> str:
     own, else), then set the journal aside as uploaded; the parent run's id."""
     journal = json.loads(path.read_text())
     store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
-    facts = SweepFacts.from_json(journal["facts"])
+    facts = structure(SweepFacts, journal["facts"])
     end_sweep(
         store,
         store.run(facts.parent_run_id),

@@ -63,7 +63,7 @@ def log_crossover(
     run.set_tags(
         {
             Tag.crossover: first.statement[:5000],
-            Tag.crossover_threshold: str(first.recommendation.get("threshold")),
+            Tag.crossover_threshold: str(first.recommendation.threshold),
         }
     )
     run.log_metrics({f"crossover_{i}": c.estimate for i, c in enumerate(crossovers) if c.estimate})

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp.core.records import structure
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.core.stats import Verdict
 from tests.conftest import REPO, runs_in, sweep_parent
@@ -185,7 +186,7 @@ def test_the_first_comparison_is_decided_faster_from_the_minimum(first_ten_minut
         parent.info.run_id, "sweep_report/sweep_report.json", str(home / "report")
     )
     document = json.loads(Path(path).read_text())
-    (sequence,) = [SequentialComparison.from_json(s) for s in document["sequences"]]
+    (sequence,) = [structure(SequentialComparison, s) for s in document["sequences"]]
     record = sequence.record
     minimum = record.design.min_launches
     assert record.stop == StopReason.decided and record.verdict == Verdict.faster

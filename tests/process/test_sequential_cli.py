@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from specexp.core.records import structure
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.core.stats import Verdict
 from tests.conftest import QUICK, is_sweep, run_cli, runs_in, sweep_parent
@@ -52,7 +53,7 @@ def test_an_a_a_on_separate_launches_is_never_faster_or_slower(tmp_path, trackin
         # 95% is the Monte Carlo's claim: tests/statistics/test_sequential.py).
         "stats.confidence=0.99999",
     )
-    (sequence,) = [SequentialComparison.from_json(s) for s in document["sequences"]]
+    (sequence,) = [structure(SequentialComparison, s) for s in document["sequences"]]
     record = sequence.record
     assert record.verdict in (Verdict.equivalent, Verdict.inconclusive)
     assert all(look.verdict not in (Verdict.faster, Verdict.slower) for look in record.looks)

@@ -47,9 +47,7 @@ def test_no_crossover_in_range_is_stated():
     assert result.estimate is None
     assert result.no_crossing_share > 0.95
     assert "no crossover in concurrency 1..64" in result.statement
-    assert (
-        recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))["threshold"] is None
-    )
+    assert recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3)).threshold is None
 
 
 def test_never_paying_is_stated():
@@ -58,23 +56,24 @@ def test_never_paying_is_stated():
     assert result.estimate == 1 and "does not pay even at concurrency 1" in result.statement
     assert result.never_pays and result.lowest_effect_ci[1] < 1
     assert "95% CI" in result.statement  # with the lowest level's interval
-    assert recommend(result, SpeculativeConfig())["threshold"] == 1
+    assert recommend(result, SpeculativeConfig()).threshold == 1
 
 
 def test_recommendation_is_each_engines_own_setting():
     cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(4))
     result = find_crossover("speculative=eagle3", "speculative=none", LEVELS, cand, base)
     advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))
-    threshold = advice["threshold"]
+    threshold = advice.threshold
+    assert threshold is not None
     # The conservative end: switched off from the interval's lower end, below the estimate.
     assert threshold == math.ceil(result.ci_low) <= math.ceil(result.estimate)
-    assert "lower end of the crossover's interval" in advice["basis"]
-    assert advice["sglang"]["adaptive.json"] == {
+    assert "lower end of the crossover's interval" in advice.basis
+    assert advice.settings["sglang"].files["adaptive.json"] == {
         "1": {"candidate_steps": [3]},
         str(threshold): {"candidate_steps": [0]},
     }
-    assert "--speculative-adaptive" in advice["sglang"]["flags"]
-    ranges = advice["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"]
+    assert "--speculative-adaptive" in advice.settings["sglang"].flags
+    ranges = advice.settings["vllm"].speculative_config["num_speculative_tokens_per_batch_size"]
     assert ranges == [[1, threshold - 1, 3], [threshold, 1024, 0]]
 
 
@@ -113,7 +112,7 @@ def test_a_flat_small_gain_is_never_called_a_loss_at_the_lowest_level():
         result = find_crossover("c", "b", LEVELS, cand, base, seed=trial)
         below_one += result.effect[0] < 1
         said += "does not pay even" in result.statement
-        switched_off_everywhere += recommend(result, spec)["threshold"] == 1
+        switched_off_everywhere += recommend(result, spec).threshold == 1
         if result.estimate == 1 and not result.never_pays:
             assert "is not shown to pay at concurrency 1" in result.statement
             assert "CI" in result.statement  # the lowest level's interval is given
@@ -130,9 +129,9 @@ def test_noisy_levels_make_the_crossover_unreliable_and_recommend_nothing():
     assert result.statement.startswith("UNRELIABLE: no crossover claim on noisy levels")
     assert "16 (b high CV)" in result.statement and "stops paying at" in result.statement
     advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))
-    assert advice["threshold"] is None and "levels 16, 64" in advice["note"]
+    assert advice.threshold is None and "levels 16, 64" in advice.note
     clean = find_crossover("c", "b", LEVELS, cand, base, unreliable={16: []})
-    assert clean.reliable and recommend(clean, SpeculativeConfig())["threshold"] is not None
+    assert clean.reliable and recommend(clean, SpeculativeConfig()).threshold is not None
 
 
 def test_the_goodput_crossover_covers_a_known_one_and_its_zeros():
@@ -224,7 +223,7 @@ def test_a_crossover_of_single_launches_hands_out_no_setting_and_says_what_to_ru
             found = crossover_of(sweep(rng, ratio_at, launches=1))
             assert found.launches_only
             advice = recommend(found, SpeculativeConfig())
-            assert advice["threshold"] is None and "stats.launches=3" in advice["note"]
+            assert advice.threshold is None and "stats.launches=3" in advice.note
             assert "does not pay even" not in found.statement
             assert found.statement.startswith("one launch per arm and level")
 
@@ -250,7 +249,7 @@ def test_a_crossover_over_launches_covers_the_truth_and_recommends_only_a_real_o
     recommended = never_pays = 0
     for _ in range(400):
         found = crossover_of(sweep(rng, lambda c: 1.02, launches=3))
-        recommended += recommend(found, SpeculativeConfig())["threshold"] is not None
+        recommended += recommend(found, SpeculativeConfig()).threshold is not None
         never_pays += "does not pay even" in found.statement
     assert recommended / 400 <= 0.05 and never_pays / 400 <= 0.05
 
@@ -361,7 +360,7 @@ def test_a_crossover_of_single_launches_carries_a_calibrations_launch_variance()
     recommended = never_pays = 0
     for _ in range(300):
         found = calibrated(lambda c: 1.02)
-        recommended += recommend(found, SpeculativeConfig())["threshold"] is not None
+        recommended += recommend(found, SpeculativeConfig()).threshold is not None
         never_pays += "does not pay even" in found.statement
     assert recommended / 300 <= 0.05 and never_pays / 300 <= 0.05
 

@@ -4,6 +4,7 @@ an arm serving the draft model alone."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from specexp.analysis.acceptance import (
 )
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
 from specexp.analysis.results import JobRun, Metric, Tag, factors_tag
+from specexp.core.records import structure, unstructure
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.output.markdown import sweep_description
 
@@ -84,7 +86,7 @@ def test_c_s_error_widens_the_interval_and_c_unmeasured_is_said():
     unmeasured = efficiency(**common, cost_source="an EAGLE head is not served alone")
     assert unmeasured.cost is None and unmeasured.bound == 3.0
     assert "bound at c = 0" in unmeasured.sentence()
-    assert Efficiency.from_json(noisy.to_json()) == noisy
+    assert structure(Efficiency, json.loads(json.dumps(unstructure(noisy)))) == noisy
 
 
 def job(run_id, speculative, model, values, length=None) -> JobRun:

@@ -4,10 +4,12 @@ and tinymodels' usage a module path from before the move into bands."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 from pathlib import Path
 
+from specexp.analysis.results import Tag
 from tests.conftest import REPO
 
 # The texts checked: the README, the code, its configs and tests, the docs.
@@ -19,6 +21,9 @@ TEXTS = [REPO / "README.md"] + [
 ]
 MODULE = re.compile(r"python -m (specexp(?:\.\w+)*)")
 TEST_FILE = re.compile(r"\b(tests/(?:\w+/)*\w+\.py)\b")
+# A module or name of specexp a text points to: in a role (:class:`~specexp...`), in
+# backticks, or in parentheses "(specexp.core.tinymodels)".
+POINTED = re.compile(r"(?:`~?|\()(specexp(?:\.\w+)+)[`)]")
 
 
 def cited(pattern: re.Pattern[str], path: Path) -> set[str]:
@@ -41,5 +46,37 @@ def test_every_test_file_a_text_cites_exists():
         for path in TEXTS
         for test in cited(TEST_FILE, path)
         if not (REPO / test).is_file()
+    }
+    assert not missing
+
+
+def resolves(dotted: str) -> bool:
+    """A module, or a name inside one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            if importlib.util.find_spec(".".join(parts[:cut])) is None:
+                continue
+        except ModuleNotFoundError:  # a name inside a module, looked for as a submodule
+            continue
+        found: object = importlib.import_module(".".join(parts[:cut]))
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False
+
+
+def test_every_module_or_name_a_text_points_to_exists():
+    """Module paths from before the move into bands (specexp.schemas, specexp.results...)
+    do not linger in docstrings and comments. Tags named specexp.* and the log file are
+    names, not paths."""
+    names = {str(tag) for tag in Tag} | {"specexp.log"}
+    missing = {
+        f"{path.relative_to(REPO)}: {dotted}"
+        for path in TEXTS
+        for dotted in cited(POINTED, path) - names
+        if not resolves(dotted)
     }
     assert not missing

@@ -2,9 +2,9 @@
 hold is listed on the page, and the page lists no name the code lacks.
 
 The code's names come from the code itself: the ``Tag``, ``Metric`` and ``Artifact`` enums of
-specexp/analysis/results.py, the tags ``run_tags`` and ``capture.hardware`` write (read from
-their source), and the metrics the pure functions a job logs through return for a synthetic
-job that has every kind of figure (a run's metrics, the job's summary, the machine's
+specexp/analysis/results.py and ``Hardware`` of specexp/host/capture.py, the tags ``run_tags``
+writes (read from its source), and the metrics the pure functions a job logs through return
+for a synthetic job that has every kind of figure (a run's metrics, the job's summary, the machine's
 telemetry, the server's accounting, an SLO). Families of names are written with a
 placeholder on the page (``stack.<name>``, ``gpu<N>_power_w``) and compared as such."""
 
@@ -22,6 +22,7 @@ from specexp.analysis.summary import run_metrics, summarize_job
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.schemas import SloConfig
 from specexp.host import telemetry
+from specexp.host.capture import Hardware
 from tests.conftest import REPO
 
 PAGE = REPO / "docs" / "reference" / "results.md"
@@ -67,7 +68,7 @@ def code_tags() -> set[str]:
         {str(t) for t in Tag}
         | {f"{p}<>" for p in prefixes}
         | literal_keys(REPO / "specexp/run/tracked.py", "run_tags")
-        | literal_keys(REPO / "specexp/host/capture.py", "hardware")
+        | {str(t) for t in Hardware}
     )
 
 

@@ -27,6 +27,7 @@ from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core import durable
 from specexp.core.durable import append_whole, read_json_lines, write_atomic
+from specexp.core.records import structure, unstructure
 from specexp.core.schemas import ConfigError, SpeculativeConfig, StatsConfig
 from specexp.host import owner
 from specexp.output import failure
@@ -388,7 +389,7 @@ def test_the_sweep_facts_a_report_journal_keeps_come_back_as_they_were(tmp_path)
         sequences=[],
         resumed=["r0"],
     )
-    assert SweepFacts.from_json(json.loads(json.dumps(facts.to_json()))) == facts
+    assert structure(SweepFacts, json.loads(json.dumps(unstructure(facts)))) == facts
 
     class Store:
         uri, experiment_name = "http://u:secret@host:5000", "specexp"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -28,6 +27,7 @@ from specexp.core.load_curve import (
     model_ratio,
     oversaturated_from,
 )
+from specexp.core.records import structure, unstructure
 from specexp.core.schemas import SloConfig
 from specexp.core.stats import summarize
 from specexp.output.plots import latency_curve_plot
@@ -168,7 +168,7 @@ def test_a_capacity_search_gets_its_curve_knee_and_model_and_they_reach_the_repo
     base, spec = arm_of("base", 0.25, 2), arm_of("spec", 0.15, 3)
     read = ArmCapacity.of(base)
     assert read.latency_model is not None and read.knee is not None
-    assert ArmCapacity.from_json(json.loads(json.dumps(asdict(read)))) == read
+    assert structure(ArmCapacity, json.loads(json.dumps(unstructure(read)))) == read
     compared = compare_capacity([(base, spec)], confidence=0.95)[0]
     assert compared.ratio is not None and compared.model is not None
     assert compared.model.predicted == pytest.approx(0.25 / 0.15, rel=0.5)

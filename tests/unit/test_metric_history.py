@@ -12,6 +12,7 @@ from specexp.analysis.history import (
     metric_changes,
 )
 from specexp.analysis.results import JobRun, Metric, Tag
+from specexp.core.records import unstructure
 from specexp.history import history_markdown
 
 
@@ -58,7 +59,7 @@ def test_a_drop_in_acceptance_length_is_found_where_throughput_is_steady():
     # No SLO, no goodput: said so, not "no change".
     assert goodput.too_little_data and goodput.points == 0
     assert "too little data" in goodput.describe(0.0005)
-    assert goodput.to_json()["too_little_data"] is True
+    assert unstructure(goodput)["too_little_data"] is True
 
 
 def test_too_few_runs_are_too_little_data_not_no_change():

@@ -327,7 +327,7 @@ def test_a_sweep_report_with_prompt_comparisons_loads_back():
         prompt_comparisons=[compared],
     )  # fmt: skip
     again = SweepReport.from_json(json.loads(json.dumps(report.to_json())))
-    assert again.prompt_comparisons[0].to_json() == compared.to_json()
+    assert again.prompt_comparisons[0] == compared
 
 
 def test_a_run_sends_every_prompt_of_the_set_once_shared_over_its_streams():
@@ -357,3 +357,10 @@ def test_a_packaged_model_that_fails_its_checksum_or_is_missing_is_refused(tmp_p
         trainedmodels.ensure_packaged("absent", tmp_path)
     with pytest.raises(trainedmodels.ModelPackageError, match="valid choices: two-chunks, absent"):
         trainedmodels.packaged_model("gemma-9000")
+
+
+def test_the_models_cache_is_read_from_the_environment_when_used_not_at_import(monkeypatch):
+    monkeypatch.setenv("SPECEXP_CACHE", "/elsewhere")
+    assert trainedmodels.models_cache() == Path("/elsewhere/models")
+    name = next(iter(trainedmodels.PACKAGED_MODELS))
+    assert trainedmodels.packaged_path(name).parent == Path("/elsewhere/models")

@@ -11,7 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from specexp.analysis import crossover
 from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
-from specexp.analysis.results import JobRun, Tag, factors_tag
+from specexp.analysis.results import Engaged, JobRun, Tag, factors_tag
 from specexp.core.notes import NoteKind
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.output import plots
@@ -29,9 +29,9 @@ def sweep_runs(not_engaged: str = "", launches: bool = False) -> list[JobRun]:
     runs = []
     for (method, streams), mean in MEANS.items():
         factors = {"speculative": method, "concurrency.streams": str(streams)}
-        tags = {Tag.factors: factors_tag(factors), Tag.engaged: "yes"}
+        tags = {Tag.factors: factors_tag(factors), Tag.engaged: Engaged.yes}
         if method == "draft" and streams == 8 and not_engaged:
-            tags |= {Tag.not_engaged: not_engaged, Tag.engaged: f"NO: {not_engaged}"}
+            tags |= {Tag.not_engaged: not_engaged, Tag.engaged: f"{Engaged.no}: {not_engaged}"}
         values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
         name = " ".join(f"{k}={v}" for k, v in factors.items())
         tags[Tag.config_fingerprint] = method

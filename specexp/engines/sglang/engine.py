@@ -37,6 +37,7 @@ from specexp.engines.records import (
     Prompt,
     Setting,
     StreamChunk,
+    SwitchOff,
 )
 from specexp.engines.resolution import live_resolution
 from specexp.engines.sglang.config import SGLangConfig
@@ -452,7 +453,7 @@ class SGLangEngine(Engine[SGLangConfig]):
 
     def switch_off(
         self, threshold: int, speculative: SpeculativeConfig, max_batch: int
-    ) -> dict[str, Any]:
+    ) -> SwitchOff:
         """Adaptive speculation: batch-size keys map to candidate steps, [0] means no drafting."""
         steps = (
             {"1": {"candidate_steps": [0]}}
@@ -462,11 +463,11 @@ class SGLangEngine(Engine[SGLangConfig]):
                 str(threshold): {"candidate_steps": [0]},
             }
         )
-        return {
-            "flags": ["--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"],
-            "adaptive.json": steps,
-            "note": "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
-        }
+        return SwitchOff(
+            "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
+            flags=("--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"),
+            files={"adaptive.json": steps},
+        )
 
     def cache_flush(
         self, server: ServerSettings[SGLangConfig], state: Any

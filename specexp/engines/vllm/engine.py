@@ -24,7 +24,14 @@ from specexp.engines.base import Engine
 from specexp.engines.evidence import speculation_from_counters
 from specexp.engines.http import get_json, is_loopback
 from specexp.engines.prometheus import position_counters
-from specexp.engines.records import Engagement, LaunchSpec, Prompt, Setting, StreamChunk
+from specexp.engines.records import (
+    Engagement,
+    LaunchSpec,
+    Prompt,
+    Setting,
+    StreamChunk,
+    SwitchOff,
+)
 from specexp.engines.resolution import live_resolution
 from specexp.engines.stack import run_with_stack_env, stack_env, stack_python
 from specexp.engines.vllm.config import VLLMConfig
@@ -127,7 +134,7 @@ class VLLMEngine(Engine[VLLMConfig]):
             speculative["synthetic_acceptance_length"] = spec.synthetic_acceptance_length
         if spec.switch_off_at is not None:
             setting = self.switch_off(spec.switch_off_at, spec, max_num_seqs)
-            speculative.update(setting["speculative_config"])
+            speculative.update(setting.speculative_config)
         return speculative
 
     def validate(self, server: ServerSettings[VLLMConfig]) -> None:
@@ -258,15 +265,15 @@ class VLLMEngine(Engine[VLLMConfig]):
 
     def switch_off(
         self, threshold: int, speculative: SpeculativeConfig, max_batch: int
-    ) -> dict[str, Any]:
+    ) -> SwitchOff:
         """K=0 disables drafting for a batch-size range of ``num_speculative_tokens_per_batch_size``."""
         ranges = ([[1, threshold - 1, speculative.num_draft_tokens]] if threshold > 1 else []) + [
             [threshold, max_batch, 0]
         ]
-        return {
-            "speculative_config": {"num_speculative_tokens_per_batch_size": ranges},
-            "note": "merge into --speculative-config; K=0 disables drafting for that batch-size range",
-        }
+        return SwitchOff(
+            "merge into --speculative-config; K=0 disables drafting for that batch-size range",
+            speculative_config={"num_speculative_tokens_per_batch_size": ranges},
+        )
 
     def completion_request(
         self, server: ServerSettings[VLLMConfig], workload: WorkloadConfig, prompt: Prompt
