@@ -35,7 +35,6 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from scipy.optimize import brentq
 from scipy.stats import norm, t
-from statsmodels.stats.proportion import proportion_confint
 
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
@@ -138,6 +137,8 @@ class Rate:
     def of(cls, successes: float, trials: float, confidence: float) -> Rate:
         if not trials:
             return cls(0.0, 0.0, 1.0, successes, trials)
+        from statsmodels.stats.proportion import proportion_confint  # noqa: PLC0415 (DEFERRED)
+
         # More successes than trials: malformed counts (the monotonicity check says so).
         low, high = proportion_confint(
             min(round(successes), round(trials)),

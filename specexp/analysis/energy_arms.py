@@ -90,12 +90,12 @@ class EnergyReport(Record):
         """Energy's headline: not measured (and why), or its source and resolution."""
         if not self.measured:
             return (
-                "energy per output token: not measured (no NVML energy counter or GPU power "
-                "reading for the server, no readable RAPL counter on this machine) - no "
+                "not measured: no NVML energy counter or GPU power "
+                "reading for the server, no readable RAPL counter on this machine - no "
                 "energy figures, no energy comparison"
             )
         sources = sorted(set(self.sources.values()) - {EnergySource.none})
-        return f"energy per output token from the {' and the '.join(sources)}; {self.resolution}"
+        return f"per output token, from the {' and the '.join(sources)}; {self.resolution}"
 
 
 def resolution(runs: Sequence[JobRun]) -> str:

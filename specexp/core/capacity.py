@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import numpy as np
-import statsmodels.api as sm
 from scipy import stats as scipy_stats
 
 from specexp.core.load_curve import curve_point
@@ -119,6 +118,8 @@ def _within_reach(x: float, rates: Sequence[float]) -> Optional[float]:
 
 def _fit(points: Sequence[RatePoint]) -> Optional[tuple[np.ndarray, np.ndarray, float, int]]:
     """(coefficients, covariance, dispersion, residual df) of the logistic fit, or None."""
+    import statsmodels.api as sm  # noqa: PLC0415 (half a second at every CLI start; see DEFERRED)
+
     x = np.log([p.rate for p in points])
     successes = np.array([p.good for p in points], dtype=float)
     failures = np.array([p.requests - p.good for p in points], dtype=float)

@@ -145,11 +145,19 @@ class ModelConfig:
     package: Optional[str] = None
     # A self-draft: draft_path is the target's own first N blocks, written as a model.
     self_draft_layers: Optional[int] = None
+    # Output tok/s per stream a run's duration is estimated at before it starts, where no
+    # earlier run of its configuration says better: as measured on the setup its config
+    # file names (null: ASSUMED_TOK_PER_S_PER_STREAM). An estimate only; not fingerprinted.
+    expected_tok_per_s: Optional[float] = None
     # Serve the draft model alone (path := draft_path): the arm whose speed, beside the
     # target's, gives a draft arm's cost c against the speed-up bound.
     serve_draft: bool = False
 
     def __post_init__(self) -> None:
+        if self.expected_tok_per_s is not None and self.expected_tok_per_s <= 0:
+            raise ConfigError(
+                f"model.expected_tok_per_s must be > 0, got {self.expected_tok_per_s}"
+            )
         if self.generate is not None and self.package is not None:
             raise ConfigError(
                 "model.generate and model.package both name the model's weights; set one"
@@ -488,8 +496,8 @@ def requests_per_stream(workload: Any, concurrency: Any, stream: int = 0) -> int
     return int(concurrency.requests_per_stream) * max(1, share)
 
 
-# The rate a run's duration is estimated at when no earlier run of its configuration says
-# better: output tokens per second per stream of a small model on a CPU.
+# The rate a run's duration is estimated at when neither an earlier run of its configuration
+# nor model.expected_tok_per_s says better: output tokens per second per stream.
 ASSUMED_TOK_PER_S_PER_STREAM = 50.0
 
 
@@ -504,15 +512,15 @@ def run_requests(workload: Any, concurrency: Any) -> Optional[int]:
     )
 
 
-def expected_run_seconds(workload: Any, concurrency: Any) -> float:
-    """How long one run takes at :data:`ASSUMED_TOK_PER_S_PER_STREAM`: its duration, its
-    arrivals at their rate, or its longest stream's requests at max_tokens each."""
+def expected_run_seconds(workload: Any, concurrency: Any, tok_per_s: float) -> float:
+    """How long one run takes at ``tok_per_s`` per stream: its duration, its arrivals at
+    their rate, or its longest stream's requests at max_tokens each."""
     if concurrency.duration_s:
         return float(concurrency.duration_s)
     if concurrency.open_loop and concurrency.rate:
         return int(concurrency.arrivals) / float(concurrency.rate)
     tokens = requests_per_stream(workload, concurrency, 0) * int(workload.max_tokens)
-    return tokens / ASSUMED_TOK_PER_S_PER_STREAM
+    return tokens / tok_per_s
 
 
 class Arrival(StrEnum):

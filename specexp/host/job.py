@@ -107,6 +107,7 @@ class Job:
         # Facts declared about the model and where the engine's code lies: the model and
         # the command say what is measured.
         data["model"].pop("attention_arch", None)
+        data["model"].pop("expected_tok_per_s", None)  # an estimate's basis, not a setting
         data["engine"].pop("sources", None)
         # A level measures the same whichever concurrency option swept it there.
         for key in ("name", "levels"):

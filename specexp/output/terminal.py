@@ -281,12 +281,13 @@ def run_progress(runs: int, requests: Optional[int] = None) -> Iterator[_RunProg
 
 
 def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    return f"{max(1, round(seconds))} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
-    """Before a job starts: how long it should take, from an earlier run of the same
-    configuration, else from the config at a stated rate."""
+    """Before a job starts: how long it should take, as an estimate - from an earlier run of
+    the same configuration, else from the config at the model's expected rate (or, where the
+    model states none, an assumed one), each basis said."""
     if earlier_s is not None:
         console.print(
             f"expected: about {duration(earlier_s)} (an earlier run of this configuration took "
@@ -294,8 +295,10 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
         )
         return
     stats, workload, level = cfg.stats, cfg.workload, cfg.concurrency
+    stated = cfg.model.expected_tok_per_s
+    tok_per_s = stated or ASSUMED_TOK_PER_S_PER_STREAM
     runs = stats.launches * (stats.warmup_runs + stats.measured_runs)
-    seconds = runs * expected_run_seconds(workload, level)
+    seconds = runs * expected_run_seconds(workload, level, tok_per_s)
     requests = run_requests(workload, level)
     what = (
         f"{requests} request(s) of up to {workload.max_tokens} tokens"
@@ -306,9 +309,14 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
         if requests
         else f"{level.duration_s:g} s"
     )
+    rate = (
+        f"{tok_per_s:g} tok/s per stream (model.expected_tok_per_s)"
+        if stated
+        else f"an assumed {tok_per_s:g} tok/s per stream (model.expected_tok_per_s states none)"
+    )
     console.print(
-        f"expected: about {duration(seconds)} of measuring - {runs} runs of {what}, at an "
-        f"assumed {ASSUMED_TOK_PER_S_PER_STREAM:g} tok/s per stream - plus the server's start"
+        f"expected: about {duration(seconds)} of measuring, an estimate - {runs} runs of {what} "
+        f"at {rate} - plus the server's start"
     )
 
 

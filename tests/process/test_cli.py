@@ -1,15 +1,14 @@
 """The front door with real processes: the Python API running a job silently, `specexp`
 and `python -m specexp` exiting 2 on a typo and 1 on a failure, a sweep naming its failed
-job, the store's artifacts beside its database, and `specexp ui` on a free port."""
+job, the store's artifacts beside its database. (`specexp ui` on a free port: the
+getting-started transcript's test, tests/process/test_getting_started.py.)"""
 
 from __future__ import annotations
 
 import doctest
 import os
-import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -75,6 +74,7 @@ def test_the_apis_examples_run():
     assert tried and not failures
 
 
+@pytest.mark.no_engine_server
 @pytest.mark.parametrize(
     "argv",
     [
@@ -117,6 +117,7 @@ def test_a_sweep_with_a_failed_job_exits_1_and_names_it(tmp_path):
     assert "multirun.parent_run_id" not in result.stdout + result.stderr
 
 
+@pytest.mark.no_engine_server
 def test_models_list_names_every_model_and_whether_it_is_ready(capsys):
     assert cli.main(["models", "list"]) == 0
     out = capsys.readouterr().out
@@ -124,28 +125,7 @@ def test_models_list_names_every_model_and_whether_it_is_ready(capsys):
         assert name in out
 
 
-def test_the_ui_runs_on_a_free_port_and_prints_its_address(tmp_path):
-    env = {**os.environ, **store_env(tmp_path)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specexp.cli", "ui"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # the first line it prints is the address
-        address = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
-        assert address and address.group(1) != "5000", line
-        assert urllib.request.urlopen(address.group(0) + "health", timeout=10).status == 200
-    finally:
-        os.killpg(process.pid, 15)
-        process.wait(timeout=60)
-
-
+@pytest.mark.no_engine_server
 def test_a_config_the_job_refuses_exits_2_before_anything_is_tracked(tmp_path):
     env = store_env(tmp_path)
     result = run_cli(

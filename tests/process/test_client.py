@@ -8,6 +8,7 @@ import time
 import urllib.request
 
 import psutil
+import pytest
 
 from specexp.analysis import acceptance
 from specexp.host.job import Job
@@ -116,6 +117,7 @@ def run_against(url, *overrides):
     return run_async(go())
 
 
+@pytest.mark.no_engine_server
 def test_streams_shared_over_client_processes_come_back_as_one_run():
     """Eight streams over two worker processes: every stream's requests, in stream order,
     timed from one start; the workers end with the client."""
@@ -149,6 +151,7 @@ def test_streams_shared_over_client_processes_come_back_as_one_run():
     assert len(workers) == 2 and not any(w.is_running() for w in workers)
 
 
+@pytest.mark.no_engine_server
 def test_a_stalled_stream_is_ended_by_the_stall_timeout_and_says_so():
     process, url = fake_server("--stall-after", "5")
     try:
@@ -161,6 +164,7 @@ def test_a_stalled_stream_is_ended_by_the_stall_timeout_and_says_so():
     assert 1 <= record.e2e_s < 10
 
 
+@pytest.mark.no_engine_server
 def test_an_event_of_a_shape_no_engine_sends_fails_the_request_and_keeps_its_record():
     """Valid JSON that is not an event object (issue 45: AttributeError, the run lost)."""
     process, url = fake_server("--event", "[1, 2, 3]")
@@ -174,6 +178,7 @@ def test_an_event_of_a_shape_no_engine_sends_fails_the_request_and_keeps_its_rec
     assert record.error == "ValueError: unexpected event from the server: b'[1, 2, 3]'"
 
 
+@pytest.mark.no_engine_server
 def test_a_server_that_never_sends_headers_is_a_stall_naming_its_setting():
     """Issue 45: a SocketTimeoutError after 132 s, naming no setting."""
     process, url = fake_server("--no-headers")
@@ -188,6 +193,7 @@ def test_a_server_that_never_sends_headers_is_a_stall_naming_its_setting():
     assert 1 <= record.e2e_s < 10
 
 
+@pytest.mark.no_engine_server
 def test_a_server_dying_mid_stream_fails_the_request_with_partial_timings():
     process, url = fake_server("--die-after", "5", "--itl-ms", "5")
     try:

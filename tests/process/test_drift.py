@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Metric, Tag, launch_metric
@@ -93,6 +94,7 @@ def drifting_server(tmp_path: Path, slowdown: float) -> Path:
     return fake_llama_server(tmp_path, "--itl-ms", "2", "--slowdown-per-request", str(slowdown))
 
 
+@pytest.mark.no_engine_server
 def test_a_known_drift_is_measured_and_blocks_are_never_called_slower(tmp_path, tracking_env):
     bin_dir = drifting_server(tmp_path, slowdown=0.02)
     common = (*QUICK, "workload.max_tokens=32", f"stack.bin_dir={bin_dir}")

@@ -5,7 +5,6 @@ another 4-stream run, with fresh prompts keyed by each job."""
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import urllib.request
 
@@ -70,9 +69,11 @@ def test_a_small_run_after_a_large_one_measures_what_one_after_a_small_run_does(
     # Every run started on an idle server, and every 4-stream run was slots 0..3.
     assert all(0 <= w < 30 for w in waits)
     assert all(s == [0, 1, 2, 3] for s in busy_slots), busy_slots
-    # Within noise: the ratio of the two means inside four standard errors of it, and at
-    # most 25% off either way (on the H200 the old setup measured 0.19).
-    ratio = statistics.mean(after["large"]) / statistics.mean(after["small"])
-    cvs = [statistics.stdev(v) / statistics.mean(v) for v in after.values()]
-    se = math.sqrt(sum(cv**2 for cv in cvs) / ROUNDS)
-    assert abs(math.log(ratio)) < max(4 * se, 0.05) and 0.8 < ratio < 1.25, (ratio, after)
+    # What the defect did, whatever the machine's load: on the H200 the old setup measured a
+    # small run after a large one at 0.19 of one after a small run. Each round's two small
+    # runs are back to back, so a load that comes and goes slows both; the median of the
+    # rounds' ratios stays within 2x either way unless half the rounds were hit apart (a
+    # bound on a real run, not a test of no difference at a significance level, which would
+    # fail by chance).
+    ratios = [large / small for large, small in zip(after["large"], after["small"], strict=True)]
+    assert len(ratios) == ROUNDS and 0.5 < statistics.median(ratios) < 2, (ratios, after)

@@ -83,6 +83,7 @@ def test_a_server_on_this_host_is_found_by_its_port_for_telemetry(keyed_server, 
     assert elsewhere.server_pid() is None  # not this host's: nothing to look up
 
 
+@pytest.mark.no_engine_server
 def test_a_server_elsewhere_needs_no_gpu_of_this_host():
     """The example of docs/guides/external-server.md: vLLM's protocol against a remote endpoint, on a machine
     without GPUs, takes no GPU lease (it was refused: "a server needs 1 GPU(s)")."""

@@ -171,6 +171,7 @@ def test_interrupt_stops_the_server_and_ends_with_one_line(tmp_path, tracking_en
     assert len(records.read_text().splitlines()) >= 2
 
 
+@pytest.mark.no_engine_server
 def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_env):
     result = run_cli(
         "engine=sglang", "model=kimi-k2.5", "stack=cu130", cwd=tmp_path, env=tracking_env
@@ -194,18 +195,6 @@ def upload_the_journal(tmp_path: Path) -> tuple[str, Any]:
     (run,) = runs_in(uri)
     assert run.info.status == "FINISHED" and run.data.metrics["tok_per_s_mean"] > 0
     return uri, run
-
-
-def test_unreachable_store_keeps_measurements_and_says_how_to_upload(tmp_path):
-    result = run_cli(*QUICK, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
-    assert result.returncode == 0, result.stdout[-2000:]
-    assert (
-        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
-    )
-    uri, run = upload_the_journal(tmp_path)
-    assert {"requests.jsonl", "server.log"} <= {
-        a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
-    }
 
 
 def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_completed_later(
@@ -287,10 +276,11 @@ def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_
     assert run.data.tags["engaged.resolution"] == "engaged"  # /props, read through urllib
 
 
-def test_credentials_in_urls_are_redacted_everywhere_specexp_writes(tmp_path):
-    """Passwords inside URLs - in inherited variables, in config values, in the tracking URI -
-    appear nowhere: not in the output, the job's files, the offline journal or, after the
-    upload, the MLflow store."""
+def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp_path):
+    """A store that cannot be reached: the run measures into its journal and says how to
+    upload it, and the upload logs its records and server log. Passwords inside URLs - in
+    inherited variables, in config values, in the tracking URI - appear nowhere: not in the
+    output, the job's files, the offline journal or, after the upload, the MLflow store."""
     secrets = ("s3cretpw", "hunter2", "pw-tracking", "pw-mirror")
     result = run_cli(
         *QUICK,
@@ -303,12 +293,18 @@ def test_credentials_in_urls_are_redacted_everywhere_specexp_writes(tmp_path):
         },
     )
     assert result.returncode == 0, result.stdout[-2000:]
+    assert (
+        "MLflow store unreachable" in result.stdout and "python -m specexp.upload" in result.stdout
+    )
     assert "alice:***@db" in result.stdout or "carol:***@" in result.stdout
     written = [result.stdout, result.stderr] + [
         p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()
     ]
     assert not [s for s in secrets for text in written if s in text]
     uri, run = upload_the_journal(tmp_path)
+    assert {"requests.jsonl", "server.log"} <= {
+        a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
+    }
     stored = json.dumps([run.data.params, run.data.tags])
     assert "carol:***@127.0.0.1:9" in stored and not any(s in stored for s in secrets)
     # The journal kept no credentials, so an upload has to be told the store.
@@ -374,6 +370,7 @@ VALUES = st.one_of(
 )
 
 
+@pytest.mark.no_engine_server
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -402,6 +399,7 @@ def test_fuzzed_compositions_end_in_a_clear_error_or_validate(choices, fields):
     assert server_pids() == before
 
 
+@pytest.mark.no_engine_server
 def test_a_type_error_on_the_command_line_is_a_message_not_a_traceback(tmp_path):
     result = run_cli("workload.max_tokens=many", cwd=tmp_path, timeout=120)
     assert result.returncode == 2  # a usage error
@@ -427,6 +425,7 @@ STORE_USER = (
 )
 
 
+@pytest.mark.no_engine_server
 def test_two_processes_starting_on_one_new_sqlite_store_both_work(tmp_path):
     """Issue 45: two sweeps started at once on a new SQLite store both crashed in MLflow's
     schema migration and broke the store for good. Two processes, released together, each
@@ -584,6 +583,7 @@ def full_disk_at(size: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
 
+@pytest.mark.no_engine_server
 def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_path):
     """Issue 45: the disk filling during a run left the journal at 0 bytes, requests.jsonl
     cut mid-line, the run RUNNING and three chained tracebacks; upload then crashed on the
@@ -638,6 +638,7 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
     assert server_pids() == set()
 
 
+@pytest.mark.no_engine_server
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
 def test_a_malformed_tracking_uri_is_refused_before_anything_runs(tmp_path, sweep):
     """Issue 45: a malformed tracking URI was taken for a store that is down: the run went
@@ -693,6 +694,7 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
     assert sorted(r.info.status for r in runs.values()) == ["FINISHED", "KILLED"]
 
 
+@pytest.mark.no_engine_server
 def test_a_sweep_whose_store_is_down_at_its_start_is_refused_in_one_line(tmp_path):
     """A sweep's report is read back from its store: with the store unreachable at the start
     it launches nothing and says so in one line (exit 69, EX_UNAVAILABLE), no traceback."""

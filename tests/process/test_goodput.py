@@ -155,7 +155,12 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     report = json.loads(Path(report_path).read_text())
     assert report["arms"] == [] and report["comparisons"] == []  # no tok/s verdict on a search
     (compared,) = report["capacities"]
-    assert compared["ratio"] is not None and compared["ci_low"] < compared["ratio"]
+    # Its interval brackets the ratio, or is unbounded (None) where the fit cannot bound it: a
+    # run whose server fell behind counts no request as good, so the attainment curve can be
+    # a clean step that a logistic fit separates perfectly.
+    ratio, low, high = compared["ratio"], compared["ci_low"], compared["ci_high"]
+    assert ratio is not None
+    assert (low is None or low < ratio) and (high is None or ratio < high)
     assert len(report["capacity_arms"]) == 2
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "goodput")}
     assert plots == {"goodput/attainment.png", "goodput/latency_curve.png"}

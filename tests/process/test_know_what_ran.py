@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
@@ -137,6 +138,7 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
     )
 
 
+@pytest.mark.no_engine_server
 def test_doctor_on_this_machine(tmp_path):
     """The reference story's fused all-reduce with SGLang 0.5.9's own code importable: its
     parser takes the command, its resolution names the setting it would change (a flag that
@@ -164,6 +166,7 @@ def test_doctor_on_this_machine(tmp_path):
     assert "sglang would change --speculative-num-steps 8 -> 2" in " ".join(lines.values())
 
 
+@pytest.mark.no_engine_server
 def test_doctor_failure_paths_with_fake_stacks(tmp_path):
     broken = tmp_path / "python"
     broken.write_text(
@@ -204,6 +207,7 @@ FOUR_GPU_TOPOLOGY = (
 )
 
 
+@pytest.mark.no_engine_server
 def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path):
     """llama.cpp over four GPUs in a tensor split: the doctor counts them and reads their
     links from nvidia-smi (here a stand-in on PATH printing a four-GPU node's answers); a

@@ -241,6 +241,7 @@ def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path
     assert len(children) == 2 and {r.info.status for r in children} == {"KILLED"}
 
 
+@pytest.mark.no_engine_server
 def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
     result = run_cli(
         "-m",
@@ -261,6 +262,7 @@ def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
     assert not list(tmp_path.glob("multirun/*/*/.submitit")) and nothing_tracked(tmp_path)
 
 
+@pytest.mark.no_engine_server
 @pytest.mark.parametrize(
     "override, message",
     [
@@ -287,6 +289,7 @@ def test_slurm_launcher_settings_that_cannot_hold_a_job_are_refused(tmp_path, ov
     assert result.returncode == 2 and message in flat(result.stdout)
 
 
+@pytest.mark.no_engine_server
 def test_local_launcher_refuses_a_fixed_port_for_jobs_side_by_side(tmp_path):
     result = run_cli(
         "-m",
@@ -302,6 +305,7 @@ def test_local_launcher_refuses_a_fixed_port_for_jobs_side_by_side(tmp_path):
     assert result.returncode == 2 and "engine.port=30000 is fixed" in flat(result.stdout)
 
 
+@pytest.mark.no_engine_server
 def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
     holder = subprocess.Popen(
         [
@@ -328,6 +332,7 @@ def test_gpu_leases_are_exclusive_and_die_with_their_holder(tmp_path: Path):
         lease_devices(tmp_path, "gpu", ["0", "1"], 3, wait_s=5)
 
 
+@pytest.mark.no_engine_server
 def test_cpu_servers_of_one_process_share_its_cores_and_other_processes_wait(tmp_path: Path):
     cores = ProcessCores()
     first, first_handle = cores.take(tmp_path, ["0", "1"], 1, wait_s=5)
@@ -350,6 +355,7 @@ def test_cpu_servers_of_one_process_share_its_cores_and_other_processes_wait(tmp
         cores.take(tmp_path, ["0", "1"], 3, wait_s=1)
 
 
+@pytest.mark.no_engine_server
 def test_a_server_runs_on_its_leased_cores_with_all_it_starts(tmp_path: Path):
     probe = (
         "import os, subprocess, sys; print(sorted(os.sched_getaffinity(0)), flush=True); "

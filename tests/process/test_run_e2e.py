@@ -108,22 +108,6 @@ def test_terminal_shows_progress_and_summary(draft_run):
     assert "acceptance length" in result.stdout
 
 
-def test_default_store_is_sqlite_under_mlruns(tmp_path):
-    # An empty MLFLOW_TRACKING_URI counts as unset.
-    result = run_cli(
-        *QUICK,
-        "stats.measured_runs=1",
-        "stats.warmup_runs=0",
-        cwd=tmp_path,
-        env={"MLFLOW_TRACKING_URI": ""},
-    )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert (tmp_path / "mlruns" / "mlflow.db").is_file()
-    runs = runs_in(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    assert len(runs) == 1
-    assert runs[0].info.artifact_uri.startswith((tmp_path / "mlruns" / "artifacts").as_uri())
-
-
 def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_env):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a model")
@@ -142,6 +126,7 @@ def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_e
     assert "server.log" in names
 
 
+@pytest.mark.no_engine_server
 def test_missing_model_file_is_a_config_error(tmp_path, tracking_env):
     result = run_cli(
         *QUICK,

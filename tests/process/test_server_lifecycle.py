@@ -47,6 +47,7 @@ def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
     assert error.value.log_tail
 
 
+@pytest.mark.no_engine_server
 def test_python_exception_line_is_the_reason(tmp_path):
     code = (
         "import sys; print('loading weights'); "
@@ -65,6 +66,7 @@ def test_python_exception_line_is_the_reason(tmp_path):
     assert error.value.reason.startswith("AttributeError: 'KimiK25ForConditionalGeneration'")
 
 
+@pytest.mark.no_engine_server
 def test_readiness_timeout_then_the_whole_group_is_stopped(tmp_path):
     # A "server" that never answers and has a child of its own.
     code = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
@@ -84,6 +86,7 @@ def test_readiness_timeout_then_the_whole_group_is_stopped(tmp_path):
     assert not group_alive(pgid)
 
 
+@pytest.mark.no_engine_server
 def test_port_in_use_is_refused_before_launch(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -191,8 +191,9 @@ def test_a_vllm_server_that_dies_at_start_is_found_at_once(tmp_path):
     assert result.returncode == 1, result.stdout[-3000:]
     assert "server exited with code 2" in result.stdout, result.stdout[-3000:]
     assert "--no-such-flag" in result.stdout
-    # vLLM's import and argument parsing, not the readiness timeout (engine.ready_timeout_s).
-    assert elapsed < 120
+    # vLLM's import and argument parsing, not the readiness timeout (engine.ready_timeout_s,
+    # 1800 s): a tenth of it, so that a loaded machine's slow import of torch still passes.
+    assert elapsed < 180
     assert not vllm_processes()
 
 

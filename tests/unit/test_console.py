@@ -205,13 +205,29 @@ def test_progress_moves_from_the_first_request_with_its_tok_s(screen):
 
 
 def test_the_expected_duration_is_said_before_a_run_with_its_basis(screen):
-    cfg = compose_job(*TINY).config
-    terminal.print_expected(cfg, None)
-    terminal.print_expected(cfg, 250.0)
-    first, second = screen.export_text().splitlines()
-    assert first.startswith("expected: about 1 s of measuring - 2 runs of 1 request(s) of up")
-    assert "32 tokens, at an assumed 50 tok/s per stream" in first
-    assert second == "expected: about 4 min (an earlier run of this configuration took that long)"
+    """The first run was once announced as "about 40 s" at an assumed 50 tok/s per stream and
+    took about 95 s: the default model states the rate it was measured at (21-23 tok/s on
+    two cores), and every line says it is an estimate and on what basis."""
+    default = compose_job().config  # `specexp run`: Gemma 3 270M, 7 runs of 6 x 48 tokens
+    terminal.print_expected(default, None)
+    unstated = compose_job(*TINY, "model.expected_tok_per_s=null").config
+    terminal.print_expected(unstated, None)
+    terminal.print_expected(default, 250.0)
+    first, second, third = screen.export_text().splitlines()
+    assert first == (
+        "expected: about 2 min of measuring, an estimate - 7 runs of 6 request(s) of up to 48 "
+        "tokens at 20 tok/s per stream (model.expected_tok_per_s) - plus the server's start"
+    )
+    assert second.startswith("expected: about 1 s of measuring, an estimate - 2 runs of 1")
+    assert "at an assumed 50 tok/s per stream (model.expected_tok_per_s states none)" in second
+    assert third == "expected: about 4 min (an earlier run of this configuration took that long)"
+
+
+def test_the_expected_rate_is_not_part_of_what_a_run_measures():
+    """Stating a model's expected rate changes no fingerprint: earlier runs stay comparable."""
+    stated, unstated = compose_job(*TINY), compose_job(*TINY, "model.expected_tok_per_s=null")
+    assert stated.config.model.expected_tok_per_s == 300
+    assert stated.config_fingerprint() == unstated.config_fingerprint()
 
 
 def test_the_expected_duration_of_a_capacity_search_names_no_rate(screen):

@@ -116,7 +116,7 @@ def test_runs_shorter_than_the_meter_resolves_are_counted_and_named():
     assert report.energy.resolution.startswith("the meter resolves a run's energy to 5% from 4.0 s")
     assert "4 of 18 measured runs were shorter (in draft 1, none 1)" in report.energy.resolution
     assert report.energy.statement.startswith(
-        "energy per output token from the NVML total-energy counter; the meter resolves"
+        "per output token, from the NVML total-energy counter; the meter resolves"
     )
 
 
