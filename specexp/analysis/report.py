@@ -373,6 +373,16 @@ def _compare_with_baseline(
     ]
 
 
+def server_launches(children: Sequence[JobRun]) -> int:
+    """The servers a sweep's jobs started: each of a job's launches (a job measured launch by
+    launch, or calibrated, starts one per launch) when it did not reuse a server."""
+    return sum(
+        int(r.metrics.get(Metric.launches, 1))
+        for r in children
+        if tag_flag(r.tags.get(Tag.server_reused)) is False
+    )
+
+
 def compile_sweep_report(
     facts: SweepFacts,
     children: Sequence[JobRun],
@@ -401,7 +411,7 @@ def compile_sweep_report(
         confidence=stats.confidence,
         job_runs=len(children),
         failed=sum(1 for r in children if r.status != RunStatus.finished),
-        server_launches=sum(tag_flag(r.tags.get(Tag.server_reused)) is False for r in children),
+        server_launches=server_launches(children),
         arms=arms,
         comparisons=[],
         skipped=skipped,

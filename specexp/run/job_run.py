@@ -17,7 +17,7 @@ from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas import SpeculativeMethod
 from specexp.core.traces import trace_stats
-from specexp.host import failure
+from specexp.host import failure, interrupt
 from specexp.host.job import Job
 from specexp.run.events import DryRunPlanned, Emitter, JobFailed, JobFinished, Observer
 from specexp.run.measure import measure_part
@@ -113,22 +113,34 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
             open_jobs.keep(output_dir, session)
             return dataclasses.replace(session.result, status=RunStatus.measuring)
         _finish(session)
-    except ServerError as exc:
-        _failed(
-            session, "server failed", str(exc), exc.reason[:500] or str(exc)[:500], exc.log_tail
-        )
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (see __main__): clean up, then stop
         session.result.status, session.result.error = RunStatus.killed, "interrupted"
         raise
-    except Exception as exc:  # the run is marked failed; what was measured stays on disk
-        failure.log_traceback(exc)
-        error = f"{type(exc).__name__}: {exc}"
-        session.result.exit_status = failure.exit_status(exc, failure.RUN_FAILED)
-        _failed(session, "run failed", error, error[:500])
+    except Exception as exc:
+        if interrupt.received() is not None:
+            # The interrupt landed in code that made it an error of its own (a transport
+            # callback, the event loop): the job was stopped, it did not fail.
+            session.result.status, session.result.error = RunStatus.killed, "interrupted"
+            raise KeyboardInterrupt(f"signal {interrupt.received()}") from exc
+        _failed_with(session, exc)
     finally:
         if not (open_jobs and open_jobs.holds(output_dir)):
             close_session(session)
     return session.result
+
+
+def _failed_with(session: JobSession, exc: Exception) -> None:
+    """The run is marked failed for ``exc``: a server's failure with its log, anything else
+    with its traceback in the log file."""
+    if isinstance(exc, ServerError):
+        _failed(
+            session, "server failed", str(exc), exc.reason[:500] or str(exc)[:500], exc.log_tail
+        )
+    else:
+        failure.log_traceback(exc)
+        error = f"{type(exc).__name__}: {exc}"
+        session.result.exit_status = failure.exit_status(exc, failure.RUN_FAILED)
+        _failed(session, "run failed", error, error[:500])
 
 
 def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) -> None:

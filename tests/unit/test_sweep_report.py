@@ -10,8 +10,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from specexp.analysis import crossover
 from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
-from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
-from specexp.analysis.results import Engaged, JobRun, Tag, factors_tag
+from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report, server_launches
+from specexp.analysis.results import Engaged, JobRun, Metric, RunKind, Tag, factors_tag, flag_tag
 from specexp.core.notes import NoteKind
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.output import plots
@@ -265,3 +265,16 @@ def test_the_switch_off_check_judges_no_level_from_single_launches():
     (over_launches,) = switch_off_report(launches=True).checks
     assert over_launches.outcomes == ["tracks", "tracks"]
     assert over_launches.followed == ["speculative=draft", "speculative=none"]
+
+
+def test_a_sweeps_server_launches_count_every_launch_of_a_job_measured_launch_by_launch():
+    """A sequential sweep's two arms, measured over 3 and 3 launches, and a job that reused
+    a server: 6 servers started, not the 2 the jobs that did not reuse one would say."""
+
+    def job(name: str, reused: bool, launches: int) -> JobRun:
+        tags = {Tag.server_reused: flag_tag(reused)}
+        metrics = {Metric.launches: float(launches)}
+        return JobRun(name, name, "FINISHED", RunKind.job, {}, tags, {}, metrics, (1.0, 2.0))
+
+    jobs = [job("none", False, 3), job("draft", False, 3), job("again", True, 1)]
+    assert server_launches(jobs) == 6
