@@ -4,13 +4,21 @@ and a run's requests appended whole when the run has ended."""
 from __future__ import annotations
 
 import json
+import signal
+from types import SimpleNamespace
 
-from specexp.analysis.results import Artifact
+import pytest
+
+from specexp.analysis.results import Artifact, RunStatus
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.engines.records import LaunchSpec
+from specexp.host import interrupt
 from specexp.output.files import FilesObserver
-from specexp.run.events import Emitter, JobOpened, RunMeasured, ServerStarting
-from tests.conftest import compose_job
+from specexp.run import job_run
+from specexp.run.events import Emitter, JobFailed, JobOpened, RunMeasured, ServerStarting
+from specexp.run.session import JobResult
+from specexp.serving.server import ServerError
+from tests.conftest import QUICK, compose_job
 
 
 def _starting(tmp_path, port: int) -> ServerStarting:
@@ -60,3 +68,34 @@ def test_an_earlier_attempts_files_are_set_aside_when_the_job_opens(tmp_path):
     )
     assert (tmp_path / "attempt-1" / Artifact.requests).read_text() == "earlier\n"
     assert not (tmp_path / Artifact.requests).exists() and "attempt-1" in said[0]
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError("Event loop stopped before Future completed"), ServerError("gone")]
+)
+def test_a_job_stopped_by_a_signal_that_became_an_error_ends_killed_not_failed(
+    tmp_path, monkeypatch, error
+):
+    """Stopping a parallel sweep sends its jobs SIGINT; where the interrupt lands in code that
+    makes it an error of its own, the job asks what was received: KILLED, and the interrupt
+    goes on up (once seen as FAILED under load). Without a signal the same error fails it."""
+    job = compose_job(*QUICK)
+    ended: list[JobFailed] = []
+    session = SimpleNamespace(
+        result=JobResult(status=RunStatus.measuring, output_dir=tmp_path), emit=ended.append
+    )
+
+    def stopped(*args):
+        raise error
+
+    monkeypatch.setattr(job_run, "open_session", lambda *args: session)
+    monkeypatch.setattr(job_run, "close_session", lambda s: None)
+    monkeypatch.setattr(job_run, "_measure_parts", stopped)
+    monkeypatch.setattr(interrupt, "_received", [])
+    result = job_run.run_job(job, tmp_path, lambda job, directory: [])
+    assert result.status != RunStatus.killed and [type(e) for e in ended] == [JobFailed]
+    ended.clear()
+    interrupt.remember(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        job_run.run_job(job, tmp_path, lambda job, directory: [])
+    assert session.result.status == RunStatus.killed and ended == []
