@@ -15,7 +15,7 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
 from specexp.core.capacity import interval_text
-from specexp.core.sequential import SequentialComparison
+from specexp.core.sequential import SequentialComparison, SequentialRecord
 from specexp.core.stats import Comparison, Verdict
 
 
@@ -60,6 +60,17 @@ def within_launch(c: Comparison) -> str:
     return str(c.within_launch) if c.within_launch else "-"
 
 
+def launches_needed(record: SequentialRecord) -> str:
+    """The launches per arm the sequence needs to find its design effect at its power, and
+    the cap (``max_launches``) where that is more: it stops at the cap, decided or not (the
+    column said "planned", which read as launches it would run)."""
+    needed = record.planned_launches
+    if needed is None:
+        return "-"
+    cap = record.design.max_launches
+    return f"{needed} (cap {cap})" if needed > cap else str(needed)
+
+
 def sequence_rows(sequences: Sequence[SequentialComparison]) -> Rows:
     """Each sequential comparison: its looks, what it spent and why it stopped."""
     table = Rows(
@@ -67,7 +78,7 @@ def sequence_rows(sequences: Sequence[SequentialComparison]) -> Rows:
             "comparison",
             "looks",
             "launches",
-            "planned",
+            "needed",
             "runs per launch",
             "server-min",
             "last interval",
@@ -85,7 +96,7 @@ def sequence_rows(sequences: Sequence[SequentialComparison]) -> Rows:
                 f"{sequence.candidate_label} vs {sequence.baseline_label}",
                 str(len(record.looks)),
                 f"{last.launches_baseline}+{last.launches_candidate}" if last else "-",
-                str(record.planned_launches or "-"),
+                launches_needed(record),
                 str(record.runs_per_launch or "-"),
                 f"{last.server_s / 60:.1f}" if last else "-",
                 f"[{pct(last.ci_low - 1)}, {pct(last.ci_high - 1)}]" if last else "-",

@@ -21,9 +21,10 @@ from specexp.analysis.capacity import ArmCapacity, CapacityComparison, CapacityV
 from specexp.analysis.results import RunStatus, Unit
 from specexp.core.capacity import Bracket, Capacity
 from specexp.core.measurements import RequestRecord
+from specexp.core.sequential import SequentialDesign, SequentialRecord
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, sweep_markdown
-from specexp.output.tables import capacity_rows, comparison_rows
+from specexp.output.tables import capacity_rows, comparison_rows, launches_needed
 from specexp.sweep.launch import failed_jobs
 from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
@@ -244,3 +245,11 @@ def test_an_arms_independent_values_are_counted_in_words():
     """The comparison table once printed "5 launchs"."""
     assert Unit.launch.counted(5) == "5 launches"
     assert Unit.run.counted(1) == "1 run" and Unit.run.counted(3) == "3 runs"
+
+
+def test_a_sequences_launches_needed_name_the_cap_it_stops_at_when_they_exceed_it():
+    design = SequentialDesign(alpha=0.05, threshold=0.02, design_effect=0.02, power=0.8)
+    record = SequentialRecord(design, planned_launches=747)
+    assert launches_needed(record) == "747 (cap 20)"
+    assert launches_needed(SequentialRecord(design, planned_launches=8)) == "8"
+    assert launches_needed(SequentialRecord(design)) == "-"
