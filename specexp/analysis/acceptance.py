@@ -445,6 +445,8 @@ class Limit(StrEnum):
     acceptance = "acceptance"
     draft_cost = "draft cost"
     overhead = "overhead beyond both"
+    # Without the draft's own step time its cost sits inside "the rest".
+    cost_or_overhead = "draft cost or overhead (c not measured: not told apart)"
 
 
 @dataclass(frozen=True)
@@ -487,7 +489,10 @@ class Efficiency:
     @property
     def limit(self) -> Limit:
         losses = self.losses
-        return max(losses, key=lambda k: losses[k])
+        largest = max(losses, key=lambda k: losses[k])
+        if self.cost is None and largest != Limit.acceptance:
+            return Limit.cost_or_overhead
+        return largest
 
     def sentence(self) -> str:
         cost = (
@@ -500,8 +505,13 @@ class Efficiency:
             f"{self.candidate} vs {self.baseline}: x{self.speedup:.3f} of a bound x{self.bound:.3f} "
             f"= {self.share:.0%} [{self.low:.0%}, {self.high:.0%}] (gamma {self.gamma}, tau "
             f"{self.tau:.2f}, alpha {self.alpha:.2f}, {cost}); limited by {self.limit}: of the "
-            f"ideal x{self.gamma + 1}, acceptance costs x{losses[Limit.acceptance]:.2f}, draft "
-            f"cost x{losses[Limit.draft_cost]:.2f}, the rest x{losses[Limit.overhead]:.2f}"
+            f"ideal x{self.gamma + 1}, acceptance costs x{losses[Limit.acceptance]:.2f}, "
+            + (
+                f"draft cost x{losses[Limit.draft_cost]:.2f}, the rest "
+                if self.cost is not None
+                else "the rest (draft cost included) "
+            )
+            + f"x{losses[Limit.overhead]:.2f}"
         )
 
     def metrics(self) -> dict[str, float]:

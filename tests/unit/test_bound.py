@@ -86,6 +86,10 @@ def test_c_s_error_widens_the_interval_and_c_unmeasured_is_said():
     unmeasured = efficiency(**common, cost_source="an EAGLE head is not served alone")
     assert unmeasured.cost is None and unmeasured.bound == 3.0
     assert "bound at c = 0" in unmeasured.sentence()
+    # Unmeasured, the draft's cost hides in the rest: that loss cannot be named overhead.
+    assert unmeasured.limit == Limit.cost_or_overhead
+    assert "the rest (draft cost included) x2.00" in unmeasured.sentence()
+    assert "draft cost x1.00" not in unmeasured.sentence()
     assert structure(Efficiency, json.loads(json.dumps(unstructure(noisy)))) == noisy
 
 
