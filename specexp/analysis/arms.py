@@ -12,7 +12,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -745,15 +745,40 @@ class ClaimCheck:
     within_launch: Optional[ClaimStatus] = None
 
 
-def _stand_in_scope(claim: Any, by_point: Mapping[str, Optional[Arm]]) -> str:
+# What a published point is made of: a claim between points that differ in one of these
+# alone is about that change.
+_POINT_SETTINGS = ("stack", "attention_backend", "allreduce_backend", "speculative")
+
+
+def _stack_of(arm: Arm) -> str:
+    """The stack an arm's runs were served by, with the engine's version where it was read."""
+    tags = arm.run.tags
+    version = tags.get(Tag.engine_version)
+    return f"{tags.get(Tag.stack, 'unknown')}" + (f" ({version})" if version else "")
+
+
+def _stand_in_scope(reference: Any, claim: Any, by_point: Mapping[str, Optional[Arm]]) -> str:
     """What a claim's runs on other hardware than the reference's can say of it."""
-    missing = [p for p in (claim.baseline, claim.candidate) if by_point.get(p) is None]
-    if missing:
+    base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
+    if base is None or cand is None:
+        missing = [p for p in (claim.baseline, claim.candidate) if by_point.get(p) is None]
         return f"not measured: no run stands in for {' or '.join(missing)}"
-    if by_point[claim.baseline] is by_point[claim.candidate]:
+    if base is cand:
         return "not measured: one run stands for both points (nothing here differs as they do)"
+    points = reference.points[claim.baseline], reference.points[claim.candidate]
+    changed = [s for s in _POINT_SETTINGS if points[0].get(s) != points[1].get(s)]
+    direction = "judged by direction only"
+    if changed == ["stack"]:
+        return (
+            f"a stand-in, {direction}: the same engine and model on an older and a newer stack "
+            f"here ({_stack_of(base)} against {_stack_of(cand)}); it tells whether the newer "
+            "stack changes the baseline's speed here, nothing about the published stacks "
+            f"themselves ({points[0].stack} against {points[1].stack}) or how large the change "
+            "is on the reference hardware"
+        )
+    both = f" of a claim that changes {', '.join(changed)} at once" if len(changed) > 1 else ""
     return (
-        "a stand-in, judged by direction only (is the same kind of change faster or "
+        f"a stand-in{both}, {direction} (is the same kind of change faster or "
         "slower here); how large it is on the reference hardware cannot be told here"
     )
 
@@ -812,6 +837,29 @@ def published_noise(reference: Any) -> tuple[float, float]:
     return cv * math.sqrt(2 / runs), 2.0 * (runs - 1)
 
 
+# A run, an arm or a config that stands in for published points.
+StandIn = TypeVar("StandIn")
+
+
+def stand_ins(
+    points: Iterable[str], stand_for: Sequence[tuple[StandIn, Optional[str]]]
+) -> dict[str, Optional[StandIn]]:
+    """Each published point's stand-in, of (stand-in, its reference_point tag: points
+    comma-separated): one that stands for the point alone (an older stack's baseline) before
+    one that stands for it among others (one baseline for both stacks); else the last."""
+    found: dict[str, Optional[StandIn]] = {}
+    for point in points:
+        matching = [
+            (stand_in, tagged.split(","))
+            for stand_in, tagged in stand_for
+            if tagged and point in tagged.split(",")
+        ]
+        found[point] = (
+            min(reversed(matching), key=lambda match: len(match[1]))[0] if matching else None
+        )
+    return found
+
+
 def reproduce(
     reference: Any,
     arms: Sequence[Arm],
@@ -830,11 +878,11 @@ def reproduce(
     or not measured. On other hardware the runs are stand-ins, and only a claim's direction
     is judged: reproduced when the verdict goes the published way, contradicted when it goes
     the other, else inconclusive - the published size is not compared (each claim's text
-    says so)."""
-    by_point: dict[str, Optional[Arm]] = {}
-    for point in reference.points:
-        matching = [a for a in arms if point in a.run.tags.get(Tag.reference_point, "").split(",")]
-        by_point[point] = matching[-1] if matching else None
+    says so, and what its stand-ins can tell: for a claim between stacks alone, whether the
+    newer stack changes the speed here, nothing of the published stacks themselves)."""
+    by_point = stand_ins(
+        reference.points, [(a, a.run.tags.get(Tag.reference_point, "")) for a in arms]
+    )
     checks, comparisons = [], []
     for claim in reference.claims:
         ratio = (
@@ -845,7 +893,7 @@ def reproduce(
         text = (
             claim.text
             if same_hardware
-            else f"{claim.text}; on this hardware: " + (_stand_in_scope(claim, by_point))
+            else f"{claim.text}; on this hardware: " + _stand_in_scope(reference, claim, by_point)
         )
         if base and cand and base is not cand:
             comparison = compare(

@@ -185,3 +185,44 @@ def test_on_other_hardware_a_stand_in_that_goes_the_other_way_contradicts_the_cl
     missing = by_id["eagle3-liability-cu128"]
     assert missing.status == ClaimStatus.not_measured
     assert "no run stands in for cu128-eagle3" in missing.text
+
+
+def test_an_older_stacks_baseline_measures_the_stack_claim_and_says_what_it_cannot_tell():
+    """With the older stack's baseline (standing for cu128-baseline alone) beside the one
+    baseline for both, the stack upgrade is measured between them, by direction only, and
+    its text says what such a stand-in can tell and what it cannot; the old stack's
+    rejected draft is compared with the old baseline."""
+    rng = np.random.default_rng(23)
+    launches = {
+        ("cu128-baseline,cu130-baseline", "local"): 250.0,
+        ("cu128-baseline", "llamacpp-b9093"): 200.0,
+        ("cu128-eagle3", "llamacpp-b9093"): 60.0,
+        ("cu130-eagle3-fusion", "local"): 400.0,
+    }
+    builds = {"local": "b11434", "llamacpp-b9093": "b9093"}
+    runs = [
+        JobRun.from_store(
+            f"{points}@{stack}", None, "FINISHED",
+            {Tag.reference_point: points, Tag.stack: stack, Tag.engine_version: builds[stack]},
+            {}, [], noise.runs(rng, mean, 5, 0.02),
+        )
+        for (points, stack), mean in launches.items()
+    ]  # fmt: skip
+    arms, _ = make_arms(runs, label_tags=[], confidence=0.95, metric="tok_per_s")
+    points, checks = reproduce(
+        REFERENCE, arms, confidence=0.95, threshold=0.01, power=0.8, same_hardware=False
+    )
+    assert points["cu128-baseline"] is not points["cu130-baseline"]
+    by_id = {c.id: c for c in checks}
+    upgrade = by_id["stack-upgrade"]
+    assert upgrade.status == ClaimStatus.reproduced
+    assert "older and a newer stack here (llamacpp-b9093 (b9093) against local (b11434))" in (
+        upgrade.text
+    )
+    assert "nothing about the published stacks themselves (cu128 against cu130)" in upgrade.text
+    liability = by_id["eagle3-liability-cu128"]
+    assert liability.comparison is not None and liability.comparison.baseline == "cu128-baseline"
+    assert liability.status == ClaimStatus.reproduced
+    assert "changes stack, allreduce_backend, speculative at once" in (
+        by_id["eagle3-vs-old-baseline"].text
+    )

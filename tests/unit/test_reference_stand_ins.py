@@ -1,0 +1,66 @@
+"""The reproduction sweeps' stand-ins: each published point has one, and each claim compares
+two stand-ins that differ in what its published points differ in, never in more."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from specexp.analysis.arms import stand_ins
+from tests.conftest import REPO, compose_job, compose_run
+
+REFERENCE = OmegaConf.load(REPO / "conf" / "reference" / "cuda13_story.yaml")
+# The groups each claim's stand-ins differ in: the published change, as llama.cpp makes it
+# (a draft is the speculative group, and the rejected one's target its model's divergence;
+# llama.cpp on one device has no all-reduce to change).
+CHANGES = {
+    "stack-upgrade": {"stack"},
+    "eagle3-net-positive": {"speculative"},
+    "eagle3-liability-cu128": {"speculative", "model"},
+    "triton-default": {"attention_backend"},
+    "eagle3-vs-old-baseline": {"stack", "speculative"},
+}
+
+
+def sweep_cases(sweep: str) -> list[str]:
+    params = OmegaConf.load(REPO / "conf" / "sweep" / f"{sweep}.yaml").hydra.sweeper.params
+    return str(params["+cpu_case"]).split(",")
+
+
+@pytest.mark.parametrize("sweep", ["reference_gpu"])
+def test_each_claim_compares_stand_ins_that_differ_as_its_points_do(sweep):
+    configs = {
+        case: OmegaConf.to_container(compose_run(f"+sweep={sweep}", f"+cpu_case={case}"))
+        for case in sweep_cases(sweep)
+    }
+    by_point = stand_ins(REFERENCE.points, [(c, configs[c]["reference_point"]) for c in configs])
+    assert all(by_point.values()), by_point
+    for claim in REFERENCE.claims:
+        base, cand = configs[by_point[claim.baseline]], configs[by_point[claim.candidate]]
+        differ = {key for key in base if key != "reference_point" and base[key] != cand[key]}
+        assert differ == CHANGES[claim.id], claim.id
+
+
+def test_a_point_goes_to_the_stand_in_for_it_alone_before_one_for_several():
+    found = stand_ins(
+        ["cu128-baseline", "cu130-baseline", "cu128-eagle3"],
+        [("baseline", "cu128-baseline,cu130-baseline"), ("older", "cu128-baseline"), ("x", None)],
+    )
+    assert found == {"cu128-baseline": "older", "cu130-baseline": "baseline", "cu128-eagle3": None}
+    # Without the older stack's run, one run stands for both baselines.
+    alone = stand_ins(["cu128-baseline"], [("baseline", "cu128-baseline,cu130-baseline")])
+    assert alone == {"cu128-baseline": "baseline"}
+
+
+def test_the_gpus_older_stack_is_the_same_binary_with_cuda_graphs_off():
+    """reference_gpu's pre-upgrade stand-in: llama.cpp for CUDA, GGML_CUDA_DISABLE_GRAPHS=1
+    in the server's environment (stack.env), the command otherwise the baseline's."""
+    launches = {
+        case: (job := compose_job("+sweep=reference_gpu", f"+cpu_case={case}")).engine.launch_spec(
+            job.server, 8000
+        )
+        for case in ("baseline", "cuda-graphs-off")
+    }
+    assert launches["cuda-graphs-off"].env.get("GGML_CUDA_DISABLE_GRAPHS") == "1"
+    assert "GGML_CUDA_DISABLE_GRAPHS" not in launches["baseline"].env
+    assert launches["cuda-graphs-off"].argv == launches["baseline"].argv
