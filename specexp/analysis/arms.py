@@ -751,10 +751,12 @@ _POINT_SETTINGS = ("stack", "attention_backend", "allreduce_backend", "speculati
 
 
 def _stack_of(arm: Arm) -> str:
-    """The stack an arm's runs were served by, with the engine's version where it was read."""
+    """The stack an arm's runs were served by, with the engine's release where it was read
+    (its version up to what it adds in parentheses)."""
     tags = arm.run.tags
     version = tags.get(Tag.engine_version)
-    return f"{tags.get(Tag.stack, 'unknown')}" + (f" ({version})" if version else "")
+    release = f" ({version.split(' (')[0]})" if version else ""
+    return f"{tags.get(Tag.stack, 'unknown')}{release}"
 
 
 def _stand_in_scope(reference: Any, claim: Any, by_point: Mapping[str, Optional[Arm]]) -> str:

@@ -27,7 +27,7 @@ def sweep_cases(sweep: str) -> list[str]:
     return str(params["+cpu_case"]).split(",")
 
 
-@pytest.mark.parametrize("sweep", ["reference_gpu"])
+@pytest.mark.parametrize("sweep", ["reference_cpu", "reference_gpu"])
 def test_each_claim_compares_stand_ins_that_differ_as_its_points_do(sweep):
     configs = {
         case: OmegaConf.to_container(compose_run(f"+sweep={sweep}", f"+cpu_case={case}"))

