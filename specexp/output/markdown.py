@@ -143,7 +143,8 @@ def surface_markdown(surface: Surface) -> str:
     """A surface's cells as a table, which of them are decided, and each row's crossover."""
     return (
         f"{surface.candidate} against {surface.baseline}\nover {surface.factor} x "
-        f"{surface.levels_factor} (heat map: `sweep_report/surface.png`).\n\n"
+        f"{surface.levels_factor} (heat map: `sweep_report/surface.png`); intervals\n"
+        "simultaneous over the sweep's comparisons, as the job rows'.\n\n"
         + table(surface_rows(surface))
         + f"\n{surface_decided(surface)}.\n\n"
         + "".join(f"- {surface_crossover(surface, row)}\n" for row in surface.rows)

@@ -9,6 +9,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 # Figures made directly, not through pyplot: no global backend or figure state, no display.
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.colors import CenteredNorm
 from matplotlib.figure import Figure
@@ -456,12 +457,11 @@ def _surface_axes(fig: Figure, ax: Axes, surface: Surface) -> None:
     spread = float(np.nanmax(np.abs(gain))) if np.isfinite(gain).any() else 0.0
     image = ax.imshow(
         np.ma.masked_invalid(gain),
-        cmap="RdBu",
+        cmap=colormaps["RdBu"].with_extremes(bad="lightgrey"),
         norm=CenteredNorm(0.0, max(spread, 0.01)),
         aspect="auto",
         origin="lower",
     )
-    image.cmap.set_bad("lightgrey")
     for y, row in enumerate(surface.rows):
         for cell in row.cells:
             x = levels.index(cell.level)

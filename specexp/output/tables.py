@@ -341,14 +341,15 @@ def short_name(factor: str) -> str:
 
 
 def surface_rows(surface: Surface) -> Rows:
-    """Each cell of a surface: the speed-up, its simultaneous interval, its verdict, how
+    """Each cell of a surface: the speed-up, its interval (simultaneous over the sweep's
+    comparisons, as the job rows'), its verdict, how
     launch-to-launch variance entered, and what one launch each says where that is all."""
     table = Rows(
         [
             short_name(surface.factor),
             short_name(surface.levels_factor),
             "speed-up",
-            "simultaneous CI",
+            "interval",
             "verdict",
             "launch variance",
             "one launch says",

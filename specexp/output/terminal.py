@@ -631,8 +631,8 @@ def print_surface(surface: Surface) -> None:
     """A surface's cells, which are decided, and each row's crossover."""
     console.print(
         rich_table(
-            f"[bold]surface:[/] {escape(surface.candidate)} against {escape(surface.baseline)} "
-            f"over {surface.factor} x {surface.levels_factor}",
+            f"[bold]surface:[/] {escape(surface.candidate)} vs {escape(surface.baseline)}, "
+            f"{surface.factor} x {surface.levels_factor}",
             surface_rows(surface),
         )
     )
