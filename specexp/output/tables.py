@@ -384,7 +384,8 @@ def surface_crossover(surface: Surface, row: SurfaceRow) -> str:
     found, levels = row.crossover, surface.levels
     head = f"{short_name(surface.factor)}={row.value}"
     if found is None:
-        return f"{head}: no crossover (fewer than two levels compared)"
+        # Fewer than two levels compared, or an arm that switches itself off (checked instead).
+        return f"{head}: no crossover analysed"
     at = short_name(surface.levels_factor)
     if found.estimate is None:
         text = f"{head}: pays at every level measured ({at} {levels[0]}..{levels[-1]})"

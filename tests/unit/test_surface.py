@@ -12,8 +12,10 @@ import mlflow
 import pytest
 
 from specexp.analysis.arms import Selector
-from specexp.analysis.report import SweepReport
-from specexp.analysis.surface import LaunchVariance, Surface, surfaces
+from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
+from specexp.analysis.results import JobRun, Tag, factors_tag
+from specexp.analysis.surface import LaunchVariance, Surface, row_factor, surfaces
+from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.core.stats import Verdict
 from specexp.output import terminal
 from specexp.output.markdown import sweep_description, sweep_markdown
@@ -93,6 +95,43 @@ def test_each_rows_crossover_is_the_sweeps_own():
     assert surface.rows[0].crossover is not None and surface.rows[0].crossover.launches_only
 
 
+def test_a_sweep_report_compiled_from_its_runs_holds_the_surface():
+    """Draft twice as fast alone at 128 tokens, 30% slower at 8 streams of 2048; each value
+    a launch's mean, so every cell carries launch-to-launch variance."""
+    speed = {("128", 1): 2.0, ("128", 8): 1.2, ("2048", 1): 1.5, ("2048", 8): 0.7}
+    runs = []
+    for (length, streams), ratio in speed.items():
+        for method, mean in (("none", 100.0 * streams), ("draft", 100.0 * streams * ratio)):
+            factors = {
+                "speculative": method,
+                "workload.prompt_tokens": length,
+                "concurrency.streams": str(streams),
+            }
+            values = [mean * (1 + d) for d in (-0.01, 0.0, 0.01, 0.005, -0.005)]
+            tags = {Tag.factors: factors_tag(factors), Tag.config_fingerprint: method}
+            name = " ".join(f"{k}={v}" for k, v in factors.items())
+            runs.append(JobRun.from_store(name, name, "FINISHED", tags, {}, values, values))
+    facts = SweepFacts(
+        parent_run_id="p",
+        engine="llamacpp",
+        order="interleaved",
+        baseline="speculative=none",
+        crossover_factor="concurrency.streams",
+        stats=StatsConfig(threshold=0.02),
+        speculative={m: SpeculativeConfig(method=m) for m in ("none", "draft")},
+    )
+    report = compile_sweep_report(facts, runs, [], {})
+    (surface,) = report.surfaces
+    assert [row.value for row in surface.rows] == ["128", "2048"]
+    assert {cell.launch_variance for _, cell in surface.cells} == {LaunchVariance.launches}
+    assert surface.decided == [("128", 1), ("128", 8), ("2048", 1), ("2048", 8)]
+    verdicts = [cell.verdict for _, cell in surface.cells]
+    assert verdicts == [Verdict.faster, Verdict.faster, Verdict.faster, Verdict.slower]
+    short, long = (row.crossover for row in surface.rows)
+    assert short is not None and short.estimate is None  # pays at both levels
+    assert long is not None and long.estimate is not None and 1 < long.estimate < 8
+
+
 def test_a_sweep_over_concurrency_alone_has_no_surface():
     report = recorded()
     one_length = [a for a in report.arms if a.factors["workload.prompt_tokens"] == "2048"]
@@ -109,6 +148,21 @@ def test_a_sweep_over_concurrency_alone_has_no_surface():
             0.95,
         )
         == []
+    )
+
+
+def test_the_rows_run_over_prompt_length_first_else_the_other_factor_swept():
+    arms = recorded().arms
+    # The recorded sweep's arms, with a draft length swept beside the prompt length.
+    drafts = [
+        dataclasses.replace(a, factors={**a.factors, "speculative.num_draft_tokens": str(k)})
+        for a in arms
+        for k in (2, 4)
+    ]
+    assert row_factor(drafts, "concurrency.streams", "speculative") == "workload.prompt_tokens"
+    one_length = [d for d in drafts if d.factors["workload.prompt_tokens"] == "128"]
+    assert row_factor(one_length, "concurrency.streams", "speculative") == (
+        "speculative.num_draft_tokens"
     )
 
 
