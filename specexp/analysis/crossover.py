@@ -52,8 +52,8 @@ from specexp.core.stats import (
     decide,
     notes_for,
 )
-from specexp.engines import engines
-from specexp.engines.records import SwitchOff
+from specexp.engines import schedule_settings
+from specexp.engines.records import BatchSchedule, ScheduleSetting
 
 DRAWS = 4000
 
@@ -85,7 +85,7 @@ class Recommendation:
     threshold: Optional[int] = None
     note: str = ""
     basis: str = ""
-    settings: dict[str, SwitchOff] = field(default_factory=dict)
+    settings: dict[str, ScheduleSetting] = field(default_factory=dict)
 
 
 def _recommendation_typed(record: dict[str, Any]) -> dict[str, Any]:
@@ -413,10 +413,10 @@ def recommend(
             if crossover.ci_low is not None
             else f"the estimate ({crossover.estimate:.1f}); it has no interval"
         ),
-        settings={
-            name: engine.switch_off(threshold, speculative, max_batch)
-            for name, engine in engines().items()
-        },
+        settings=schedule_settings(
+            BatchSchedule.switch_off(threshold, speculative.num_draft_tokens, max_batch),
+            speculative,
+        ),
     )
 
 

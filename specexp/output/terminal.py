@@ -4,7 +4,6 @@ comparison, reproduction and sweep reports."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -37,7 +36,6 @@ from specexp.analysis.schedule import NO_SCHEDULE, DraftSchedule
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.records import unstructure
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import (
     ASSUMED_TOK_PER_S_PER_STREAM,
@@ -61,6 +59,7 @@ from specexp.output.tables import (
     point_rows,
     schedule_rows,
     sequence_rows,
+    setting_rows,
     share,
     switch_off_rows,
 )
@@ -611,9 +610,16 @@ def _print_findings(report: SweepReport) -> None:
     """Crossovers (by load, under the SLO) and the efficiency against the bound."""
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
-        console.print(
-            f"recommended switch-off: {escape(json.dumps(unstructure(found.recommendation)))}"
-        )
+        advice = found.recommendation
+        if advice.settings:
+            console.print(
+                rich_table(
+                    escape(f"recommended switch-off from {advice.threshold}: {advice.basis}"),
+                    setting_rows(advice.settings),
+                )
+            )
+        else:
+            console.print(f"recommended switch-off: {escape(advice.note)}")
     for found in report.goodput_crossovers:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     for bound in report.efficiencies:
@@ -628,9 +634,13 @@ def _print_schedule(schedule: DraftSchedule) -> None:
             schedule_rows(schedule),
         )
     )
-    if schedule.holds:
-        console.print(f"vLLM: {json.dumps(schedule.vllm())}")
-        console.print(f"SGLang --speculative-adaptive-config: {json.dumps(schedule.sglang())}")
+    if schedule.settings:
+        console.print(
+            rich_table(
+                escape(f"to deploy: {schedule.batch_schedule().describe()}"),
+                setting_rows(schedule.settings),
+            )
+        )
     else:
         console.print(f"[yellow]{escape(NO_SCHEDULE)}[/]")
 
