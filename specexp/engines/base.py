@@ -75,7 +75,8 @@ class Engine(Generic[EngineConfigT]):
     stack_packages: ClassVar[dict[str, str]] = {}
     # The server runs on the stack's PyTorch (its CUDA and GPUs are read through it).
     runs_on_torch: ClassVar[bool] = True
-    # The server takes a per-batch-size drafting setting at launch (speculative.switch_off_at).
+    # It serves speculative.switch_off_at: by a per-batch-size drafting setting at launch, or
+    # (an engine without one) by the server it launches for the level's load.
     dynamic_speculation: ClassVar[bool] = False
     # Prometheus gauges of the requests the server holds: {"running": name, "waiting": name}.
     load_gauges: ClassVar[dict[str, str]] = {}
