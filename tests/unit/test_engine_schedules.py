@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from specexp.analysis.crossover import Crossover, recommend
+from specexp.analysis.arms import Arm
+from specexp.analysis.crossover import Crossover, check_switch_off, recommend
+from specexp.analysis.results import JobRun, Unit
 from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod
+from specexp.core.stats import summarize
 from specexp.engines import get_engine, schedule_settings, trtllm
 from specexp.engines.records import BatchSchedule
 from tests.conftest import compose_job
@@ -149,3 +152,44 @@ def test_llamacpp_serves_a_switch_off_as_the_server_of_the_levels_load(streams, 
     )
     argv = job.engine.launch_spec(job.server, 8080).argv
     assert ("--spec-type" in argv) == drafts
+
+
+# Recorded on llama.cpp here (3 December 2026, a loaded 2-core machine): `specexp sweep
+# +sweep=cpu_crossover speculative=none,draft,draft_switch_off multirun.switch_off_at=4
+# concurrency.streams=1,4 stats.measured_runs=3 stats.launches=3 workload.max_tokens=64`,
+# each launch's mean tok/s. The switched-off arm drafted at 1 stream (21 drafts) and not at
+# 4 (0 drafts for 768 tokens), on the fixed arms' own servers.
+RECORDED = {
+    "speculative=draft": {1: (50.28, 72.08, 67.04), 4: (68.39, 104.81, 74.69)},
+    "speculative=draft_switch_off": {1: (65.48, 78.34, 65.39), 4: (56.73, 53.46, 53.28)},
+    "speculative=none": {1: (36.75, 44.76, 46.12), 4: (54.51, 60.89, 54.79)},
+}
+
+
+def launch_arms(name: str) -> tuple[str, dict[int, Arm]]:
+    levels = {}
+    for level, values in RECORDED[name].items():
+        factors = {"speculative": name.split("=")[1], "concurrency.streams": str(level)}
+        run = JobRun(f"{name}-{level}", name, "FINISHED", "job", factors, {}, values=values,
+                     unit=Unit.launch)  # fmt: skip
+        levels[level] = Arm(run, name, factors, summarize(values))
+    return name, levels
+
+
+def test_the_recorded_llamacpp_switch_off_is_checked_against_the_faster_fixed_arm():
+    """At both levels the draft arm had the higher mean, so the switched-off arm is held to
+    it; three launches a level on a loaded machine leave every interval wide: undecided, not
+    "behind" (at 4 streams the switched-off arm ran as the plain server, -33%, CI to +45%)."""
+    check = check_switch_off(
+        launch_arms("speculative=draft_switch_off"),
+        launch_arms("speculative=draft"),
+        launch_arms("speculative=none"),
+        4,
+        0.95,
+        0.02,
+    )
+    assert check.followed == ["speculative=draft", "speculative=draft"]
+    assert check.outcomes == ["undecided", "undecided"]
+    low, high = check.comparisons[1].ci_low, check.comparisons[1].ci_high
+    assert low < check.comparisons[1].ratio < 1 < high
+    assert check.statement.endswith("undecided at 1, 4")
