@@ -12,6 +12,7 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
+from specexp.analysis.surface import Surface
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
@@ -29,6 +30,9 @@ from specexp.output.tables import (
     sequence_rows,
     setting_rows,
     share,
+    surface_crossover,
+    surface_decided,
+    surface_rows,
     switch_off_rows,
     within_launch,
 )
@@ -134,6 +138,18 @@ def reproduction_markdown(
     )
 
 
+def surface_markdown(surface: Surface) -> str:
+    """A surface's cells as a table, which of them are decided, and each row's crossover."""
+    return (
+        f"{surface.candidate} against {surface.baseline}\nover {surface.factor} x "
+        f"{surface.levels_factor} (heat map: `sweep_report/surface.png`); intervals\n"
+        "simultaneous over the sweep's comparisons, as the job rows'.\n\n"
+        + table(surface_rows(surface))
+        + f"\n{surface_decided(surface)}.\n\n"
+        + "".join(f"- {surface_crossover(surface, row)}\n" for row in surface.rows)
+    )
+
+
 def _findings(report: SweepReport) -> list[str]:
     """The crossovers with the setting they recommend, and the switch-off checks."""
     lines: list[str] = []
@@ -182,6 +198,15 @@ def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]
     return lines
 
 
+def _surface_lines(surfaces: Sequence[Surface], plot_link: Callable[[str], str]) -> list[str]:
+    lines = []
+    for surface in surfaces:
+        lines += ["", "**Surface:** " + surface_markdown(surface).rstrip("\n")]
+    if surfaces:
+        lines += ["", f"![surface]({plot_link('sweep_report/surface.png')})"]
+    return lines
+
+
 def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> list[str]:
     """What the report holds beside the verdicts: sequences, capacities, the draft schedule
     and the efficiencies against the bound, each where the sweep measured it."""
@@ -227,6 +252,7 @@ def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> 
             lines += ["", *(f"- {note}" for note in report.energy.notes)]
         if report.energy.crossovers:
             lines += ["", f"![energy against speed]({plot_link('energy/crossover.png')})"]
+    lines += _surface_lines(report.surfaces, plot_link)
     if report.efficiencies:
         lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
         lines += [f"- {bound.sentence()}" for bound in report.efficiencies]
@@ -296,4 +322,5 @@ def sweep_markdown(report: SweepReport, metric: str) -> str:
         if report.capacity_arms
         else ""
     )
-    return f"Order: {report.order}.\n\n" + body + capacity + categories + checks
+    surfaces = "".join("\n## Surface\n\n" + surface_markdown(s) for s in report.surfaces)
+    return f"Order: {report.order}.\n\n" + body + surfaces + capacity + categories + checks

@@ -15,6 +15,7 @@ from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
+from specexp.analysis.surface import LaunchVariance, Surface, SurfaceRow
 from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison, SequentialRecord
 from specexp.core.stats import Comparison, Verdict
@@ -359,3 +360,86 @@ def setting_rows(settings: Mapping[str, ScheduleSetting]) -> Rows:
             "exported" if setting.exported else "none",
         )
     return table
+
+
+def short_name(factor: str) -> str:
+    """A setting's last part as a column header: prompt_tokens for workload.prompt_tokens."""
+    return factor.rsplit(".", 1)[-1]
+
+
+def surface_rows(surface: Surface) -> Rows:
+    """Each cell of a surface: the speed-up, its interval (simultaneous over the sweep's
+    comparisons, as the job rows'), its verdict, how
+    launch-to-launch variance entered, and what one launch each says where that is all."""
+    table = Rows(
+        [
+            short_name(surface.factor),
+            short_name(surface.levels_factor),
+            "speed-up",
+            "interval",
+            "verdict",
+            "launch variance",
+            "one launch says",
+        ],
+        marked="verdict",
+    )
+    for value, cell in surface.cells:
+        interval_ = (
+            f"x{cell.ci_low:.3f}..x{cell.ci_high:.3f}"
+            if cell.ci_low is not None and cell.ci_high is not None
+            else "-"
+        )
+        alone = cell.launch_variance == LaunchVariance.left_out and cell.within_launch
+        table.add(
+            [
+                value,
+                str(cell.level),
+                f"x{cell.ratio:.3f}",
+                interval_,
+                str(cell.verdict),
+                str(cell.launch_variance),
+                str(cell.within_launch) if alone else "-",
+            ],
+            str(cell.verdict),
+        )
+    return table
+
+
+def surface_crossover(surface: Surface, row: SurfaceRow) -> str:
+    """A row's crossover in one line: where speculation stops paying, with its interval,
+    and why it is no claim where it is none."""
+    found, levels = row.crossover, surface.levels
+    head = f"{short_name(surface.factor)}={row.value}"
+    if found is None:
+        # Fewer than two levels compared, or an arm that switches itself off (checked instead).
+        return f"{head}: no crossover analysed"
+    at = short_name(surface.levels_factor)
+    if found.estimate is None:
+        text = f"{head}: pays at every level measured ({at} {levels[0]}..{levels[-1]})"
+    elif found.estimate == levels[0] and found.effect[0] <= found.scale.no_effect:
+        shown = "does not pay even" if found.never_pays else "not shown to pay"
+        text = f"{head}: {shown} at {at} {levels[0]}, the lowest level"
+    else:
+        text = f"{head}: stops paying at {at} {found.estimate:.1f}"
+        if found.ci_low is None:
+            text += " (no interval)"
+        else:
+            high = f"{found.ci_high:.1f}" if found.ci_high is not None else f"beyond {levels[-1]}"
+            text += f" ({surface.confidence:.0%} CI {found.ci_low:.1f}..{high})"
+    if found.launches_only:
+        text += "; holds for these launches only"
+    if not found.reliable:
+        text += f"; noisy at {', '.join(map(str, found.unreliable))}: no claim"
+    return text
+
+
+def surface_decided(surface: Surface) -> str:
+    """Which cells are decided, in one line."""
+    row, column = short_name(surface.factor), short_name(surface.levels_factor)
+    decided = [
+        f"{row}={value} at {column}={cell.level} ({cell.verdict})"
+        for value, cell in surface.cells
+        if cell.decided
+    ]
+    count = f"{len(decided)} of {len(surface.cells)} cells decided"
+    return f"{count}: {', '.join(decided)}" if decided else count

@@ -34,6 +34,7 @@ from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
 from specexp.analysis.schedule import NO_SCHEDULE, DraftSchedule
 from specexp.analysis.summary import JobSummary
+from specexp.analysis.surface import Surface
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
 from specexp.core.redaction import redact_env
@@ -61,6 +62,9 @@ from specexp.output.tables import (
     sequence_rows,
     setting_rows,
     share,
+    surface_crossover,
+    surface_decided,
+    surface_rows,
     switch_off_rows,
 )
 
@@ -607,7 +611,8 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
 
 
 def _print_findings(report: SweepReport) -> None:
-    """Crossovers (by load, under the SLO) and the efficiency against the bound."""
+    """Crossovers (by load, under the SLO, as a surface) and the efficiency against the
+    bound."""
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
         advice = found.recommendation
@@ -622,8 +627,24 @@ def _print_findings(report: SweepReport) -> None:
             console.print(f"recommended switch-off: {escape(advice.note)}")
     for found in report.goodput_crossovers:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
+    for surface in report.surfaces:
+        print_surface(surface)
     for bound in report.efficiencies:
         console.print(f"[bold]against the bound:[/] {escape(bound.sentence())}")
+
+
+def print_surface(surface: Surface) -> None:
+    """A surface's cells, which are decided, and each row's crossover."""
+    console.print(
+        rich_table(
+            f"[bold]surface:[/] {escape(surface.candidate)} vs {escape(surface.baseline)}, "
+            f"{surface.factor} x {surface.levels_factor}",
+            surface_rows(surface),
+        )
+    )
+    console.print(escape(surface_decided(surface)))
+    for row in surface.rows:
+        console.print(f"crossover {escape(surface_crossover(surface, row))}")
 
 
 def _print_schedule(schedule: DraftSchedule) -> None:
