@@ -132,7 +132,8 @@ class Crossover(Record):
             Version(
                 3,
                 "the recommendation typed: threshold, note, basis, and each engine's setting "
-                "under settings (beside them before), the files it names under files",
+                "under settings (beside them before), the files it names under files; each "
+                "setting's launches and source came later within format 3",
                 upgrade=_recommendation_typed,
             ),
         ),
