@@ -303,23 +303,28 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
     runs = stats.launches * (stats.warmup_runs + stats.measured_runs)
     seconds = runs * expected_run_seconds(workload, level, tok_per_s)
     requests = run_requests(workload, level)
-    what = (
-        f"{requests} request(s) of up to {workload.max_tokens} tokens"
-        if requests and not level.open_loop
-        else f"{requests} arrivals at {level.rate:g} req/s"
-        if requests and level.rate is not None
-        else f"{requests} arrivals at the rates the capacity search picks"
-        if requests
-        else f"{level.duration_s:g} s"
-    )
     rate = (
-        f"{tok_per_s:g} tok/s per stream (model.expected_tok_per_s)"
+        f" at {tok_per_s:g} tok/s per stream (model.expected_tok_per_s)"
         if stated
-        else f"an assumed {tok_per_s:g} tok/s per stream (model.expected_tok_per_s states none)"
+        else f" at an assumed {tok_per_s:g} tok/s per stream (model.expected_tok_per_s states none)"
     )
+    if requests is None:
+        what = f"{level.duration_s:g} s"
+    elif not level.open_loop:
+        what = f"{requests} request(s) of up to {workload.max_tokens} tokens{rate}"
+    elif level.rate is not None:
+        what = f"{requests} arrivals at {level.rate:g} req/s"
+    elif level.search is not None:
+        what = (
+            f"{requests} arrivals, each run timed at the capacity search's start rate "
+            f"{level.search.start_rate:g} req/s (faster rates make shorter runs; a run the "
+            "server cannot keep up with lasts until its backlog drains)"
+        )
+    else:
+        what = f"{requests} arrivals at the times they are given"
     console.print(
-        f"expected: about {duration(seconds)} of measuring, an estimate - {runs} runs of {what} "
-        f"at {rate} - plus the server's start"
+        f"expected: about {duration(seconds)} of measuring, an estimate - {runs} runs of {what}"
+        " - plus the server's start"
     )
 
 
