@@ -15,7 +15,8 @@ What it takes (NVIDIA/TensorRT-LLM at :data:`COMMIT`):
   inclusive upper bound - a batch takes the length of the first key not below it - and above
   the largest key the length is the floor, ``min_runtime_draft_len``: 1 for one-engine modes
   (the drafter's state would go stale at 0), 0 otherwise; every scheduled length is floored
-  so too (``tests/unittest/_torch/speculative/hw_agnostic/test_min_runtime_draft_len.py``).
+  so too (its test ``test_min_runtime_draft_len.py``, in
+  ``unittest/_torch/speculative/hw_agnostic/`` of its tests).
 
 The meaning of a key changed: until PR #10860 (January 2026) a key was a lower bound (the
 largest key not above the batch, PR #8194), and the last length held beyond the last key.
