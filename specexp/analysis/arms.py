@@ -849,13 +849,10 @@ def stand_ins(
     """Each published point's stand-in, of (stand-in, its reference_point tag: points
     comma-separated): one that stands for the point alone (an older stack's baseline) before
     one that stands for it among others (one baseline for both stacks); else the last."""
+    tagged = [(stand_in, (tag or "").split(",")) for stand_in, tag in stand_for]
     found: dict[str, Optional[StandIn]] = {}
     for point in points:
-        matching = [
-            (stand_in, tagged.split(","))
-            for stand_in, tagged in stand_for
-            if tagged and point in tagged.split(",")
-        ]
+        matching = [(stand_in, its) for stand_in, its in tagged if point in its]
         found[point] = (
             min(reversed(matching), key=lambda match: len(match[1]))[0] if matching else None
         )
