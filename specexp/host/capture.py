@@ -24,6 +24,8 @@ class StackEngine(Protocol):
     def runs_on_torch(self) -> bool: ...
     @property
     def stack_packages(self) -> Mapping[str, str]: ...
+    @property
+    def runs_in_stack_python(self) -> bool: ...
 
     def version(self, server: ServerSettings[Any]) -> tuple[Optional[str], str]: ...
 
@@ -153,7 +155,10 @@ def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     python = stack_python(server)
     # Importing torch takes seconds: only for servers that run on it.
     common = _COMMON_PACKAGES if engine.runs_on_torch else {}
-    packages = json.dumps({**common, **engine.stack_packages})
+    # A binary from stack.bin_dir is not the one the interpreter's package holds (an older
+    # build beside it): its identity is the engine version's, never that package's.
+    own = {} if server.stack.bin_dir and not engine.runs_in_stack_python else engine.stack_packages
+    packages = json.dumps({**common, **own})
     try:
         out = subprocess.run(
             [python, "-c", _PROBE, packages, "torch" if engine.runs_on_torch else "-"],

