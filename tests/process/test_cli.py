@@ -90,6 +90,7 @@ def test_an_override_typo_exits_2_with_the_nearest_spelling(tmp_path, argv):
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.load_tolerant
 def test_a_failed_run_exits_1(tmp_path):
     env = store_env(tmp_path)
     # Ready in 1 ms: no server is, so the job fails after it started.
@@ -101,6 +102,7 @@ def test_a_failed_run_exits_1(tmp_path):
     assert run.info.status == "FAILED"
 
 
+@pytest.mark.load_tolerant
 def test_a_sweep_with_a_failed_job_exits_1_and_names_it(tmp_path):
     env = store_env(tmp_path)
     result = run_cli(
