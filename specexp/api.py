@@ -294,6 +294,13 @@ def check_overrides(overrides: Sequence[str]) -> None:
         for o in OverridesParser.create().parse_overrides(given)
         if not o.get_key_element().lstrip("+~").startswith("hydra")
     ]
+    # One job's overrides, none added or deleted: if they compose, every group, option, key
+    # and value is valid, and one composition (0.2 CPU-seconds at each start) is saved. If not,
+    # the checks below find which and name its nearest spelling.
+    if all("," not in o and not o.startswith(("+", "~")) for o in given):
+        with contextlib.suppress(HydraException, OmegaConfBaseException, ValueError):
+            hydra_app.compose_config([o for o in given if not o.startswith("hydra")])
+            return
     groups = hydra_app.config_groups()
     try:
         composed = hydra_app.compose_config(_group_selections(parsed, groups))
