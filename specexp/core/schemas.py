@@ -514,11 +514,13 @@ def run_requests(workload: Any, concurrency: Any) -> Optional[int]:
 
 def expected_run_seconds(workload: Any, concurrency: Any, tok_per_s: float) -> float:
     """How long one run takes at ``tok_per_s`` per stream: its duration, its arrivals at
-    their rate, or its longest stream's requests at max_tokens each."""
+    their rate (a capacity search's at its start rate, the search's first), or its longest
+    stream's requests at max_tokens each."""
     if concurrency.duration_s:
         return float(concurrency.duration_s)
-    if concurrency.open_loop and concurrency.rate:
-        return int(concurrency.arrivals) / float(concurrency.rate)
+    if concurrency.open_loop and (concurrency.rate or concurrency.search):
+        rate = concurrency.rate or concurrency.search.start_rate
+        return int(concurrency.arrivals) / float(rate)
     tokens = requests_per_stream(workload, concurrency, 0) * int(workload.max_tokens)
     return tokens / tok_per_s
 
