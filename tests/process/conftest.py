@@ -25,6 +25,7 @@ SERVERLESS = {
     "test_gpu_node.py",
     "test_history_cli.py",
     "test_runbook.py",
+    "test_schedule_exports.py",
     "test_sglang_commands.py",
     "test_tinymodels.py",
     "test_trace_replay.py",
