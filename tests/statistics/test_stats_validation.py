@@ -34,7 +34,7 @@ def upper_bound(rate: float, trials: int) -> float:
 
 def test_aa_false_verdict_rate_stays_at_alpha():
     rng = np.random.default_rng(1)
-    trials = 1500
+    trials = 750
     false = sum(
         compare(noise.runs(rng, 90, 5, 0.02), noise.runs(rng, 90, 5, 0.02)).verdict
         in (Verdict.faster, Verdict.slower)
