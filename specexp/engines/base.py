@@ -33,7 +33,15 @@ from specexp.core.tinymodels import ModelFormat
 from specexp.engines.choices import refuse_unsupported
 from specexp.engines.evidence import unreported
 from specexp.engines.prometheus import accounting_figures, gauged_load
-from specexp.engines.records import LaunchSpec, Prompt, ServerLoad, Setting, StreamChunk, SwitchOff
+from specexp.engines.records import (
+    LaunchSpec,
+    Prompt,
+    ServerCommand,
+    ServerLoad,
+    Setting,
+    StreamChunk,
+    SwitchOff,
+)
 from specexp.engines.stack import declared_version, python_engine_version
 
 __all__ = ["Engine"]
@@ -42,7 +50,7 @@ __all__ = ["Engine"]
 class Engine(Generic[EngineConfigT]):
     """An engine's declarations and defaults, typed by the engine's own config class
     (``server.engine`` is one in every method). A plugin sets the class attributes it needs
-    and implements ``launch_spec``, ``completion_request`` and ``parse_event``."""
+    and implements ``server_command``, ``completion_request`` and ``parse_event``."""
 
     name: ClassVar[str]
     config_class: ClassVar[type[EngineConfig]]
@@ -84,7 +92,9 @@ class Engine(Generic[EngineConfigT]):
         """Reject what this engine cannot honour, naming the option and the valid choices."""
         refuse_unsupported(self, server)
 
-    def launch_spec(self, server: ServerSettings[EngineConfigT], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[EngineConfigT]) -> ServerCommand:
+        """The server's command for these settings, with :data:`~specexp.engines.records.PORT`
+        where the port it listens on goes (each launch leases one)."""
         raise NotImplementedError
 
     def cpu_cores(self, server: ServerSettings[EngineConfigT]) -> Optional[int]:

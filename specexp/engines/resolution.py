@@ -11,7 +11,7 @@ import os
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from specexp.core.schemas import ServerSettings
-from specexp.engines.records import Engagement, LaunchSpec, Resolution, Setting
+from specexp.engines.records import Engagement, LaunchSpec, Resolution, ServerCommand, Setting
 from specexp.engines.stack import last_line, run_with_stack_env
 
 __all__ = [
@@ -28,7 +28,7 @@ class ResolvingEngine(Protocol):
     """An engine with a resolution-only mode: its own code fills in or overrides the parsed
     settings, and says what it resolved."""
 
-    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
+    def server_command(self, server: ServerSettings[Any]) -> ServerCommand: ...
 
     def resolution_command(
         self, server: ServerSettings[Any], launches: list[LaunchSpec]
@@ -80,7 +80,7 @@ def live_resolution(
 ) -> Setting:
     """The live server's resolved settings (``resolved``, as ``rewrites`` reads them) against
     the command: engaged when it changed none."""
-    changed, _ = engine.rewrites(engine.launch_spec(server, 0), resolved)
+    changed, _ = engine.rewrites(engine.server_command(server).at(0), resolved)
     return Setting(
         "as composed",
         "; ".join(changed) or "as composed",

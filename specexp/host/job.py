@@ -9,6 +9,7 @@ The sweep plans with jobs, the runner runs them, the doctor checks them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from specexp.core.schemas import (
 from specexp.core.tinymodels import ModelFormat
 from specexp.engines import get_engine
 from specexp.engines.base import Engine
-from specexp.engines.records import LaunchSpec, Resolution, Setting
+from specexp.engines.records import LaunchSpec, Resolution, ServerCommand, Setting
 from specexp.engines.resolution import predicted_resolution
 from specexp.host.leases import free_port
 
@@ -71,7 +72,7 @@ class LaunchingEngine(Protocol):
     def chat_endpoint(self) -> bool: ...
 
     def validate(self, server: ServerSettings[Any]) -> None: ...
-    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
+    def server_command(self, server: ServerSettings[Any]) -> ServerCommand: ...
     def cpu_cores(self, server: ServerSettings[Any]) -> Optional[int]: ...
     def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None: ...
     def local_files(self, server: ServerSettings[Any]) -> list[str]: ...
@@ -95,6 +96,11 @@ class Job:
     def server(self) -> ServerSettings:
         return self.config.server_settings()
 
+    @functools.cached_property
+    def command(self) -> ServerCommand:
+        """The server's command, built once: each launch takes it at the port it leases."""
+        return self.engine.server_command(self.server)
+
     def config_fingerprint(self) -> str:
         """Identity of what a job measures: everything but tracking and planning settings."""
         data = _as_recorded(dataclasses.asdict(self.config))
@@ -116,7 +122,7 @@ class Job:
 
     def server_fingerprint(self) -> str:
         """Identity of the server a job needs: its command (port aside) and environment."""
-        launch = self.engine.launch_spec(self.server, 0)
+        launch = self.command.at(0)
         return _digest(
             {"argv": launch.argv, "env": launch.env, "launches": self.config.stats.launches}
         )
@@ -144,9 +150,7 @@ class Job:
     def planned_launch(self) -> LaunchSpec:
         """The server command as a dry run shows it (a free port when engine.port is 0); the
         launch itself leases its port."""
-        return self.engine.launch_spec(
-            self.server, self.config.engine.port or free_port(self.config.engine.host)
-        )
+        return self.command.at(self.config.engine.port or free_port(self.config.engine.host))
 
     def predicted_resolution(self, launch: LaunchSpec) -> Optional[Resolution]:
         """What the engine's own resolution would do to ``launch``, where the stack's

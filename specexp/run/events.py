@@ -47,10 +47,9 @@ class Waiting:
 @dataclass(frozen=True)
 class JobOpened:
     """The job's checks passed: its files and tracking run may be made now, in
-    ``output_dir``; ``launch`` is the server command as planned (its environment)."""
+    ``output_dir``."""
 
     job: Job
-    launch: LaunchSpec
     output_dir: Path
 
 

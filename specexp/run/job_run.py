@@ -89,9 +89,6 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
         emit = Emitter(observers_for(job, output_dir))
         emit(DryRunPlanned(job, launch, job.predicted_resolution(launch)))
         return JobResult(status=RunStatus.dry_run, output_dir=output_dir)
-    # What the checks and the environment file need of the command; the port is leased
-    # once, by the server's launch (command.txt is written from that launch).
-    launch = job.engine.launch_spec(job.server, cfg.engine.port)
     part, open_jobs = cfg.multirun.part, _IN_FORCE.get()
     if part is not None and open_jobs is None:
         raise RuntimeError(
@@ -104,7 +101,7 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
             return JobResult(status=RunStatus.skipped, output_dir=output_dir)
     else:
         emit = Emitter(observers_for(job, output_dir))
-        session = open_session(job, launch, output_dir, emit)
+        session = open_session(job, output_dir, emit)
     parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
     try:
         _measure_parts(session, parts, cfg.multirun.part_runs)

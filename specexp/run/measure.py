@@ -177,7 +177,7 @@ def new_server(job: Job, log_path: Path, emit: Emitter) -> ServerProcess:
         if not port:
             port, port_lease = lease_port(lease_dir, host, free_port)
             leases.append(port_lease)
-        launch = engine.launch_spec(job.server, port)
+        launch = job.command.at(port)
         if (
             cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env
         ):  # a pinned stack keeps its devices

@@ -15,7 +15,7 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
-from specexp.engines.records import LaunchSpec, Setting
+from specexp.engines.records import Setting
 from specexp.engines.stack import host_cpus
 from specexp.host import failure
 from specexp.host.job import Job
@@ -50,7 +50,7 @@ class JobSession:
     server: Optional[ServerProcess] = None
 
 
-def check_prerequisites(job: Job, launch: LaunchSpec, emit: Emitter) -> None:
+def check_prerequisites(job: Job, emit: Emitter) -> None:
     """What the job needs before anything is written: its model files (generated ones made),
     the server's executable or credentials, enough GPUs and cores on this host."""
     _check_port(job)
@@ -64,7 +64,7 @@ def check_prerequisites(job: Job, launch: LaunchSpec, emit: Emitter) -> None:
     if cfg.engine.url:
         job.request_headers()  # its key must be there before anything is tracked
     else:
-        _check_host(job, launch)
+        _check_host(job)
 
 
 def _check_port(job: Job) -> None:
@@ -111,30 +111,30 @@ def _ensure_models(job: Job, emit: Emitter) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def _check_host(job: Job, launch: LaunchSpec) -> None:
+def _check_host(job: Job) -> None:
     """The server's executable, and enough GPUs and cores on this host."""
-    cfg, engine = job.config, job.engine
-    if not os.access(launch.argv[0], os.X_OK):
+    cfg, engine, command = job.config, job.engine, job.command
+    if not os.access(command.program, os.X_OK):
         raise ConfigError(
-            f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
+            f"{command.program} (stack {cfg.stack.name}) not found or not executable: "
             "create the stack's environment, or set stack.python / stack.bin_dir"
         )
-    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
+    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in command.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     cores = engine.cpu_cores(job.server)
     if cores:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
-def open_session(job: Job, launch: LaunchSpec, output_dir: Path, emit: Emitter) -> JobSession:
+def open_session(job: Job, output_dir: Path, emit: Emitter) -> JobSession:
     """Check what the job needs, then open it: its observers make its files and tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_prerequisites(job, launch, emit)
+    check_prerequisites(job, emit)
     log_path = output_dir / Artifact.server_log
     result = JobResult(status=RunStatus.failed, output_dir=output_dir)
     session = JobSession(job, emit, result, log_path, {log_path})
     try:
-        emit(JobOpened(job, launch, output_dir))
+        emit(JobOpened(job, output_dir))
     except BaseException:
         close_session(session)
         raise

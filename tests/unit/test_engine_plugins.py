@@ -82,13 +82,13 @@ def test_each_engine_offers_what_every_consumer_asks(name):
 
 
 def test_a_missing_member_or_a_changed_parameter_is_found():
-    """The check can fail: an engine without parse_event, and one whose launch_spec takes
+    """The check can fail: an engine without parse_event, and one whose server_command takes
     other parameters than launching calls it with."""
 
     class Broken:
         name = "broken"
 
-        def launch_spec(self, server: Any) -> None: ...
+        def server_command(self, server: Any, port: int) -> None: ...
 
     assert "parse_event missing" in mismatches(Broken(), StreamingEngine)
-    assert any(m.startswith("launch_spec(") for m in mismatches(Broken(), LaunchingEngine))
+    assert any(m.startswith("server_command(") for m in mismatches(Broken(), LaunchingEngine))

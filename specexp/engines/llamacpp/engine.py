@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import specexp.engines.llamacpp.stream as stream
 from specexp.core.measurements import RunResult
@@ -30,9 +30,12 @@ from specexp.engines.llamacpp.binary import llama_server_binary, package_build, 
 from specexp.engines.llamacpp.config import LlamaCppConfig, SplitMode
 from specexp.engines.prometheus import position_counters
 from specexp.engines.records import (
+    PORT,
     Engagement,
     LaunchSpec,
+    PortSlot,
     Prompt,
+    ServerCommand,
     ServerLoad,
     Setting,
     StreamChunk,
@@ -359,16 +362,16 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
     def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:
         launch.argv[launch.argv.index("--threads") + 1] = str(len(cores))
 
-    def launch_spec(self, server: ServerSettings[LlamaCppConfig], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[LlamaCppConfig]) -> ServerCommand:
         engine, spec = server.engine, server.speculative
-        argv = [
+        argv: list[Union[str, PortSlot]] = [
             llama_server_binary(server.stack.bin_dir),
             "--model",
             str(server.model.path),
             "--host",
             engine.host,
             "--port",
-            str(port),
+            PORT,
             "--ctx-size",
             str(self.context(server)[1]),
             "--parallel",
@@ -421,7 +424,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             ]
         elif spec.method == SpeculativeMethod.ngram:
             argv += ["--spec-type", f"ngram-{spec.ngram_variant}", *self._ngram_flags(spec)]
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+        return ServerCommand((*argv, *engine.extra_args), env)
 
     @staticmethod
     def _ngram_flags(spec: SpeculativeConfig) -> list[str]:

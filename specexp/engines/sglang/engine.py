@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from packaging.version import InvalidVersion, Version
 
@@ -30,11 +30,14 @@ from specexp.core.schemas import (
 from specexp.engines.base import Engine
 from specexp.engines.http import get_json
 from specexp.engines.records import (
+    PORT,
     Check,
     CheckStatus,
     Engagement,
     LaunchSpec,
+    PortSlot,
     Prompt,
+    ServerCommand,
     Setting,
     StreamChunk,
     SwitchOff,
@@ -236,10 +239,10 @@ class SGLangEngine(Engine[SGLangConfig]):
             )
         return notes
 
-    def launch_spec(self, server: ServerSettings[SGLangConfig], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[SGLangConfig]) -> ServerCommand:
         engine, model, spec = server.engine, server.model, server.speculative
         version = self.spelling_version(server)
-        argv = [
+        argv: list[Union[str, PortSlot]] = [
             stack_python(server),
             "-m",
             "sglang.launch_server",
@@ -250,7 +253,7 @@ class SGLangEngine(Engine[SGLangConfig]):
             "--host",
             engine.host,
             "--port",
-            str(port),
+            PORT,
         ]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
@@ -285,7 +288,7 @@ class SGLangEngine(Engine[SGLangConfig]):
                 "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
                 "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
             }
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+        return ServerCommand((*argv, *engine.extra_args), env)
 
     def _speculative_flags(self, spec: SpeculativeConfig, version: Version) -> list[str]:
         """SGLang's draft tokens count the verified root too (one more than specexp's); with
