@@ -12,7 +12,7 @@ import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -20,10 +20,19 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, EnumNode, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
 from specexp.analysis.results import RunStatus
-from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig, to_run_config
+from specexp.core.schemas import (
+    GROUP_SCHEMAS,
+    ConcurrencyConfig,
+    ConfigError,
+    EngineConfig,
+    RunConfig,
+    StatsConfig,
+    WorkloadConfig,
+)
 from specexp.core.tinymodels import TinyPairSpec, pair_paths
 from specexp.core.trainedmodels import (
     ModelPackageError,
@@ -44,6 +53,8 @@ from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
 from specexp.tracking.store import uri_in_force, uri_problem
+
+SectionT = TypeVar("SectionT")
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -75,8 +86,16 @@ def register() -> None:
         store.store(group=group, name=f"{group}_schema", node=node)
     for engine in engines().values():
         store.store(group="engine", name=f"{engine.name}_schema", node=engine.config_class)
-    launchers.register_resolvers()
     launchers.quiet_preset_validation()
+    if not OmegaConf.has_resolver("specexp.job_minutes"):
+        # The launcher presets' time limit, from the job's settings.
+        OmegaConf.register_new_resolver("specexp.job_minutes", _job_minutes)
+    if not OmegaConf.has_resolver("specexp.gpus_per_node"):
+        # The presets' GPUs: a CPU server asks Slurm for none at all (`--gpus-per-node=0`
+        # fails on clusters without GRES).
+        OmegaConf.register_new_resolver(
+            "specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None
+        )
     if not OmegaConf.has_resolver("specexp.server_gpus"):
         # GPUs one server takes: its tensor-parallel size, none on a CPU-only stack or for a
         # server specexp does not start (engine.url), whose GPUs are not this host's to lend.
@@ -141,6 +160,36 @@ def _trained_model_paths(model: DictConfig) -> None:
             model.draft_path = str(self_draft_path(target, int(model.self_draft_layers), identity))
     except ModelPackageError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The composed config as its schemas, converted once at the edge; a value out of range
+    or a missing mandatory one is a :class:`ConfigError`."""
+    try:
+        run = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"the composed config is not a run config (got {type(run).__name__})")
+    return run
+
+
+def _job_minutes(*, _root_: DictConfig) -> int:
+    """:func:`launchers.job_minutes` of the sections it reads, converted here: the sweep's
+    composed config, Hydra's node among it, is not yet a job's to convert whole."""
+    return launchers.job_minutes(
+        _section(_root_, "stats", StatsConfig),
+        _section(_root_, "workload", WorkloadConfig),
+        _section(_root_, "concurrency", ConcurrencyConfig),
+        _section(_root_, "engine", EngineConfig),
+    )
+
+
+def _section(cfg: DictConfig, name: str, schema: type[SectionT]) -> SectionT:
+    section = OmegaConf.to_object(cfg[name])
+    if not isinstance(section, schema):
+        raise ConfigError(f"{name}: expected a {schema.__name__}, got {type(section).__name__}")
+    return section
 
 
 def _required(value: Any, what: str) -> Any:
