@@ -48,7 +48,7 @@ from specexp.output import terminal
 from specexp.output.console import ConsoleObserver
 from specexp.output.files import FilesObserver
 from specexp.run import launchers
-from specexp.run.events import Observer
+from specexp.run.events import JobObserver
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
@@ -254,12 +254,12 @@ def _check_store(job: Job) -> None:
             raise ConfigError(problem)
 
 
-def _observers(job: Job, output_dir: Path) -> list[Observer]:
+def _observers(job: Job, output_dir: Path) -> list[JobObserver]:
     """The observers chosen for this process's jobs (:data:`observing`), in the order they
     hear each event: the console, then the files, then MLflow (which logs the files)."""
     console = Observe.console in observing
     say = terminal.console.print if console else terminal.console.log_only
-    chosen: list[Observer] = []
+    chosen: list[JobObserver] = []
     if console:
         chosen.append(ConsoleObserver(None if job.config.dry_run else earlier_duration_s(job)))
     if Observe.files in observing:

@@ -19,13 +19,13 @@ from specexp.core.schemas import SpeculativeMethod
 from specexp.core.traces import trace_stats
 from specexp.host import failure, interrupt
 from specexp.host.job import Job
-from specexp.run.events import DryRunPlanned, Emitter, JobFailed, JobFinished, Observer
+from specexp.run.events import DryRunPlanned, Emitter, JobFailed, JobFinished, JobObserver
 from specexp.run.measure import measure_part
 from specexp.run.session import JobResult, JobSession, close_session, open_session
 from specexp.serving.server import ServerError
 
 # The observers of a job, made when it opens (a job measured part by part opens once).
-ObserversFor = Callable[[Job, Path], Sequence[Observer]]
+ObserversFor = Callable[[Job, Path], Sequence[JobObserver]]
 
 
 class OpenJobs:

@@ -27,7 +27,7 @@ from specexp.host.leases import (
     lease_port,
 )
 from specexp.run.events import (
-    Emitter,
+    JobEmitter,
     LaunchMeasured,
     MeasuringStarted,
     RequestDone,
@@ -60,7 +60,7 @@ def _server_for(session: JobSession, label: str, shared: bool) -> tuple[ServerPr
     return session.server, True, 0.0
 
 
-def _starting(server: ServerProcess, label: str, job: Job, emit: Emitter) -> ServerProcess:
+def _starting(server: ServerProcess, label: str, job: Job, emit: JobEmitter) -> ServerProcess:
     """Say that ``server`` is about to start, with its real launch."""
     external = isinstance(server, ExternalServer)
     emit(
@@ -164,7 +164,7 @@ def _monitored_runs(
         )
 
 
-def new_server(job: Job, log_path: Path, emit: Emitter) -> ServerProcess:
+def new_server(job: Job, log_path: Path, emit: JobEmitter) -> ServerProcess:
     """A server with a port and GPUs of its own, leased so that jobs sharing this host
     (parallel launchers) never get the same ones. Nothing is started yet."""
     cfg, engine = job.config, job.engine
@@ -247,7 +247,7 @@ async def _measure(
     launch: int,
     warmups: int,
     runs: range,
-    emit: Emitter,
+    emit: JobEmitter,
     monitor: Optional[telemetry.Monitor],
     earlier: Sequence[RunResult] = (),
 ) -> list[RunResult]:

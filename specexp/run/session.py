@@ -20,7 +20,7 @@ from specexp.engines.stack import host_cpus
 from specexp.host import failure
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
-from specexp.run.events import Emitter, JobClosed, JobOpened, Preparing, ServerStopped
+from specexp.run.events import JobClosed, JobEmitter, JobOpened, Preparing, ServerStopped
 from specexp.serving.server import ServerProcess, port_in_use
 
 
@@ -41,7 +41,7 @@ class JobSession:
     interleaved sweep), staying open in between."""
 
     job: Job
-    emit: Emitter
+    emit: JobEmitter
     result: JobResult
     log_path: Path
     server_logs: set[Path]  # a sweep's shared server writes to its first job's log
@@ -50,7 +50,7 @@ class JobSession:
     server: Optional[ServerProcess] = None
 
 
-def check_prerequisites(job: Job, emit: Emitter) -> None:
+def check_prerequisites(job: Job, emit: JobEmitter) -> None:
     """What the job needs before anything is written: its model files (generated ones made),
     the server's executable or credentials, enough GPUs and cores on this host."""
     _check_port(job)
@@ -79,7 +79,7 @@ def _check_port(job: Job) -> None:
         )
 
 
-def _ensure_models(job: Job, emit: Emitter) -> None:
+def _ensure_models(job: Job, emit: JobEmitter) -> None:
     """A generated pair made, a packaged model assembled and checked, a self-draft written
     (only for a job that loads the draft, not for speculative=none)."""
     model = job.config.model
@@ -126,7 +126,7 @@ def _check_host(job: Job) -> None:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
-def open_session(job: Job, output_dir: Path, emit: Emitter) -> JobSession:
+def open_session(job: Job, output_dir: Path, emit: JobEmitter) -> JobSession:
     """Check what the job needs, then open it: its observers make its files and tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
     check_prerequisites(job, emit)
