@@ -56,8 +56,8 @@ _LATER_SETTINGS: dict[str, dict[str, Any]] = {
 
 
 class LaunchingEngine(Protocol):
-    """What preparing, launching and measuring a job need of its engine (run/ launches
-    through the job): its checks of a configuration, its command, the cores and files it
+    """What preparing, launching and measuring a job need of its engine (``run/`` reaches it
+    as :attr:`Job.launching`): its checks of a configuration, its command, the cores and files it
     needs, its health endpoint, and what its server ran with and counted."""
 
     @property
@@ -96,10 +96,16 @@ class Job:
     def server(self) -> ServerSettings:
         return self.config.server_settings()
 
+    @property
+    def launching(self) -> LaunchingEngine:
+        """The engine as preparing, launching and measuring the job use it (``run/``): what
+        :class:`LaunchingEngine` names, and mypy holds them to it."""
+        return self.engine
+
     @functools.cached_property
     def command(self) -> ServerCommand:
         """The server's command, built once: each launch takes it at the port it leases."""
-        return self.engine.server_command(self.server)
+        return self.launching.server_command(self.server)
 
     def config_fingerprint(self) -> str:
         """Identity of what a job measures: everything but tracking and planning settings."""

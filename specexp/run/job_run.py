@@ -156,14 +156,14 @@ def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) 
 def _finish(session: JobSession) -> None:
     """Summarise the measured runs, and say so."""
     job, result = session.job, session.result
-    cfg = job.config
+    cfg, engine = job.config, job.launching
     measured = [r for r in result.runs if not r.warmup]
     summary = summarize_job(
         measured,
         confidence=cfg.stats.confidence,
         cv_warn=cfg.stats.cv_warn,
         idle_timeout_s=cfg.stats.idle_timeout_s,
-        accounting=job.engine.server_accounting(accounting_totals(measured)),
+        accounting=engine.server_accounting(accounting_totals(measured)),
         cores=os.cpu_count() or 1,
         greedy=cfg.workload.temperature == 0,
         slo=cfg.slo,
@@ -189,7 +189,7 @@ def _with_acceptance(
     """A speculative job's acceptance per draft position: its marginal rates and
     per-request length as metrics, runs whose counts fail the acceptance identity as notes,
     and the profile as a document (``speculation_profile.json``)."""
-    cfg = job.config
+    cfg, engine = job.config, job.launching
     spec = cfg.speculative
     found = (
         acceptance.profile(measured, spec.num_draft_tokens, cfg.stats.confidence)
@@ -199,7 +199,7 @@ def _with_acceptance(
     if found is None:
         return summary, None
     conditions: dict[str, Any] = {
-        "engine": job.engine.name,
+        "engine": engine.name,
         "concurrency": cfg.concurrency.streams,
         "workload": cfg.workload.name,
         "temperature": cfg.workload.temperature,
@@ -213,7 +213,7 @@ def _with_acceptance(
             spec.num_draft_tokens,
             spec.synthetic_acceptance_length,
             cfg.stats.confidence,
-            job.engine.pinned_marginals(spec.synthetic_acceptance_length, spec.num_draft_tokens),
+            engine.pinned_marginals(spec.synthetic_acceptance_length, spec.num_draft_tokens),
         )
         conditions["synthetic_acceptance"] = pinned.describe()
         metrics[Metric.synthetic_acceptance_agrees] = float(pinned.agrees)

@@ -116,19 +116,19 @@ def check(
         )
     params = getattr(launcher, "params", {})
     side_by_side = not slurm_jobs and min(batch_size or len(jobs), len(jobs)) > 1
-    for job in jobs:
-        if side_by_side and job.engine.port:
+    for cfg in jobs:
+        if side_by_side and cfg.engine.port:
             errors.append(
-                f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
+                f"engine.port={cfg.engine.port} is fixed, and {name} runs jobs side by side on this host, "
                 f"where their servers would clash: set engine.port=0 (each server leases a free port)"
             )
         gpus = params.get("gpus_per_node")
-        if slurm_jobs and gpus is not None and gpus < job.engine.gpus:
+        if slurm_jobs and gpus is not None and gpus < cfg.engine.gpus:
             errors.append(
-                f"a job needs {job.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}"
+                f"a job needs {cfg.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}"
             )
         limit = params.get("timeout_min")
-        needed = job_minutes(job.stats, job.workload, job.concurrency, job.engine)
+        needed = job_minutes(cfg.stats, cfg.workload, cfg.concurrency, cfg.engine)
         if limit is not None and limit < needed:
             errors.append(
                 f"a job may need {needed} min (readiness timeout plus runs at {FLOOR_TOK_PER_S:.0f} "

@@ -55,7 +55,7 @@ def check_prerequisites(job: Job, emit: JobEmitter) -> None:
     the server's executable or credentials, enough GPUs and cores on this host."""
     _check_port(job)
     _ensure_models(job, emit)
-    cfg, engine = job.config, job.engine
+    cfg, engine = job.config, job.launching
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
     if missing:
         raise ConfigError(
@@ -85,7 +85,7 @@ def _ensure_models(job: Job, emit: JobEmitter) -> None:
     model = job.config.model
     if model.generate is not None:
         emit(Preparing(f"generating model {model.name} (cached after the first time)"))
-        ensure_pair(model.generate, job.engine.model_format)
+        ensure_pair(model.generate, job.launching.model_format)
     try:
         # The self-draft's target: the packaged file (model.path is the draft's own when
         # model.serve_draft), else model.path.
@@ -98,7 +98,7 @@ def _ensure_models(job: Job, emit: JobEmitter) -> None:
             model.self_draft_layers is not None
             and target
             and draft
-            and str(draft) in job.engine.local_files(job.server)
+            and str(draft) in job.launching.local_files(job.server)
         ):
             emit(
                 Preparing(
@@ -113,7 +113,7 @@ def _ensure_models(job: Job, emit: JobEmitter) -> None:
 
 def _check_host(job: Job) -> None:
     """The server's executable, and enough GPUs and cores on this host."""
-    cfg, engine, command = job.config, job.engine, job.command
+    cfg, engine, command = job.config, job.launching, job.command
     if not os.access(command.program, os.X_OK):
         raise ConfigError(
             f"{command.program} (stack {cfg.stack.name}) not found or not executable: "
