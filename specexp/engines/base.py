@@ -130,12 +130,14 @@ class Engine(Generic[EngineConfigT]):
     def effective(
         self,
         server: ServerSettings[EngineConfigT],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
-        whether it engaged, with the evidence."""
+        whether it engaged, with the evidence (``command``: the job's, which a live server's
+        own resolution is checked against)."""
         return unreported(server, self.name, runs)
 
     def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]:

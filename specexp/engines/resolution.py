@@ -28,8 +28,6 @@ class ResolvingEngine(Protocol):
     """An engine with a resolution-only mode: its own code fills in or overrides the parsed
     settings, and says what it resolved."""
 
-    def server_command(self, server: ServerSettings[Any]) -> ServerCommand: ...
-
     def resolution_command(
         self, server: ServerSettings[Any], launches: list[LaunchSpec]
     ) -> list[str]:
@@ -76,11 +74,11 @@ def resolve(
 
 
 def live_resolution(
-    engine: ResolvingEngine, server: ServerSettings[Any], resolved: dict[str, Any], evidence: str
+    engine: ResolvingEngine, command: ServerCommand, resolved: dict[str, Any], evidence: str
 ) -> Setting:
     """The live server's resolved settings (``resolved``, as ``rewrites`` reads them) against
-    the command: engaged when it changed none."""
-    changed, _ = engine.rewrites(engine.server_command(server).at(0), resolved)
+    the job's command: engaged when it changed none."""
+    changed, _ = engine.rewrites(command.at(0), resolved)
     return Setting(
         "as composed",
         "; ".join(changed) or "as composed",

@@ -79,6 +79,7 @@ class LaunchingEngine(Protocol):
     def effective(
         self,
         server: ServerSettings[Any],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],

@@ -99,7 +99,9 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         records = _monitored_runs(session, server, launch, warmups, runs, session.result.runs)
         session.result.runs += records
         log = server.log_path.read_text(errors="replace")
-        session.effective.update(job.launching.effective(job.server, server.base_url, log, records))
+        session.effective.update(
+            job.launching.effective(job.server, job.command, server.base_url, log, records)
+        )
         if last_of_launch:
             emit(SettingsReadBack(dict(session.effective)))
         failed = [rec for r in records for rec in r.faults]

@@ -155,7 +155,7 @@ def test_what_the_live_server_reports_is_checked_against_the_command():
         ({**composed, "max_running_requests": 48}, Engagement.not_engaged, "-requests 64 -> 48"),
     ):
         with serving({"/server_info": info}) as url:
-            setting = job.engine.effective(job.server, url, "", [])["resolution"]
+            setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
         assert setting.status == status and setting.actual.endswith(actual)
 
 
@@ -186,12 +186,12 @@ def test_llamacpp_slots_and_their_context_are_checked_against_the_command():
     job = compose_job("concurrency.streams=2", "engine.ctx_size=1024", "workload=short")
     props = {"total_slots": 2, "default_generation_settings": {"n_ctx": 512}}  # as /props says
     with serving({"/props": props}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert (
         setting.status == Engagement.engaged and setting.actual == "2 slots x 512 tokens of context"
     )
     with serving({"/props": {**props, "total_slots": 1}}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.not_engaged and setting.actual == "slots 2 -> 1"
 
 
@@ -199,7 +199,7 @@ def test_llamacpp_rounds_each_slots_context_up_to_256_tokens():
     job = compose_job("concurrency.streams=3", "engine.ctx_size=4096", "workload=short")
     props = {"total_slots": 3, "default_generation_settings": {"n_ctx": 1536}}  # as /props says
     with serving({"/props": props}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.engaged, setting
 
 
@@ -218,11 +218,11 @@ def test_vllm_live_config_is_checked_against_the_command():
         },
     }
     with serving({"/server_info?config_format=json": {"vllm_config": config}}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.engaged, setting
     config["speculative_config"]["prompt_lookup_min"] = 1
     with serving({"/server_info?config_format=json": {"vllm_config": config}}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.not_engaged
     assert setting.actual == "speculative_config.prompt_lookup_min 4 -> 1"
     exposed = compose_job("engine=vllm", "model=tiny-pair-small", "engine.host=0.0.0.0")
@@ -307,5 +307,7 @@ def test_llamacpp_says_which_all_reduce_its_tensor_split_ran(overrides, log, act
     """Read from the warnings ggml-cuda (b11434, ggml_backend_cuda_comm_init) logs when it
     falls back from NCCL to its own kernel and from that to generic copies."""
     job = compose_job("workload=short", *overrides)
-    setting = job.engine.effective(job.server, "http://127.0.0.1:9", log, [])["allreduce_backend"]
+    setting = job.engine.effective(job.server, job.command, "http://127.0.0.1:9", log, [])[
+        "allreduce_backend"
+    ]
     assert (setting.actual, setting.status) == (actual, engaged)

@@ -214,11 +214,12 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
     def effective(
         self,
         server: ServerSettings[LlamaCppConfig],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
-        result = super().effective(server, base_url, log_text, runs)
+        result = super().effective(server, command, base_url, log_text, runs)
         actual = _flash_attention_in(log_text)
         requested = server.attention_backend.name
         if actual:

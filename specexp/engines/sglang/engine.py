@@ -482,18 +482,19 @@ class SGLangEngine(Engine[SGLangConfig]):
     def effective(
         self,
         server: ServerSettings[SGLangConfig],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """From /server_info (the effective server args; /get_server_info before 0.5.10), the
         log's known fallback messages, and the speculative figures of the measured requests."""
-        result = super().effective(server, base_url, log_text, runs)
+        result = super().effective(server, command, base_url, log_text, runs)
         info = get_json(base_url, ("/server_info", "/get_server_info"))
         if info:
             result["resolution"] = live_resolution(
                 self,
-                server,
+                command,
                 info,
                 "/server_info against the command's speculative settings, request cap and CUDA graphs",
             )

@@ -233,11 +233,12 @@ class VLLMEngine(Engine[VLLMConfig]):
     def effective(
         self,
         server: ServerSettings[VLLMConfig],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
-        result = super().effective(server, base_url, log_text, runs)
+        result = super().effective(server, command, base_url, log_text, runs)
         result["speculative"] = speculation_from_counters(server, runs)
         # The selector logs its choice ("Using FLASH_ATTN attention backend out of potential
         # backends: ...", "Using CPU_MLA backend."); the CPU build's standard attention has
@@ -260,7 +261,7 @@ class VLLMEngine(Engine[VLLMConfig]):
             resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
             result["resolution"] = live_resolution(
                 self,
-                server,
+                command,
                 resolved,
                 "/server_info vllm_config against the command's request cap and speculative config",
             )
