@@ -12,7 +12,7 @@ import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -44,6 +44,7 @@ from specexp.core.trainedmodels import (
 from specexp.engines import engines, get_engine
 from specexp.host import failure, interrupt
 from specexp.host.job import Job, checked
+from specexp.options import USAGE_EXIT, NotRun
 from specexp.output import terminal
 from specexp.output.console import ConsoleObserver
 from specexp.output.files import FilesObserver
@@ -72,6 +73,9 @@ class Observe(StrEnum):
 # returned (the Python API collects them: Hydra discards what its task returns).
 observing: frozenset[Observe] = frozenset(Observe)
 on_result: list[Callable[[JobResult], None]] = []
+# Why a job in this process stopped before it ran, as it stops (the command line prints it,
+# the Python API raises it).
+on_not_run: list[Callable[[NotRun], None]] = []
 # The MLflow observers of the jobs open in this process (a job measured part by part is
 # opened once), by output directory: its result carries its run's id.
 _tracked: dict[Path, MlflowObserver] = {}
@@ -232,18 +236,24 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
             _check_store(job)
         result = _with_run_id(run_job(job, output_dir, _observers), output_dir)
     except ConfigError as exc:
-        terminal.console.print(f"[red]config error:[/] {escape(str(exc))}")
-        sys.exit(2)
-    except Exception as exc:  # its runs are ended: one line here, the traceback in specexp.log
+        _not_run(NotRun(USAGE_EXIT, "config error", str(exc)))
+    except Exception as exc:  # its runs are ended: one line, the traceback in specexp.log
         failure.log_traceback(exc)
-        terminal.console.print(
-            f"[red]failed:[/] {escape(failure.one_line(exc))} (traceback: specexp.log)"
-        )
-        sys.exit(failure.exit_status(exc))
+        why = f"{failure.one_line(exc)} (traceback: specexp.log)"
+        _not_run(NotRun(failure.exit_status(exc), "failed", why))
     except BaseException:
         terminal.log_traceback()
         raise
     return result
+
+
+def _not_run(stopped: NotRun) -> NoReturn:
+    """The job stops before it ran: said by whoever ran it (:data:`on_not_run`: the command
+    line prints it, the Python API raises it), kept in the job's log."""
+    terminal.console.log_only(escape(str(stopped)))
+    for listener in on_not_run:
+        listener(stopped)
+    sys.exit(stopped.exit_status)
 
 
 def _check_store(job: Job) -> None:
