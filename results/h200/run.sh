@@ -26,7 +26,10 @@
 #              its self-draft written
 #   gemma      +sweep=gemma_gpu: Gemma 3 270M without speculation, with its self-draft, with
 #              ngram-mod, and its self-draft alone (the draft's cost), at 1, 8 and 32 streams
-#   surface    the crossover over concurrency (1, 8) x prompt length (128, 2048, 6144 tokens)
+#   surface    the crossover over concurrency (1, 8) x prompt length (128, 2048, 6144 tokens),
+#              three launches per cell (the first look, 2026-12-03, had one)
+#   surface_fresh  the same cells, one launch each, a fresh server per cell: the reference
+#   gemma_cost Gemma 3 270M none, self-draft and the self-draft alone (its cost c), 1 and 8 streams
 #   collect    the store (runs, reports, plots; without the servers' logs) and the step
 #              logs into $OUT
 set -euo pipefail
@@ -39,6 +42,8 @@ export PYTHONPATH="$PWD:$site" PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true
 logs=$PWD/h200-store/logs
 mkdir -p "$logs"
 sweep=(+sweep=gpu_crossover engine.threads=4)
+surface=("${sweep[@]}" workload.prompt_tokens=128,2048,6144 'concurrency.levels=[1,8]'
+  engine.parallel_slots=8 workload.max_tokens=128 stats.measured_runs=3)
 for step in "$@"; do
   start=$(date +%s)
   case "$step" in
@@ -87,8 +92,9 @@ for step in "$@"; do
       nvidia-smi --query-gpu=timestamp,power.draw.instant,clocks.sm,clocks.mem,temperature.gpu \
         --format=csv,nounits -lms 100 >"$logs/power.csv" 2>&1 &
       smi=$!
-      # As run on 2026-12-03: 96 arrivals a run, which measured a transient (README).
-      python3 -m specexp -m +sweep=capacity_gpu concurrency.arrivals=96 hydra.sweep.dir=h200-store/capacity \
+      # The first run (2026-12-03, capacity-gpu/) sent 96 arrivals a run and measured a
+      # transient (README); as shipped now, 320 (five times the slots).
+      python3 -m specexp -m +sweep=capacity_gpu hydra.sweep.dir=h200-store/capacity \
         >"$logs/capacity.log" 2>&1 || true
       kill "$smi" || true
       ;;
@@ -105,9 +111,18 @@ for step in "$@"; do
       python3 -m specexp -m +sweep=gemma_gpu hydra.sweep.dir=h200-store/gemma >"$logs/gemma.log" 2>&1 || true
       ;;
     surface)
-      python3 -m specexp -m "${sweep[@]}" workload.prompt_tokens=128,2048,6144 'concurrency.levels=[1,8]' \
-        engine.parallel_slots=8 workload.max_tokens=128 stats.measured_runs=3 \
+      python3 -m specexp -m "${surface[@]}" stats.launches=3 \
         hydra.sweep.dir=h200-store/surface >"$logs/surface.log" 2>&1 || true
+      ;;
+    surface_fresh)
+      # The surface's reference: a fresh server for every cell, cell after cell.
+      python3 -m specexp -m "${surface[@]}" multirun.reuse_servers=false multirun.order=blocked \
+        hydra.sweep.dir=h200-store/surface_fresh >"$logs/surface_fresh.log" 2>&1 || true
+      ;;
+    gemma_cost)
+      # The self-draft's cost c beside its arm (the bound's c), at 1 and 8 streams.
+      python3 -m specexp -m +sweep=gemma_gpu speculative=none,draft,draft_alone 'concurrency.levels=[1,8]' \
+        hydra.sweep.dir=h200-store/gemma_cost >"$logs/gemma_cost.log" 2>&1 || true
       ;;
     collect)
       tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store mlruns
