@@ -73,7 +73,7 @@ class Observe(StrEnum):
 # returned (the Python API collects them: Hydra discards what its task returns).
 observing: frozenset[Observe] = frozenset(Observe)
 on_result: list[Callable[[JobResult], None]] = []
-# Why a job in this process stopped before it ran, as it stops (the command line prints it,
+# Why a job in this process ended without a result, as it ends (the command line prints it,
 # the Python API raises it).
 on_not_run: list[Callable[[NotRun], None]] = []
 # The MLflow observers of the jobs open in this process (a job measured part by part is
@@ -248,8 +248,9 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
 
 
 def _not_run(stopped: NotRun) -> NoReturn:
-    """The job stops before it ran: said by whoever ran it (:data:`on_not_run`: the command
-    line prints it, the Python API raises it), kept in the job's log."""
+    """The job ends without a result: said to whoever ran it in this process
+    (:data:`on_not_run`: the command line prints it, the Python API raises it), and kept in
+    the job's log (all a job in a process of its own, a parallel launcher's, has to say it)."""
     terminal.console.log_only(escape(str(stopped)))
     for listener in on_not_run:
         listener(stopped)

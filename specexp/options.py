@@ -73,9 +73,10 @@ class UsageError(ValueError):
 
 
 class NotRun(RuntimeError):
-    """Hydra or the job's checks stopped the job before it ran: ``what`` stopped it (a
-    "config error", which exits :data:`USAGE_EXIT`; "failed") and ``why``. The Python API
-    raises it; the command line prints it and exits with ``exit_status``."""
+    """The job ended without a result: ``what`` stopped it (a "config error" its checks
+    found, which exits :data:`USAGE_EXIT`; "failed": an error outside its measuring, its
+    runs ended) and ``why``. The Python API raises it; the command line prints it and exits
+    with ``exit_status``."""
 
     def __init__(self, exit_status: int, what: str, why: str):
         super().__init__(f"{what}: {why}")
