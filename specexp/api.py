@@ -43,7 +43,7 @@ import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import HydraException
+from hydra.errors import HydraException, OverrideParseException
 from omegaconf.errors import OmegaConfBaseException
 
 from specexp import hydra_app
@@ -300,11 +300,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
     given = [o for o in overrides if o not in ("-m", "--multirun")]
     if any(o.startswith("-") for o in given):
         return
-    parsed = [
-        o
-        for o in OverridesParser.create().parse_overrides(given)
-        if not o.get_key_element().lstrip("+~").startswith("hydra")
-    ]
+    parsed = [o for o in _parse(given) if not o.get_key_element().lstrip("+~").startswith("hydra")]
     groups = hydra_app.config_groups()
     try:
         composed = hydra_app.compose_config(_group_selections(parsed, groups))
@@ -322,6 +318,23 @@ def check_overrides(overrides: Sequence[str]) -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         reason = f": {str(exc.__cause__).splitlines()[0]}" if exc.__cause__ else ""
         raise UsageError(f"{str(exc).splitlines()[0]}{reason}") from None
+
+
+def _parse(overrides: Sequence[str]) -> list[Override]:
+    """The overrides parsed, one at a time so that a malformed one is named."""
+    parser = OverridesParser.create()
+    parsed = []
+    for given in overrides:
+        try:
+            parsed.extend(parser.parse_overrides([given]))
+        except OverrideParseException:
+            raise UsageError(
+                f"not an override: {given!r} (an override is key=value, e.g. speculative=draft;"
+                f" the commands compare, history, doctor, models, ui... run as 'specexp {given}')"
+                if "=" not in given
+                else f"not an override: {given!r} (see Hydra's override grammar)"
+            ) from None
+    return parsed
 
 
 def _values(override: Override) -> list[str]:

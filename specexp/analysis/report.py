@@ -35,6 +35,7 @@ from specexp.analysis.energy_arms import EnergyReport, energy_report
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
 from specexp.analysis.results import JobRun, Metric, RunStatus, Tag, tag_flag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
+from specexp.analysis.surface import Surface, surfaces
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod, StatsConfig
@@ -113,6 +114,11 @@ class SweepReport(Record):
                 "the switch-off checks under checks, their field's name (switch_off_checks before)",
                 upgrade=_checks_named,
             ),
+            Version(
+                7,
+                "surfaces: the crossover as a surface over concurrency and another factor",
+                ("surfaces",),
+            ),
         ),
     )
 
@@ -147,6 +153,8 @@ class SweepReport(Record):
     efficiencies: list[Efficiency] = field(default_factory=list)
     # Energy per output token: the arms, their comparisons, its crossover beside speed's.
     energy: Optional[EnergyReport] = None
+    # Speed-up per cell of concurrency x another factor (prompt length), crossover per row.
+    surfaces: list[Surface] = field(default_factory=list)
 
     @property
     def verdict_counts(self) -> dict[str, int]:
@@ -444,6 +452,14 @@ def compile_sweep_report(
     if selector and facts.crossover_factor and arms:
         report.crossovers, report.checks = _crossovers(arms, selector, facts, calibration)
         report.goodput_crossovers = _goodput_crossovers(goodput_runs, selector, facts)
+        report.surfaces = surfaces(
+            arms,
+            report.comparisons,
+            report.crossovers,
+            selector,
+            facts.crossover_factor,
+            stats.confidence,
+        )
     if arms:
         report.energy = energy_report(
             runs, energy_runs, selector, stats, facts.crossover_factor, report.crossovers

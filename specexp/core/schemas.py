@@ -515,11 +515,13 @@ def expected_run_seconds(
     workload: WorkloadConfig, concurrency: ConcurrencyConfig, tok_per_s: float
 ) -> float:
     """How long one run takes at ``tok_per_s`` per stream: its duration, its arrivals at
-    their rate, or its longest stream's requests at max_tokens each."""
+    their rate (a capacity search's at its start rate, the search's first), or its longest
+    stream's requests at max_tokens each."""
     if concurrency.duration_s:
         return concurrency.duration_s
-    if concurrency.open_loop and concurrency.rate:
-        return concurrency.arrivals / concurrency.rate
+    rate = concurrency.rate or (concurrency.search.start_rate if concurrency.search else None)
+    if concurrency.open_loop and rate:
+        return concurrency.arrivals / rate
     tokens = requests_per_stream(workload, concurrency, 0) * workload.max_tokens
     return tokens / tok_per_s
 

@@ -4,7 +4,6 @@ verdicts, then the caveats, each said once."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
@@ -13,7 +12,7 @@ from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
-from specexp.core.records import unstructure
+from specexp.analysis.surface import Surface
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
@@ -29,7 +28,11 @@ from specexp.output.tables import (
     point_rows,
     schedule_rows,
     sequence_rows,
+    setting_rows,
     share,
+    surface_crossover,
+    surface_decided,
+    surface_rows,
     switch_off_rows,
     within_launch,
 )
@@ -135,18 +138,31 @@ def reproduction_markdown(
     )
 
 
+def surface_markdown(surface: Surface) -> str:
+    """A surface's cells as a table, which of them are decided, and each row's crossover."""
+    return (
+        f"{surface.candidate} against {surface.baseline}\nover {surface.factor} x "
+        f"{surface.levels_factor} (heat map: `sweep_report/surface.png`); intervals\n"
+        "simultaneous over the sweep's comparisons, as the job rows'.\n\n"
+        + table(surface_rows(surface))
+        + f"\n{surface_decided(surface)}.\n\n"
+        + "".join(f"- {surface_crossover(surface, row)}\n" for row in surface.rows)
+    )
+
+
 def _findings(report: SweepReport) -> list[str]:
     """The crossovers with the setting they recommend, and the switch-off checks."""
     lines: list[str] = []
     for found in report.crossovers:
         advice = found.recommendation
-        setting = advice.settings.get(report.engine)
         lines.append(f"**Crossover:** {found.statement}")
-        if setting:
-            lines.append(
-                f"**{report.engine} setting** (switch off from "
-                f"{advice.threshold}): `{json.dumps(unstructure(setting))}`"
-            )
+        if advice.settings:
+            lines += [
+                f"**Switch off from {advice.threshold}** ({advice.basis}), in each engine's "
+                "own terms:",
+                "",
+                table(setting_rows(advice.settings)).rstrip("\n"),
+            ]
         elif advice.note:
             lines.append(f"**Setting:** {advice.note}")
         lines.append("")
@@ -182,6 +198,15 @@ def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]
     return lines
 
 
+def _surface_lines(surfaces: Sequence[Surface], plot_link: Callable[[str], str]) -> list[str]:
+    lines = []
+    for surface in surfaces:
+        lines += ["", "**Surface:** " + surface_markdown(surface).rstrip("\n")]
+    if surfaces:
+        lines += ["", f"![surface]({plot_link('sweep_report/surface.png')})"]
+    return lines
+
+
 def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> list[str]:
     """What the report holds beside the verdicts: sequences, capacities, the draft schedule
     and the efficiencies against the bound, each where the sweep measured it."""
@@ -209,9 +234,9 @@ def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> 
             "",
             table(schedule_rows(report.schedule)).rstrip("\n"),
             "",
-            f"vLLM: `{json.dumps(report.schedule.vllm())}`; SGLang "
-            f"`--speculative-adaptive-config`: `{json.dumps(report.schedule.sglang())}`"
-            if report.schedule.holds
+            f"To deploy ({report.schedule.batch_schedule().describe()}), in each engine's "
+            "own terms:\n\n" + table(setting_rows(report.schedule.settings)).rstrip("\n")
+            if report.schedule.settings
             else NO_SCHEDULE,
         ]
     if report.energy:
@@ -227,6 +252,7 @@ def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> 
             lines += ["", *(f"- {note}" for note in report.energy.notes)]
         if report.energy.crossovers:
             lines += ["", f"![energy against speed]({plot_link('energy/crossover.png')})"]
+    lines += _surface_lines(report.surfaces, plot_link)
     if report.efficiencies:
         lines += ["", "**Against the bound** tau / (gamma c + 1):", ""]
         lines += [f"- {bound.sentence()}" for bound in report.efficiencies]
@@ -296,4 +322,5 @@ def sweep_markdown(report: SweepReport, metric: str) -> str:
         if report.capacity_arms
         else ""
     )
-    return f"Order: {report.order}.\n\n" + body + capacity + categories + checks
+    surfaces = "".join("\n## Surface\n\n" + surface_markdown(s) for s in report.surfaces)
+    return f"Order: {report.order}.\n\n" + body + surfaces + capacity + categories + checks

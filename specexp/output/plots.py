@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 # Figures made directly, not through pyplot: no global backend or figure state, no display.
+from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.colors import CenteredNorm
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import FuncFormatter
 
 from specexp.analysis import crossover
 from specexp.analysis.arms import Arm, ci_label
@@ -19,6 +23,7 @@ from specexp.analysis.crossover import Crossover
 from specexp.analysis.energy_arms import EnergyReport
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Metric
+from specexp.analysis.surface import LaunchVariance, Surface
 from specexp.core.stats import Comparison, Verdict
 
 
@@ -381,3 +386,126 @@ def pareto_plot(families: Mapping[str, Mapping[int, Arm]], factor: str, path: Pa
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def surface_plot(surfaces: Sequence[Surface], path: Path) -> Path:
+    surface_figure(surfaces).savefig(path, dpi=100)
+    return path
+
+
+def _position(levels: Sequence[int], concurrency: float) -> float:
+    """Where ``concurrency`` lies on a heat map's columns (one per level, evenly spaced):
+    linear in log2 between the levels either side, as the crossover is interpolated."""
+    x = np.log2(levels)
+    return float(np.interp(np.log2(concurrency), x, np.arange(len(levels))))
+
+
+def surface_figure(surfaces: Sequence[Surface]) -> Figure:
+    """Each surface a heat map of the speed-up, factor value by concurrency level: coloured
+    on a diverging scale centred on x1.0 (blue faster, red slower), each cell with its ratio,
+    simultaneous interval and verdict; undecided cells hatched, untestable ones grey; each
+    row's crossover a diamond with its interval (hollow where it holds for these launches
+    only or its levels were noisy; an arrow where it lies beyond the highest level)."""
+    widest = max(len(s.levels) for s in surfaces)
+    heights = [len(s.rows) + 1.5 for s in surfaces]
+    fig = Figure(figsize=(3 + 1.8 * widest, 1 + sum(heights)))
+    axes = fig.subplots(len(surfaces), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, surface in zip(axes, surfaces, strict=True):
+        _surface_axes(fig, ax, surface)
+    fig.tight_layout()
+    return fig
+
+
+def _mark_row_crossover(
+    ax: Axes, levels: Sequence[int], y: int, found: Optional[Crossover]
+) -> None:
+    """A row's crossover on its heat map row: the estimate a diamond, its interval a bar;
+    where it pays at every level, an arrow past the highest."""
+    if found is None:
+        return
+    edge = len(levels) - 0.5
+    claim = found.reliable and not found.launches_only
+    if found.estimate is None:
+        ax.annotate("", (edge, y), (edge - 0.35, y), arrowprops={"arrowstyle": "->", "lw": 1.5})
+        return
+    x, below = _position(levels, found.estimate), y - 0.38
+    error = None
+    if found.ci_low is not None:
+        high = edge if found.ci_high is None else _position(levels, found.ci_high)
+        error = [[x - _position(levels, found.ci_low)], [high - x]]
+        if found.ci_high is None:
+            ax.annotate("", (edge, below), (high - 0.2, below), arrowprops={"arrowstyle": "->"})
+    ax.errorbar(
+        [x],
+        [below],
+        xerr=error,
+        fmt="D",
+        capsize=3,
+        color="black",
+        markerfacecolor="black" if claim else "white",
+        zorder=3,
+    )
+
+
+def _surface_axes(fig: Figure, ax: Axes, surface: Surface) -> None:
+    levels = surface.levels
+    gain = np.full((len(surface.rows), len(levels)), np.nan)
+    for y, row in enumerate(surface.rows):
+        for cell in row.cells:
+            if cell.ci_low is not None:
+                gain[y, levels.index(cell.level)] = np.log(cell.ratio)
+    spread = float(np.nanmax(np.abs(gain))) if np.isfinite(gain).any() else 0.0
+    image = ax.imshow(
+        np.ma.masked_invalid(gain),
+        cmap=colormaps["RdBu"].with_extremes(bad="lightgrey"),
+        norm=CenteredNorm(0.0, max(spread, 0.01)),
+        aspect="auto",
+        origin="lower",
+    )
+    for y, row in enumerate(surface.rows):
+        for cell in row.cells:
+            x = levels.index(cell.level)
+            if not cell.decided:
+                ax.add_patch(
+                    Rectangle(
+                        (x - 0.5, y - 0.5), 1, 1, fill=False, hatch="//", edgecolor="0.45", lw=0
+                    )
+                )
+            interval = (
+                f"[{cell.ci_low:.3f}, {cell.ci_high:.3f}]"
+                if cell.ci_low is not None and cell.ci_high is not None
+                else "no interval"
+            )
+            alone = (
+                f"\nthese launches: {cell.within_launch or '-'}"
+                if cell.launch_variance == LaunchVariance.left_out
+                else ""
+            )
+            ax.text(
+                x,
+                y,
+                f"x{cell.ratio:.3f}\n{interval}\n{cell.verdict}{alone}",
+                ha="center",
+                va="center",
+                fontsize="small",
+                bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.7, "lw": 0},
+            )
+        _mark_row_crossover(ax, levels, y, row.crossover)
+    ax.set_xticks(range(len(levels)), [str(level) for level in levels])
+    ax.set_yticks(range(len(surface.rows)), [row.value for row in surface.rows])
+    ax.set_xlim(-0.5, len(levels) - 0.5)
+    ax.set_xlabel(surface.levels_factor)
+    ax.set_ylabel(surface.factor)
+    level = min((cell.ci_level for _, cell in surface.cells), default=surface.confidence)
+    ax.set_title(
+        _wrapped(
+            f"{surface.candidate} against {surface.baseline}: speed-up (ratio of geometric "
+            f"means) with its {level:.1%} simultaneous interval; hatched: undecided; diamond: "
+            f"the row's crossover with its {surface.confidence:.0%} interval (hollow: not a "
+            "claim - these launches only, or noisy levels)",
+            100,
+        ),
+        fontsize="small",
+    )
+    bar = fig.colorbar(image, ax=ax, format=FuncFormatter(lambda v, _: f"x{np.exp(v):.2f}"))
+    bar.set_label("speed-up over the baseline")

@@ -4,8 +4,9 @@ column shows (a verdict, a claim's status), which a renderer may colour, never p
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
@@ -14,9 +15,11 @@ from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
+from specexp.analysis.surface import LaunchVariance, Surface, SurfaceRow
 from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison, SequentialRecord
 from specexp.core.stats import Comparison, Verdict
+from specexp.engines.records import ScheduleSetting
 
 
 @dataclass
@@ -332,3 +335,111 @@ def schedule_rows(schedule: DraftSchedule) -> Rows:
             ]
         )
     return table
+
+
+def setting_rows(settings: Mapping[str, ScheduleSetting]) -> Rows:
+    """Each engine's own setting for a schedule (a switch-off is one): what to set, how to
+    use it, and where its form was read; "-" where the engine cannot take it."""
+    table = Rows(["engine", "setting", "how", "read from"])
+    for engine, setting in settings.items():
+        given = {
+            k: v
+            for k, v in (
+                ("speculative_config", setting.speculative_config),
+                ("flags", " ".join(setting.flags)),
+                ("files", setting.files),
+                (
+                    "servers",
+                    {r: " ".join(f) or "no speculation" for r, f in setting.launches.items()},
+                ),
+            )
+            if v
+        }
+        table.add(
+            [engine, json.dumps(given) if given else "-", setting.note, setting.source or "-"],
+            "exported" if setting.exported else "none",
+        )
+    return table
+
+
+def short_name(factor: str) -> str:
+    """A setting's last part as a column header: prompt_tokens for workload.prompt_tokens."""
+    return factor.rsplit(".", 1)[-1]
+
+
+def surface_rows(surface: Surface) -> Rows:
+    """Each cell of a surface: the speed-up, its interval (simultaneous over the sweep's
+    comparisons, as the job rows'), its verdict, how
+    launch-to-launch variance entered, and what one launch each says where that is all."""
+    table = Rows(
+        [
+            short_name(surface.factor),
+            short_name(surface.levels_factor),
+            "speed-up",
+            "interval",
+            "verdict",
+            "launch variance",
+            "one launch says",
+        ],
+        marked="verdict",
+    )
+    for value, cell in surface.cells:
+        interval_ = (
+            f"x{cell.ci_low:.3f}..x{cell.ci_high:.3f}"
+            if cell.ci_low is not None and cell.ci_high is not None
+            else "-"
+        )
+        alone = cell.launch_variance == LaunchVariance.left_out and cell.within_launch
+        table.add(
+            [
+                value,
+                str(cell.level),
+                f"x{cell.ratio:.3f}",
+                interval_,
+                str(cell.verdict),
+                str(cell.launch_variance),
+                str(cell.within_launch) if alone else "-",
+            ],
+            str(cell.verdict),
+        )
+    return table
+
+
+def surface_crossover(surface: Surface, row: SurfaceRow) -> str:
+    """A row's crossover in one line: where speculation stops paying, with its interval,
+    and why it is no claim where it is none."""
+    found, levels = row.crossover, surface.levels
+    head = f"{short_name(surface.factor)}={row.value}"
+    if found is None:
+        # Fewer than two levels compared, or an arm that switches itself off (checked instead).
+        return f"{head}: no crossover analysed"
+    at = short_name(surface.levels_factor)
+    if found.estimate is None:
+        text = f"{head}: pays at every level measured ({at} {levels[0]}..{levels[-1]})"
+    elif found.estimate == levels[0] and found.effect[0] <= found.scale.no_effect:
+        shown = "does not pay even" if found.never_pays else "not shown to pay"
+        text = f"{head}: {shown} at {at} {levels[0]}, the lowest level"
+    else:
+        text = f"{head}: stops paying at {at} {found.estimate:.1f}"
+        if found.ci_low is None:
+            text += " (no interval)"
+        else:
+            high = f"{found.ci_high:.1f}" if found.ci_high is not None else f"beyond {levels[-1]}"
+            text += f" ({surface.confidence:.0%} CI {found.ci_low:.1f}..{high})"
+    if found.launches_only:
+        text += "; holds for these launches only"
+    if not found.reliable:
+        text += f"; noisy at {', '.join(map(str, found.unreliable))}: no claim"
+    return text
+
+
+def surface_decided(surface: Surface) -> str:
+    """Which cells are decided, in one line."""
+    row, column = short_name(surface.factor), short_name(surface.levels_factor)
+    decided = [
+        f"{row}={value} at {column}={cell.level} ({cell.verdict})"
+        for value, cell in surface.cells
+        if cell.decided
+    ]
+    count = f"{len(decided)} of {len(surface.cells)} cells decided"
+    return f"{count}: {', '.join(decided)}" if decided else count

@@ -4,7 +4,6 @@ comparison, reproduction and sweep reports."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -35,9 +34,9 @@ from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, server_metric
 from specexp.analysis.schedule import NO_SCHEDULE, DraftSchedule
 from specexp.analysis.summary import JobSummary
+from specexp.analysis.surface import Surface
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.records import unstructure
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import (
     ASSUMED_TOK_PER_S_PER_STREAM,
@@ -61,7 +60,11 @@ from specexp.output.tables import (
     point_rows,
     schedule_rows,
     sequence_rows,
+    setting_rows,
     share,
+    surface_crossover,
+    surface_decided,
+    surface_rows,
     switch_off_rows,
 )
 
@@ -305,23 +308,28 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
     runs = stats.launches * (stats.warmup_runs + stats.measured_runs)
     seconds = runs * expected_run_seconds(workload, level, tok_per_s)
     requests = run_requests(workload, level)
-    what = (
-        f"{requests} request(s) of up to {workload.max_tokens} tokens"
-        if requests and not level.open_loop
-        else f"{requests} arrivals at {level.rate:g} req/s"
-        if requests and level.rate is not None
-        else f"{requests} arrivals at the rates the capacity search picks"
-        if requests
-        else f"{level.duration_s:g} s"
-    )
     rate = (
-        f"{tok_per_s:g} tok/s per stream (model.expected_tok_per_s)"
+        f" at {tok_per_s:g} tok/s per stream (model.expected_tok_per_s)"
         if stated
-        else f"an assumed {tok_per_s:g} tok/s per stream (model.expected_tok_per_s states none)"
+        else f" at an assumed {tok_per_s:g} tok/s per stream (model.expected_tok_per_s states none)"
     )
+    if requests is None:
+        what = f"{level.duration_s:g} s"
+    elif not level.open_loop:
+        what = f"{requests} request(s) of up to {workload.max_tokens} tokens{rate}"
+    elif level.rate is not None:
+        what = f"{requests} arrivals at {level.rate:g} req/s"
+    elif level.search is not None:
+        what = (
+            f"{requests} arrivals, each run timed at the capacity search's start rate "
+            f"{level.search.start_rate:g} req/s (faster rates make shorter runs; a run the "
+            "server cannot keep up with lasts until its backlog drains)"
+        )
+    else:
+        what = f"{requests} arrivals at the times they are given"
     console.print(
-        f"expected: about {duration(seconds)} of measuring, an estimate - {runs} runs of {what} "
-        f"at {rate} - plus the server's start"
+        f"expected: about {duration(seconds)} of measuring, an estimate - {runs} runs of {what}"
+        " - plus the server's start"
     )
 
 
@@ -613,16 +621,40 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
 
 
 def _print_findings(report: SweepReport) -> None:
-    """Crossovers (by load, under the SLO) and the efficiency against the bound."""
+    """Crossovers (by load, under the SLO, as a surface) and the efficiency against the
+    bound."""
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
-        console.print(
-            f"recommended switch-off: {escape(json.dumps(unstructure(found.recommendation)))}"
-        )
+        advice = found.recommendation
+        if advice.settings:
+            console.print(
+                rich_table(
+                    escape(f"recommended switch-off from {advice.threshold}: {advice.basis}"),
+                    setting_rows(advice.settings),
+                )
+            )
+        else:
+            console.print(f"recommended switch-off: {escape(advice.note)}")
     for found in report.goodput_crossovers:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
+    for surface in report.surfaces:
+        print_surface(surface)
     for bound in report.efficiencies:
         console.print(f"[bold]against the bound:[/] {escape(bound.sentence())}")
+
+
+def print_surface(surface: Surface) -> None:
+    """A surface's cells, which are decided, and each row's crossover."""
+    console.print(
+        rich_table(
+            f"[bold]surface:[/] {escape(surface.candidate)} vs {escape(surface.baseline)}, "
+            f"{surface.factor} x {surface.levels_factor}",
+            surface_rows(surface),
+        )
+    )
+    console.print(escape(surface_decided(surface)))
+    for row in surface.rows:
+        console.print(f"crossover {escape(surface_crossover(surface, row))}")
 
 
 def _print_schedule(schedule: DraftSchedule) -> None:
@@ -633,9 +665,13 @@ def _print_schedule(schedule: DraftSchedule) -> None:
             schedule_rows(schedule),
         )
     )
-    if schedule.holds:
-        console.print(f"vLLM: {json.dumps(schedule.vllm())}")
-        console.print(f"SGLang --speculative-adaptive-config: {json.dumps(schedule.sglang())}")
+    if schedule.settings:
+        console.print(
+            rich_table(
+                escape(f"to deploy: {schedule.batch_schedule().describe()}"),
+                setting_rows(schedule.settings),
+            )
+        )
     else:
         console.print(f"[yellow]{escape(NO_SCHEDULE)}[/]")
 

@@ -14,6 +14,7 @@ from specexp.analysis.arms import Arm
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Metric, Tag
+from specexp.analysis.surface import Surface
 from specexp.core.stats import Comparison
 from specexp.output import plots
 from specexp.output.markdown import sweep_markdown
@@ -67,6 +68,19 @@ def log_crossover(
         }
     )
     run.log_metrics({f"crossover_{i}": c.estimate for i, c in enumerate(crossovers) if c.estimate})
+
+
+def log_surfaces(run: RunLog, surfaces: Sequence[Surface]) -> None:
+    """The surfaces beside the sweep report: their heat map and their records (none
+    where the sweep varied nothing beside concurrency and the baseline's factor)."""
+    if not surfaces:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        paths = [directory / "surface.png", directory / "surface.json"]
+        plots.surface_plot(surfaces, paths[0])
+        paths[1].write_text(json.dumps([s.to_json() for s in surfaces], indent=2))
+        run.log_artifacts(paths, artifact_path=SWEEP_REPORT)
 
 
 def change_metrics(c: Comparison) -> dict[str, float]:
@@ -183,6 +197,7 @@ def log_sweep_report(
                 Path(tmp) / "crossover.png",
             )
             parent.log_artifacts([path], artifact_path="energy")
+    log_surfaces(parent, report.surfaces)
     log_verdicts(store, report.arms, report.comparisons)
     for bound in report.efficiencies:
         store.run(bound.candidate_run_id).log_metrics(bound.metrics())

@@ -48,6 +48,8 @@ def test_options_that_mean_the_same_take_the_schemas_defaults():
         (["engine.thread=1"], "unknown key 'engine.thread'; did you mean 'engine.threads'?"),
         (["speculative=none,draftt"], "did you mean 'draft'?"),
         (["speculative.method=drft"], "did you mean 'draft'? (choices: none, eagle3"),
+        (["models"], "not an override: 'models' (an override is key=value"),
+        (["workload.max_tokens=[1"], "not an override: 'workload.max_tokens=[1'"),
     ],
 )
 def test_an_override_typo_is_a_usage_error_naming_the_nearest_spelling(overrides, said, capsys):

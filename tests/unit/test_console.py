@@ -30,6 +30,7 @@ from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
 from tests import energy_sweep
 from tests.conftest import TINY, compose_job
+from tests.unit.test_surface import recorded
 from tests.unit.test_sweep_plan import planned
 from tests.unit.test_sweep_report import compiled, describe
 
@@ -66,6 +67,16 @@ def test_no_renderer_leaves_a_template_unrendered(screen):
     for name, text in texts.items():
         assert not UNRENDERED.findall(text), name
     assert "95% CI" in texts["description"]  # the header the template stood for
+
+
+def test_the_surface_and_schedule_sections_leave_no_template_unrendered(screen):
+    """The recorded H200 surface (its Surface section, each row's crossover and the engines'
+    settings) through every renderer."""
+    swept = recorded()
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    texts = [screen.export_text(), describe(swept), sweep_markdown(swept, "tok_per_s")]
+    assert all("surface" in text.lower() for text in texts)
+    assert not [UNRENDERED.findall(text) for text in texts if UNRENDERED.findall(text)]
 
 
 def test_the_energy_section_renders_whole_in_100_columns(screen):
@@ -233,12 +244,18 @@ def test_the_expected_rate_is_not_part_of_what_a_run_measures():
 
 def test_the_expected_duration_of_a_capacity_search_names_no_rate(screen):
     """A capacity search's rate is the search's to pick (None in the config): the line once
-    raised TypeError formatting it, failing every capacity job before it started."""
+    raised TypeError formatting it, failing every capacity job before it started. Its runs are
+    timed by their arrivals at the search's start rate, never by tok/s: on the H200 it once
+    said "about 41 s" (at an assumed 50 tok/s per stream) for an arm that took 4 minutes."""
     cfg = compose_job(*TINY, "concurrency=capacity", "slo=interactive").config
     assert cfg.concurrency.rate is None
     terminal.print_expected(cfg, None)
     (line,) = screen.export_text().splitlines()
-    assert "arrivals at the rates the capacity search picks" in line
+    assert line.startswith(
+        "expected: about 2 min of measuring, an estimate - 2 runs of 24 arrivals, each run timed "
+        "at the capacity search's start rate 0.5 req/s"
+    )
+    assert "tok/s" not in line
 
 
 def test_an_arms_independent_values_are_counted_in_words():

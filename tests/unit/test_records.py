@@ -80,9 +80,30 @@ def read_back(document: dict[str, Any]) -> tuple[SweepReport, dict[str, Any]]:
 
 
 def test_a_sweep_report_of_the_previous_format_opens_as_it_was_written():
-    document = written("sweep_report_format5.json")
+    document = written("sweep_report_format6.json")
     # The format before today's: a change of format commits a report its predecessor wrote.
     assert document["format_version"] == SweepReport.HISTORY.current - 1
+    report, again = read_back(document)
+    assert [c["outcomes"] for c in document["checks"]] == [c.outcomes for c in report.checks]
+    assert report.checks and report.crossovers and report.caveats
+    # Fields added since are written with their defaults; nothing read is lost.
+    defaults = {
+        f.name: f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(SweepReport)
+    }
+    assert all(again.pop(k) == defaults[k] for k in set(again) - set(document))
+    # Each engine setting's launches and source came later within crossover format 3.
+    for crossover in again["crossovers"]:
+        for setting in crossover["recommendation"]["settings"].values():
+            assert setting.pop("launches") == {} and setting.pop("source") == ""
+    assert unversioned(again) == unversioned(document)
+    assert SweepReport.from_json(document) == report
+    assert "stops paying" in describe(report)
+
+
+def test_a_sweep_report_of_format_5_opens_its_checks_and_recommendations_renamed():
+    document = written("sweep_report_format5.json")
+    assert document["format_version"] == 5
     report, again = read_back(document)
     # What the old writer derived from its values, today's derives from the values read.
     assert [c["label"] for c in document["comparisons"]] == [c.label for c in report.comparisons]
@@ -149,8 +170,8 @@ def broken(change: Any) -> dict[str, Any]:
     ("change", "message"),
     [
         (
-            lambda d: d.update(format_version=7),
-            "sweep report record of format 7: this specexp reads formats 1 to 6",
+            lambda d: d.update(format_version=8),
+            "sweep report record of format 8: this specexp reads formats 1 to 7",
         ),
         (lambda d: d.pop("format_version"), "sweep report record of format None"),
         (lambda d: d.pop("arms"), "sweep report: lacks 'arms'"),
