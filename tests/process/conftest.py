@@ -21,6 +21,7 @@ SERVERLESS = {
     "test_config_validation.py",
     "test_dry_run.py",
     "test_engine_plugin.py",
+    "test_events.py",
     "test_goodput.py",
     "test_gpu_node.py",
     "test_history_cli.py",
