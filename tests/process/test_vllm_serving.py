@@ -177,7 +177,6 @@ def vllm_processes() -> list[psutil.Process]:
     return found
 
 
-@pytest.mark.load_tolerant
 def test_a_vllm_server_that_dies_at_start_is_found_at_once(tmp_path):
     vllm_python()
     started = time.monotonic()
@@ -198,7 +197,6 @@ def test_a_vllm_server_that_dies_at_start_is_found_at_once(tmp_path):
     assert not vllm_processes()
 
 
-@pytest.mark.load_tolerant
 def test_ctrl_c_while_vllm_starts_leaves_no_vllm_process(tmp_path):
     """Interrupted once vLLM's engine core runs (the child a kill of the API server alone
     would orphan): specexp stops the whole server and no vLLM process is left."""
