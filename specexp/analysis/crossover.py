@@ -52,8 +52,8 @@ from specexp.core.stats import (
     decide,
     notes_for,
 )
-from specexp.engines import engines
-from specexp.engines.records import SwitchOff
+from specexp.engines import schedule_settings
+from specexp.engines.records import BatchSchedule, ScheduleSetting
 
 DRAWS = 4000
 
@@ -85,7 +85,7 @@ class Recommendation:
     threshold: Optional[int] = None
     note: str = ""
     basis: str = ""
-    settings: dict[str, SwitchOff] = field(default_factory=dict)
+    settings: dict[str, ScheduleSetting] = field(default_factory=dict)
 
 
 def _recommendation_typed(record: dict[str, Any]) -> dict[str, Any]:
@@ -132,7 +132,8 @@ class Crossover(Record):
             Version(
                 3,
                 "the recommendation typed: threshold, note, basis, and each engine's setting "
-                "under settings (beside them before), the files it names under files",
+                "under settings (beside them before), the files it names under files; each "
+                "setting's launches and source came later within format 3",
                 upgrade=_recommendation_typed,
             ),
         ),
@@ -413,10 +414,10 @@ def recommend(
             if crossover.ci_low is not None
             else f"the estimate ({crossover.estimate:.1f}); it has no interval"
         ),
-        settings={
-            name: engine.switch_off(threshold, speculative, max_batch)
-            for name, engine in engines().items()
-        },
+        settings=schedule_settings(
+            BatchSchedule.switch_off(threshold, speculative.num_draft_tokens, max_batch),
+            speculative,
+        ),
     )
 
 

@@ -1,6 +1,7 @@
 """Settings to deploy: from a sweep of draft lengths by concurrency, the draft length to run
-at each batch size, as vLLM's ``num_speculative_tokens_per_batch_size`` and SGLang's
-adaptive-speculation config take it.
+at each batch size, in each engine's own terms (specexp.engines.schedule_settings: vLLM's
+``num_speculative_tokens_per_batch_size``, SGLang's adaptive-speculation config,
+TensorRT-LLM's ``draft_len_schedule``, llama.cpp's servers per load).
 
 vLLM's own tuner picks, per batch size, the draft length with the best median, whatever
 its spread: a noisy level can switch a deployment to a length that is no better. Here a
@@ -15,14 +16,20 @@ measure with stats.launches=3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.crossover import level as level_of
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas import SpeculativeConfig
 from specexp.core.stats import Comparison, Verdict
+from specexp.engines import schedule_settings
+from specexp.engines.records import BatchSchedule, ScheduleSetting
+
+# The batch sizes a schedule is written over: the last level's choice holds up to here.
+MAX_BATCH = 1024
 
 NO_SCHEDULE = (
     "no draft-length setting: levels measured on one launch per arm, where no length can be "
@@ -53,45 +60,38 @@ class DraftSchedule(Record):
 
     HISTORY = History(
         "draft schedule",
-        (Version(1, "each level's choice; launches_only came later within format 1"),),
+        (
+            Version(
+                1,
+                "each level's choice; launches_only and settings came later within format 1",
+                ("settings",),
+            ),
+        ),
     )
 
     factor: str
     choices: tuple[LevelChoice, ...]
+    # Each engine's own setting for it, when every choice is a finding (holds).
+    settings: dict[str, ScheduleSetting] = field(default_factory=dict)
 
     @property
     def holds(self) -> bool:
         """Every level's choice is a finding: a setting may be handed out."""
         return not any(c.launches_only for c in self.choices)
 
-    def ranges(self, max_batch: int = 1024) -> list[list[int]]:
-        """vLLM's form: [first, last, draft length] over batch sizes 1..max_batch, a level's
-        choice holding from it up to the next level; neighbours that agree are merged."""
+    def batch_schedule(self, max_batch: int = MAX_BATCH) -> BatchSchedule:
+        """Draft tokens by batch size 1..max_batch, a level's choice holding from it up to
+        the next level (the lowest's from 1); neighbours that agree are merged."""
         ordered = sorted(self.choices, key=lambda c: c.level)
-        ranges: list[list[int]] = []
+        ranges: list[tuple[int, int, int]] = []
         for k, choice in enumerate(ordered):
             first = 1 if k == 0 else choice.level
             last = ordered[k + 1].level - 1 if k + 1 < len(ordered) else max_batch
             if ranges and ranges[-1][2] == choice.draft_tokens:
-                ranges[-1][1] = last
+                ranges[-1] = (ranges[-1][0], last, choice.draft_tokens)
             else:
-                ranges.append([first, last, choice.draft_tokens])
-        return ranges
-
-    def vllm(self, max_batch: int = 1024) -> dict[str, Any]:
-        return {
-            "speculative_config": {"num_speculative_tokens_per_batch_size": self.ranges(max_batch)}
-        }
-
-    def sglang(self) -> dict[str, Any]:
-        """SGLang's ``--speculative-adaptive-config`` file: per batch size (the largest key
-        not above the running batch applies), one candidate - the chosen steps (a chain:
-        steps are draft tokens)."""
-        ordered = sorted(self.choices, key=lambda c: c.level)
-        return {
-            str(1 if k == 0 else c.level): {"candidate_steps": [c.draft_tokens]}
-            for k, c in enumerate(ordered)
-        }
+                ranges.append((first, last, choice.draft_tokens))
+        return BatchSchedule(tuple(ranges))
 
 
 def draft_schedule(
@@ -106,19 +106,24 @@ def draft_schedule(
     level of ``factor``; ``speculative`` and ``fingerprint`` give each arm's settings
     (config fingerprint by run id)."""
     by_level: dict[int, list[tuple[int, Comparison]]] = {}
+    method: Optional[SpeculativeConfig] = None  # the candidates' settings, for the engines
     for (_, arm), compared in zip(pairs, comparisons, strict=True):
         if factor not in arm.factors:
             continue
         settings = speculative.get(fingerprint.get(arm.run_id, ""))
         if settings is None or settings.method == "none" or settings.switch_off_at is not None:
             continue
+        method = method or settings
         by_level.setdefault(level_of(arm, factor), []).append((settings.num_draft_tokens, compared))
     lengths = {k for candidates in by_level.values() for k, _ in candidates}
     if len(by_level) < 2 or len(lengths) < 2:
         return None
-    return DraftSchedule(
+    found = DraftSchedule(
         factor, tuple(_choose(level, by_level[level]) for level in sorted(by_level))
     )
+    if not found.holds or method is None:
+        return found
+    return dataclasses.replace(found, settings=schedule_settings(found.batch_schedule(), method))
 
 
 def _choose(level: int, candidates: list[tuple[int, Comparison]]) -> LevelChoice:

@@ -1001,13 +1001,18 @@ def corrected_lag1(raw: np.ndarray, parameters: int, n: int) -> np.ndarray:
     return np.clip((raw + parameters / n) / (1 - 3 / n), 0.0, 0.95)
 
 
-def ar1_inflation(residuals_in_time: Sequence[float], design: np.ndarray) -> tuple[float, float]:
+def ar1_inflation(
+    residuals_in_time: Sequence[float], design: np.ndarray, rho_upper_z: float = 0.0
+) -> tuple[float, float]:
     """(rho, factor) for the second coefficient (the candidate's) of a least-squares fit
     with ``design`` (rows in time order): the lag-1 autocorrelation of its residuals,
     bias-corrected, and how much the coefficient's true standard error exceeds
     the one computed as for independent values: sqrt(c'Rc / (c'c tr(MR) / (n - p))), R
     the AR(1) correlation, c the coefficient's weights, M the residual maker. Never below
-    1: autocorrelation does not shrink an interval here (see :func:`corrected_lag1`)."""
+    1: autocorrelation does not shrink an interval here (see :func:`corrected_lag1`).
+    With ``rho_upper_z``, rho is taken at that many standard errors above its estimate
+    (sqrt((1 - rho^2) / n)): from a few dozen runs the estimate is too uncertain for an
+    interval that must cover under real autocorrelation."""
     e = np.asarray(residuals_in_time, float)
     c = np.linalg.pinv(design)[1]
     parameters = design.shape[1]
@@ -1015,6 +1020,8 @@ def ar1_inflation(residuals_in_time: Sequence[float], design: np.ndarray) -> tup
     if n < 6 or float(e @ e) == 0:
         return 0.0, 1.0
     rho = float(corrected_lag1(np.array(float(e[:-1] @ e[1:]) / float(e @ e)), parameters, n))
+    if rho_upper_z:
+        rho = min(0.95, rho + rho_upper_z * math.sqrt(max(1 - rho**2, 0.05) / n))
     if rho == 0:
         return 0.0, 1.0
     index = np.arange(n)

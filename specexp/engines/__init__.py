@@ -11,8 +11,10 @@ import pkgutil
 from functools import cache
 from typing import Any
 
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas import ConfigError, SpeculativeConfig
+from specexp.engines import trtllm
 from specexp.engines.base import Engine
+from specexp.engines.records import BatchSchedule, ScheduleSetting
 
 
 @cache
@@ -44,3 +46,14 @@ def get_engine(name: str) -> Engine[Any]:
         raise ConfigError(
             f"engine={name} is unknown; valid choices: {', '.join(engines())}"
         ) from None
+
+
+def schedule_settings(
+    schedule: BatchSchedule, speculative: SpeculativeConfig
+) -> dict[str, ScheduleSetting]:
+    """``schedule`` for ``speculative``'s method in each engine's own terms: every engine
+    plugin's, and TensorRT-LLM's (read from its source; it does not run here)."""
+    return {
+        **{name: engine.schedule(schedule, speculative) for name, engine in engines().items()},
+        "trtllm": trtllm.draft_len_schedule(schedule, speculative.method),
+    }

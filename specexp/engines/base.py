@@ -33,7 +33,15 @@ from specexp.core.tinymodels import ModelFormat
 from specexp.engines.choices import refuse_unsupported
 from specexp.engines.evidence import unreported
 from specexp.engines.prometheus import accounting_figures, gauged_load
-from specexp.engines.records import LaunchSpec, Prompt, ServerLoad, Setting, StreamChunk, SwitchOff
+from specexp.engines.records import (
+    BatchSchedule,
+    LaunchSpec,
+    Prompt,
+    ScheduleSetting,
+    ServerLoad,
+    Setting,
+    StreamChunk,
+)
 from specexp.engines.stack import declared_version, python_engine_version
 
 __all__ = ["Engine"]
@@ -67,7 +75,8 @@ class Engine(Generic[EngineConfigT]):
     stack_packages: ClassVar[dict[str, str]] = {}
     # The server runs on the stack's PyTorch (its CUDA and GPUs are read through it).
     runs_on_torch: ClassVar[bool] = True
-    # The server takes a per-batch-size drafting setting at launch (speculative.switch_off_at).
+    # It serves speculative.switch_off_at: by a per-batch-size drafting setting at launch, or
+    # (an engine without one) by the server it launches for the level's load.
     dynamic_speculation: ClassVar[bool] = False
     # Prometheus gauges of the requests the server holds: {"running": name, "waiting": name}.
     load_gauges: ClassVar[dict[str, str]] = {}
@@ -139,12 +148,20 @@ class Engine(Generic[EngineConfigT]):
 
     def switch_off(
         self, threshold: int, speculative: SpeculativeConfig, max_batch: int
-    ) -> SwitchOff:
+    ) -> ScheduleSetting:
         """The setting that stops drafting from ``threshold`` concurrent requests on, in this
         engine's own terms (dynamic speculation)."""
-        return SwitchOff(
-            f"engine={self.name} has no per-batch-size switch: serve without speculation from "
-            f"{threshold} concurrent streams"
+        return self.schedule(
+            BatchSchedule.switch_off(threshold, speculative.num_draft_tokens, max_batch),
+            speculative,
+        )
+
+    def schedule(self, schedule: BatchSchedule, speculative: SpeculativeConfig) -> ScheduleSetting:
+        """``schedule`` (draft tokens by batch size) for ``speculative``'s method in this
+        engine's own terms; an engine without one says so and exports nothing."""
+        return ScheduleSetting(
+            f"engine={self.name} has no setting that changes drafting with the batch size: "
+            f"run one server per range ({schedule.describe()})"
         )
 
     # What the client needs.

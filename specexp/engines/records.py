@@ -11,6 +11,7 @@ from typing import Any, Optional, Union
 from specexp.core.records import History, Record, Version
 
 __all__ = [
+    "BatchSchedule",
     "Check",
     "CheckStatus",
     "Engagement",
@@ -20,7 +21,7 @@ __all__ = [
     "ServerLoad",
     "Setting",
     "StreamChunk",
-    "SwitchOff",
+    "ScheduleSetting",
 ]
 
 # A prompt as text, or as the server's token ids.
@@ -57,15 +58,68 @@ class StreamChunk:
 
 
 @dataclass(frozen=True)
-class SwitchOff:
-    """The setting that stops drafting from a number of concurrent requests on, in an
-    engine's own terms (dynamic speculation): what to merge into its speculative config, the
-    flags to add, the files they name (by name), and how to use them."""
+class BatchSchedule:
+    """Draft tokens by batch size (requests in a step): inclusive ranges (first, last, draft
+    tokens) covering 1..max_batch in order, 0 drafting nothing. The form every engine's own
+    setting is written from: a switch-off is two ranges, a draft-length schedule one a level."""
+
+    ranges: tuple[tuple[int, int, int], ...]
+
+    def __post_init__(self) -> None:
+        expected = 1
+        for first, last, tokens in self.ranges:
+            if first != expected or last < first or tokens < 0:
+                raise ValueError(
+                    f"a batch schedule's ranges run from 1 without gaps, each first <= last and "
+                    f"its draft tokens >= 0: {list(self.ranges)}"
+                )
+            expected = last + 1
+        if not self.ranges:
+            raise ValueError("a batch schedule needs at least one range")
+
+    @classmethod
+    def switch_off(cls, threshold: int, draft_tokens: int, max_batch: int) -> BatchSchedule:
+        """``draft_tokens`` below ``threshold`` requests, none from it up to ``max_batch``."""
+        drafting = ((1, threshold - 1, draft_tokens),) if threshold > 1 else ()
+        return cls((*drafting, (threshold, max(threshold, max_batch), 0)))
+
+    @property
+    def max_batch(self) -> int:
+        return self.ranges[-1][1]
+
+    @property
+    def longest(self) -> int:
+        return max(tokens for _, _, tokens in self.ranges)
+
+    def draft_tokens(self, batch: int) -> int:
+        """The draft tokens at ``batch`` requests (the last range's beyond max_batch)."""
+        return next((t for _, last, t in self.ranges if batch <= last), self.ranges[-1][2])
+
+    def describe(self) -> str:
+        return ", ".join(
+            f"{first}-{last}: {f'{tokens} draft tokens' if tokens else 'off'}"
+            for first, last, tokens in self.ranges
+        )
+
+
+@dataclass(frozen=True)
+class ScheduleSetting:
+    """A batch schedule (a switch-off is one) in an engine's own terms: what to merge into
+    its speculative config, the flags to add, the files they name (by name), for an engine
+    with no setting that changes with load the launch flags of the server to run for each
+    batch-size range ("1-7"), where the form was read, and how to use it. Nothing but the
+    note: the engine cannot take it, and the note says why."""
 
     note: str
     speculative_config: dict[str, Any] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     files: dict[str, Any] = field(default_factory=dict)
+    launches: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def exported(self) -> bool:
+        return bool(self.speculative_config or self.flags or self.files or self.launches)
 
 
 class Engagement(StrEnum):

@@ -125,7 +125,9 @@ class Job:
         """What sets the job's requests apart from those of other jobs on the same server:
         its client-side settings (concurrency, workload, replicate). Fresh prompts are keyed
         by it, so jobs sharing a server never send each other's prompts, while the arms of
-        one level (on servers of their own) are sent the same ones: a paired comparison."""
+        one level (on servers of their own) are sent the same ones: a paired comparison. An
+        arm switched off from a load draws prompts of its own: llama.cpp serves it on the
+        fixed arms' servers (with speculation below the threshold, without from it)."""
         concurrency = _as_recorded({"concurrency": dataclasses.asdict(self.config.concurrency)})[
             "concurrency"
         ]
@@ -138,6 +140,11 @@ class Job:
                     "workload"
                 ],
                 "replicate": self.config.replicate,
+                **(
+                    {}
+                    if self.config.speculative.switch_off_at is None
+                    else {"switch_off_at": self.config.speculative.switch_off_at}
+                ),
             }
         )
 

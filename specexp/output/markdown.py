@@ -4,7 +4,6 @@ verdicts, then the caveats, each said once."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
@@ -14,7 +13,6 @@ from specexp.analysis.report import Caveat, SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
 from specexp.analysis.surface import Surface
-from specexp.core.records import unstructure
 from specexp.core.stats import Comparison
 from specexp.output.tables import (
     Rows,
@@ -30,6 +28,7 @@ from specexp.output.tables import (
     point_rows,
     schedule_rows,
     sequence_rows,
+    setting_rows,
     share,
     surface_crossover,
     surface_decided,
@@ -156,13 +155,14 @@ def _findings(report: SweepReport) -> list[str]:
     lines: list[str] = []
     for found in report.crossovers:
         advice = found.recommendation
-        setting = advice.settings.get(report.engine)
         lines.append(f"**Crossover:** {found.statement}")
-        if setting:
-            lines.append(
-                f"**{report.engine} setting** (switch off from "
-                f"{advice.threshold}): `{json.dumps(unstructure(setting))}`"
-            )
+        if advice.settings:
+            lines += [
+                f"**Switch off from {advice.threshold}** ({advice.basis}), in each engine's "
+                "own terms:",
+                "",
+                table(setting_rows(advice.settings)).rstrip("\n"),
+            ]
         elif advice.note:
             lines.append(f"**Setting:** {advice.note}")
         lines.append("")
@@ -234,9 +234,9 @@ def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> 
             "",
             table(schedule_rows(report.schedule)).rstrip("\n"),
             "",
-            f"vLLM: `{json.dumps(report.schedule.vllm())}`; SGLang "
-            f"`--speculative-adaptive-config`: `{json.dumps(report.schedule.sglang())}`"
-            if report.schedule.holds
+            f"To deploy ({report.schedule.batch_schedule().describe()}), in each engine's "
+            "own terms:\n\n" + table(setting_rows(report.schedule.settings)).rstrip("\n")
+            if report.schedule.settings
             else NO_SCHEDULE,
         ]
     if report.energy:

@@ -4,8 +4,9 @@ column shows (a verdict, a claim's status), which a renderer may colour, never p
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from specexp.analysis.arms import Arm, ClaimCheck, ci_label
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
@@ -18,6 +19,7 @@ from specexp.analysis.surface import LaunchVariance, Surface, SurfaceRow
 from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison, SequentialRecord
 from specexp.core.stats import Comparison, Verdict
+from specexp.engines.records import ScheduleSetting
 
 
 @dataclass
@@ -331,6 +333,31 @@ def schedule_rows(schedule: DraftSchedule) -> Rows:
                 tied,
                 c.reason,
             ]
+        )
+    return table
+
+
+def setting_rows(settings: Mapping[str, ScheduleSetting]) -> Rows:
+    """Each engine's own setting for a schedule (a switch-off is one): what to set, how to
+    use it, and where its form was read; "-" where the engine cannot take it."""
+    table = Rows(["engine", "setting", "how", "read from"])
+    for engine, setting in settings.items():
+        given = {
+            k: v
+            for k, v in (
+                ("speculative_config", setting.speculative_config),
+                ("flags", " ".join(setting.flags)),
+                ("files", setting.files),
+                (
+                    "servers",
+                    {r: " ".join(f) or "no speculation" for r, f in setting.launches.items()},
+                ),
+            )
+            if v
+        }
+        table.add(
+            [engine, json.dumps(given) if given else "-", setting.note, setting.source or "-"],
+            "exported" if setting.exported else "none",
         )
     return table
 

@@ -4,7 +4,6 @@ comparison, reproduction and sweep reports."""
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -38,7 +37,6 @@ from specexp.analysis.summary import JobSummary
 from specexp.analysis.surface import Surface
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.records import unstructure
 from specexp.core.redaction import redact_env
 from specexp.core.schemas import (
     ASSUMED_TOK_PER_S_PER_STREAM,
@@ -62,6 +60,7 @@ from specexp.output.tables import (
     point_rows,
     schedule_rows,
     sequence_rows,
+    setting_rows,
     share,
     surface_crossover,
     surface_decided,
@@ -621,9 +620,16 @@ def _print_findings(report: SweepReport) -> None:
     bound."""
     for found in report.crossovers:
         console.print(f"[bold]crossover:[/] {escape(found.statement)}")
-        console.print(
-            f"recommended switch-off: {escape(json.dumps(unstructure(found.recommendation)))}"
-        )
+        advice = found.recommendation
+        if advice.settings:
+            console.print(
+                rich_table(
+                    escape(f"recommended switch-off from {advice.threshold}: {advice.basis}"),
+                    setting_rows(advice.settings),
+                )
+            )
+        else:
+            console.print(f"recommended switch-off: {escape(advice.note)}")
     for found in report.goodput_crossovers:
         console.print(f"[bold]crossover under the SLO:[/] {escape(found.statement)}")
     for surface in report.surfaces:
@@ -654,9 +660,13 @@ def _print_schedule(schedule: DraftSchedule) -> None:
             schedule_rows(schedule),
         )
     )
-    if schedule.holds:
-        console.print(f"vLLM: {json.dumps(schedule.vllm())}")
-        console.print(f"SGLang --speculative-adaptive-config: {json.dumps(schedule.sglang())}")
+    if schedule.settings:
+        console.print(
+            rich_table(
+                escape(f"to deploy: {schedule.batch_schedule().describe()}"),
+                setting_rows(schedule.settings),
+            )
+        )
     else:
         console.print(f"[yellow]{escape(NO_SCHEDULE)}[/]")
 

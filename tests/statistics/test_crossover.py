@@ -17,7 +17,7 @@ from specexp.analysis.crossover import (
     recommend,
 )
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag, Unit
-from specexp.core.schemas import SpeculativeConfig
+from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod
 from specexp.core.stats import Verdict, summarize
 from tests import noise
 
@@ -62,7 +62,10 @@ def test_never_paying_is_stated():
 def test_recommendation_is_each_engines_own_setting():
     cand, base = arms(lambda c: 1.5 * math.exp(-0.1 * math.log2(c)), np.random.default_rng(4))
     result = find_crossover("speculative=eagle3", "speculative=none", LEVELS, cand, base)
-    advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))
+    eagle3 = SpeculativeConfig(
+        method=SpeculativeMethod.eagle3, draft_model="/e", num_steps=3, num_draft_tokens=3
+    )
+    advice = recommend(result, eagle3)
     threshold = advice.threshold
     assert threshold is not None
     # The conservative end: switched off from the interval's lower end, below the estimate.
@@ -75,6 +78,7 @@ def test_recommendation_is_each_engines_own_setting():
     assert "--speculative-adaptive" in advice.settings["sglang"].flags
     ranges = advice.settings["vllm"].speculative_config["num_speculative_tokens_per_batch_size"]
     assert ranges == [[1, threshold - 1, 3], [threshold, 1024, 0]]
+    assert advice.settings["trtllm"].speculative_config["draft_len_schedule"] == {threshold - 1: 3}
 
 
 def test_the_interval_covers_the_true_crossover_mid_range_and_near_the_edge():
@@ -128,7 +132,10 @@ def test_noisy_levels_make_the_crossover_unreliable_and_recommend_nothing():
     assert not result.reliable and list(result.unreliable) == [16, 64]
     assert result.statement.startswith("UNRELIABLE: no crossover claim on noisy levels")
     assert "16 (b high CV)" in result.statement and "stops paying at" in result.statement
-    advice = recommend(result, SpeculativeConfig(num_steps=3, num_draft_tokens=3))
+    eagle3 = SpeculativeConfig(
+        method=SpeculativeMethod.eagle3, draft_model="/e", num_steps=3, num_draft_tokens=3
+    )
+    advice = recommend(result, eagle3)
     assert advice.threshold is None and "levels 16, 64" in advice.note
     clean = find_crossover("c", "b", LEVELS, cand, base, unreliable={16: []})
     assert clean.reliable and recommend(clean, SpeculativeConfig()).threshold is not None

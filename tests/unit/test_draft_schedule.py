@@ -61,17 +61,20 @@ def test_each_level_gets_the_best_length_shown_faster_and_off_where_none_is():
     assert chosen[1].ci_low > 1
     assert chosen[8].draft_tokens == 2
     assert chosen[32].draft_tokens == 0 and chosen[32].speedup is None
-    assert schedule.ranges(256) == [[1, 7, 8], [8, 31, 2], [32, 256, 0]]
-    assert schedule.vllm(256) == {
-        "speculative_config": {
-            "num_speculative_tokens_per_batch_size": [[1, 7, 8], [8, 31, 2], [32, 256, 0]]
-        }
+    assert schedule.batch_schedule(256).ranges == ((1, 7, 8), (8, 31, 2), (32, 256, 0))
+    # Each engine's own form, written over batch sizes 1..1024.
+    assert schedule.settings["vllm"].speculative_config == {
+        "num_speculative_tokens": 8,
+        "num_speculative_tokens_per_batch_size": [[1, 7, 8], [8, 31, 2], [32, 1024, 0]],
     }
-    assert schedule.sglang() == {
-        "1": {"candidate_steps": [8]},
-        "8": {"candidate_steps": [2]},
-        "32": {"candidate_steps": [0]},
+    # SGLang's adaptive speculation serves EAGLE chains only: a draft model gets no setting.
+    assert not schedule.settings["sglang"].exported
+    assert schedule.settings["trtllm"].speculative_config == {
+        "decoding_type": "DraftTarget",
+        "max_draft_len": 8,
+        "draft_len_schedule": {7: 8, 31: 2},
     }
+    assert list(schedule.settings["llamacpp"].launches) == ["1-7", "8-31", "32-1024"]
     assert DraftSchedule.from_json(schedule.to_json()) == schedule
 
 
@@ -98,6 +101,7 @@ def test_single_launches_give_no_setting_and_say_why():
     fingerprints = {a.run_id: a.run.tags[Tag.config_fingerprint] for _, a in pairs}
     schedule = draft_schedule(pairs, comparisons, speculative, fingerprints, FACTOR)
     assert schedule is not None and not schedule.holds
+    assert schedule.settings == {}  # withheld: nothing exported
     assert all(c.launches_only and "one launch per arm" in c.reason for c in schedule.choices)
     assert DraftSchedule.from_json(schedule.to_json()) == schedule
     assert sweep() is not None and sweep().holds

@@ -131,6 +131,13 @@ def test_fresh_prompts_of_jobs_sharing_a_server_differ_and_arms_of_a_level_share
     assert four.prompt_namespace() == draft.prompt_namespace()
     replicate = compose_job(*fresh, "concurrency.streams=4", "replicate=1")
     assert replicate.prompt_namespace() != four.prompt_namespace()
+    # A switched-off arm is served by the fixed arms' own servers (at 4 streams, the one
+    # without speculation): it must not send their prompts.
+    switched = compose_job(
+        *fresh, "concurrency.streams=4", "speculative=draft_switch_off", "+multirun.switch_off_at=2"
+    )
+    assert switched.server_fingerprint() == four.server_fingerprint()
+    assert switched.prompt_namespace() != four.prompt_namespace()
 
     workload = four.config.workload
     same_request = "0/3/False/0/0"

@@ -114,7 +114,15 @@ def test_the_description_leads_with_the_findings_and_links_every_job():
 def test_a_crossover_over_launches_recommends_each_engines_setting():
     text = describe(compiled(crossover_factor="concurrency.streams", launches=True))
     assert text.splitlines()[0].startswith("**Crossover:** speculative=draft stops paying")
-    assert "**vllm setting**" in text and "num_speculative_tokens_per_batch_size" in text
+    assert "**Switch off from 4**" in text
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()}
+    for engine, form in (
+        ("vllm", "num_speculative_tokens_per_batch_size"),
+        ("trtllm", "draft_len_schedule"),
+        ("llamacpp", "servers"),
+    ):
+        assert form in rows[engine], engine
+    assert "EAGLE/EAGLE3 chains" in rows["sglang"]  # a draft model: SGLang takes none
 
 
 def test_what_holds_for_every_comparison_is_said_once():

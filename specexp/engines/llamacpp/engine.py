@@ -3,6 +3,7 @@ what its server ran with."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -30,9 +31,11 @@ from specexp.engines.llamacpp.binary import llama_server_binary, package_build, 
 from specexp.engines.llamacpp.config import LlamaCppConfig, SplitMode
 from specexp.engines.prometheus import position_counters
 from specexp.engines.records import (
+    BatchSchedule,
     Engagement,
     LaunchSpec,
     Prompt,
+    ScheduleSetting,
     ServerLoad,
     Setting,
     StreamChunk,
@@ -120,6 +123,9 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         "waiting": "llamacpp:requests_deferred",
     }
     state_path = "/slots"
+    # No setting changes drafting with load: a switch-off is served as the server for the
+    # level's load, with speculation below the threshold and without from it.
+    dynamic_speculation = True
 
     def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]:
         """Slots processing (from /slots: each slot's is_processing) and tasks deferred for
@@ -397,10 +403,11 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             # Slot actions (the erase before each run) need a save path; nothing is saved.
             argv += ["--kv-unified", "--slot-save-path", tempfile.gettempdir()]
         env = stack_env(server)
+        drafting = self.drafts(server)
         if engine.gpus:
             # On its leased GPUs: every layer offloaded, the draft's too.
             argv += ["--n-gpu-layers", "all"]
-            if spec.method in _DRAFT_SPEC_TYPES:
+            if drafting and spec.method in _DRAFT_SPEC_TYPES:
                 argv += ["--spec-draft-ngl", "all"]
             split = self.split_mode(server)
             if split is not None:
@@ -410,18 +417,63 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         else:
             # A CPU server, also from a build with GPU backends (which offload by default).
             argv += ["--device", "none"]
+        if drafting:
+            argv += self._speculative_flags(spec, spec.num_draft_tokens)
+        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+
+    @staticmethod
+    def drafts(server: ServerSettings[LlamaCppConfig]) -> bool:
+        """The server drafts: speculation asked for, and under its switch-off threshold."""
+        spec = server.speculative
+        return spec.method != SpeculativeMethod.none and (
+            spec.switch_off_at is None or server.streams < spec.switch_off_at
+        )
+
+    @classmethod
+    def _speculative_flags(cls, spec: SpeculativeConfig, tokens: int) -> list[str]:
+        """The method's flags, drafting up to ``tokens`` a step."""
         if spec.method in _DRAFT_SPEC_TYPES:
-            argv += [
+            return [
                 "--model-draft",
                 str(spec.draft_model),
                 "--spec-type",
                 _DRAFT_SPEC_TYPES[spec.method],
                 "--spec-draft-n-max",
-                str(spec.num_draft_tokens),
+                str(tokens),
             ]
-        elif spec.method == SpeculativeMethod.ngram:
-            argv += ["--spec-type", f"ngram-{spec.ngram_variant}", *self._ngram_flags(spec)]
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+        if spec.method == SpeculativeMethod.ngram:
+            return [
+                "--spec-type",
+                f"ngram-{spec.ngram_variant}",
+                *cls._ngram_flags(dataclasses.replace(spec, num_draft_tokens=tokens)),
+            ]
+        return []
+
+    def schedule(self, schedule: BatchSchedule, speculative: SpeculativeConfig) -> ScheduleSetting:
+        """llama.cpp has no setting that changes drafting with load: its draft length is a
+        launch flag (--spec-draft-n-max and the n-gram variants' own); the completion
+        fields speculative.n_max and speculative.types are accepted and ignored (build 11434,
+        measured: the same drafts with n_max 0). So the schedule is one server per batch-size
+        range, the range's flags each, behind a router that sends a request to the server of
+        the load it arrives at."""
+        return ScheduleSetting(
+            "one server per range of concurrent requests, with these flags added to its "
+            "launch (none: without speculation); llama.cpp cannot change drafting with load",
+            launches={
+                f"{first}-{last}": tuple(
+                    self._speculative_flags(speculative, tokens) if tokens else ()
+                )
+                for first, last, tokens in schedule.ranges
+            },
+            source="llama.cpp build 11434 llama-server --help (speculative params)",
+        )
+
+    def schedule_check_command(
+        self, server: ServerSettings[LlamaCppConfig], flags: list[str]
+    ) -> list[str]:
+        """llama-server's own parser on ``flags``, without serving: --version, parsed last,
+        exits 0 once every flag before it parsed (an unknown flag or a bad value exits 1)."""
+        return [llama_server_binary(server.stack.bin_dir), *flags, "--version"]
 
     @staticmethod
     def _ngram_flags(spec: SpeculativeConfig) -> list[str]:

@@ -30,14 +30,15 @@ from specexp.core.schemas import (
 from specexp.engines.base import Engine
 from specexp.engines.http import get_json
 from specexp.engines.records import (
+    BatchSchedule,
     Check,
     CheckStatus,
     Engagement,
     LaunchSpec,
     Prompt,
+    ScheduleSetting,
     Setting,
     StreamChunk,
-    SwitchOff,
 )
 from specexp.engines.resolution import live_resolution
 from specexp.engines.sglang.config import SGLangConfig
@@ -57,6 +58,13 @@ from specexp.engines.stack import last_line, run_in_stack, stack_env, stack_pyth
 # Programs the stack's interpreter runs (SGLang's own parser and resolution): files, so
 # that they are read, linted and diffed as code.
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+# Where SGLang's adaptive speculation is read: the 0.5.23 release under .engines (0.5.9 has
+# none); its batch-size keys came with sgl-project/sglang PR #24055.
+ADAPTIVE_SOURCE = (
+    "SGLang 0.5.23 speculative/adaptive_spec_params.py, arg_groups/speculative_hook.py "
+    "(_maybe_disable_adaptive, _init_adaptive_speculative_params)"
+)
 
 # SGLang's flags for the settings its resolution may rewrite, by its server-args field name.
 RESOLVED_FLAGS = {
@@ -451,23 +459,57 @@ class SGLangEngine(Engine[SGLangConfig]):
             )
         ]
 
-    def switch_off(
-        self, threshold: int, speculative: SpeculativeConfig, max_batch: int
-    ) -> SwitchOff:
-        """Adaptive speculation: batch-size keys map to candidate steps, [0] means no drafting."""
-        steps = (
-            {"1": {"candidate_steps": [0]}}
-            if threshold == 1
-            else {
-                "1": {"candidate_steps": [speculative.steps]},
-                str(threshold): {"candidate_steps": [0]},
+    def schedule(self, schedule: BatchSchedule, speculative: SpeculativeConfig) -> ScheduleSetting:
+        """Adaptive speculation: per batch-size key, the candidate steps (a chain drafts as
+        many tokens as steps; 0 does not draft). The running batch is padded up to the next
+        captured CUDA-graph size, then takes the largest key not above it; one candidate a
+        key keeps its steps put (adaptation moves only between a key's candidates). Served
+        for EAGLE/EAGLE3 chains only: for other algorithms SGLang turns it off with a warning
+        and drafts at the fixed length (adaptive_unsupported_reason)."""
+        if speculative.method != SpeculativeMethod.eagle3 or speculative.eagle_topk != 1:
+            return ScheduleSetting(
+                "no setting: SGLang's adaptive speculation serves EAGLE/EAGLE3 chains (top-k 1) "
+                f"only; for {self._algorithm.get(speculative.method, 'no speculation')} with "
+                f"top-k {speculative.eagle_topk} it turns itself off and drafts at the fixed "
+                "length",
+                source=ADAPTIVE_SOURCE,
+            )
+        if not schedule.longest:
+            return ScheduleSetting(
+                "no setting: no drafting at any batch size; serve without speculation",
+                source=ADAPTIVE_SOURCE,
+            )
+        keys = {str(first): {"candidate_steps": [tokens]} for first, _, tokens in schedule.ranges}
+        return ScheduleSetting(
+            "add to the launch (its --speculative-num-steps replaced: it must be a candidate); "
+            "a batch takes the key of the CUDA-graph size it is padded to",
+            flags=(
+                "--speculative-adaptive",
+                "--speculative-adaptive-config",
+                "adaptive.json",
+                "--speculative-num-steps",
+                str(schedule.longest),
+            ),
+            files={"adaptive.json": keys},
+            source=ADAPTIVE_SOURCE,
+        )
+
+    def schedule_check_command(
+        self, server: ServerSettings[SGLangConfig], settings: list[ScheduleSetting]
+    ) -> list[str]:
+        """SGLang's own loader and router run on each setting's adaptive config: the steps at
+        every batch size up to the request cap, padded to the launch's CUDA-graph sizes."""
+        engine = server.engine
+        entries = [
+            {
+                "config": setting.files["adaptive.json"],
+                "num_steps": int(setting.flags[setting.flags.index("--speculative-num-steps") + 1]),
+                "cuda_graph_bs": engine.cuda_graph_batch_sizes,
+                "max_batch": engine.max_running_requests,
             }
-        )
-        return SwitchOff(
-            "SGLang >= 0.5.11; batch-size keys map to candidate steps, [0] means no drafting",
-            flags=("--speculative-adaptive", "--speculative-adaptive-config", "adaptive.json"),
-            files={"adaptive.json": steps},
-        )
+            for setting in settings
+        ]
+        return [stack_python(server), str(PROGRAMS / "expand_adaptive.py"), json.dumps(entries)]
 
     def cache_flush(
         self, server: ServerSettings[SGLangConfig], state: Any

