@@ -444,10 +444,14 @@ class LaunchTest:
         )
 
 
-def earlier_launches(calibration: Calibration, run: JobRun) -> list[JobRun]:
-    """The launches of ``run``'s configuration in the store before it, within
-    CALIBRATION_MAX_AGE_H: launches further apart drift apart, which inflates their spread
-    (a refusal, the safe side), and a launch spread older than that is not today's."""
+def _stack(run: JobRun) -> dict[str, str]:
+    return {k: v for k, v in run.captured().items() if k.startswith(STACK)}
+
+
+def _earlier_launches(calibration: Calibration, run: JobRun) -> list[JobRun]:
+    """The launches of ``run``'s configuration in the store before it, on its captured stack,
+    within CALIBRATION_MAX_AGE_H: launches further apart drift apart, which inflates their
+    spread (a refusal, the safe side), and a launch spread older than that is not today's."""
     fingerprint = run.tags.get(Tag.config_fingerprint, "")
     start = min(run.times, default=math.nan)
     return [
@@ -456,13 +460,14 @@ def earlier_launches(calibration: Calibration, run: JobRun) -> list[JobRun]:
         if other.run_id != run.run_id
         and other.times
         and 0 < start - min(other.times) <= CALIBRATION_MAX_AGE_H * 3600
+        and _stack(other) == _stack(run)
     ]
 
 
 def launch_test(calibration: Calibration, run: JobRun) -> Optional[LaunchTest]:
     """The F test of ``calibration``'s launch variance against ``run``'s launch and the earlier
     launches of its configuration; None without an earlier launch."""
-    launches = [run, *earlier_launches(calibration, run)]
+    launches = [run, *_earlier_launches(calibration, run)]
     if len(launches) < 2 or calibration.df <= 0:
         return None
     means = [float(np.mean(np.log(r.values))) for r in launches]
@@ -543,7 +548,7 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
             f"it was {_age(calibration, run)} ({run.name}), beyond the "
             f"{CALIBRATION_MAX_AGE_H / 24:.0f}-day limit: calibrate again (stats.launches=3 or more)"
         )
-    ours = {k: v for k, v in run.captured().items() if k.startswith(STACK)}
+    ours = _stack(run)
     differs = [
         f"{k} {calibration.stack[k]} vs {v}"
         for k, v in sorted(ours.items())

