@@ -30,6 +30,7 @@ from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
 from tests import energy_sweep
 from tests.conftest import TINY, compose_job
+from tests.unit.test_surface import recorded
 from tests.unit.test_sweep_plan import planned
 from tests.unit.test_sweep_report import compiled, describe
 
@@ -66,6 +67,16 @@ def test_no_renderer_leaves_a_template_unrendered(screen):
     for name, text in texts.items():
         assert not UNRENDERED.findall(text), name
     assert "95% CI" in texts["description"]  # the header the template stood for
+
+
+def test_the_surface_and_schedule_sections_leave_no_template_unrendered(screen):
+    """The recorded H200 surface (its Surface section, each row's crossover and the engines'
+    settings) through every renderer."""
+    swept = recorded()
+    terminal.print_sweep_report(swept, "MLflow UI: here")
+    texts = [screen.export_text(), describe(swept), sweep_markdown(swept, "tok_per_s")]
+    assert all("surface" in text.lower() for text in texts)
+    assert not [UNRENDERED.findall(text) for text in texts if UNRENDERED.findall(text)]
 
 
 def test_the_energy_section_renders_whole_in_100_columns(screen):
