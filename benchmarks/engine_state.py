@@ -66,7 +66,7 @@ def measure(variant: str, args: argparse.Namespace, log_dir: Path) -> dict[str, 
         ensure_pair(small.config.model.generate, small.engine.model_format)
     # Both jobs' commands are the same server's (streams only size slots, fixed here).
     port = free_port()
-    launch = small.engine.launch_spec(small.server, port)
+    launch = small.command.at(port)
     server = ServerProcess(
         launch, "127.0.0.1", port, small.engine.health_path, log_dir / f"{variant}.log"
     )

@@ -6,12 +6,11 @@ import signal
 import sys
 
 import hydra
-from rich.markup import escape
 
 from specexp import hydra_app
 from specexp.api import check_overrides
 from specexp.host import interrupt
-from specexp.options import UsageError
+from specexp.options import USAGE_EXIT, UsageError
 from specexp.output import terminal
 
 
@@ -22,8 +21,9 @@ def main() -> int:
     try:
         check_overrides(sys.argv[1:])
     except UsageError as exc:
-        terminal.console.print(f"[red]usage error:[/] {escape(str(exc))}")
-        return 2
+        terminal.print_stopped("usage error", str(exc))
+        return USAGE_EXIT
+    hydra_app.on_not_run.append(lambda stopped: terminal.print_stopped(stopped.what, stopped.why))
     try:
         hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
             hydra_app.run_one

@@ -51,7 +51,7 @@ from specexp.analysis.report import SweepReport
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag
 from specexp.compare import ComparisonReport, compare_runs
 from specexp.hydra_app import Observe
-from specexp.options import UsageError, unknown
+from specexp.options import NotRun, UsageError, unknown
 from specexp.output import terminal
 from specexp.run.session import JobResult
 from specexp.tracking.observer import RUN_FILE
@@ -71,15 +71,6 @@ __all__ = [
     "run_job",
     "run_sweep",
 ]
-
-
-class NotRun(RuntimeError):
-    """Hydra or the job's checks stopped the job before it ran, and said why (a refused
-    config: ``exit_status`` 2)."""
-
-    def __init__(self, exit_status: int, message: str):
-        super().__init__(message)
-        self.exit_status = exit_status
 
 
 @dataclass
@@ -109,18 +100,32 @@ class LoadedRun:
     report: Optional[SweepReport] = None
 
 
+@dataclass
+class _Session:
+    """What the jobs Hydra ran in this process gave: each one's result, and why one stopped
+    before it ran, if one did."""
+
+    results: list[JobResult] = field(default_factory=list)
+    not_run: list[NotRun] = field(default_factory=list)
+
+    def raise_not_run(self) -> None:
+        if self.not_run:
+            raise self.not_run[-1]
+
+
 @contextlib.contextmanager
 def _hydra_session(
     observers: Optional[Collection[str]], quiet: bool
-) -> Iterator[tuple[list[JobResult], frozenset[Observe]]]:
+) -> Iterator[tuple[_Session, frozenset[Observe]]]:
     """Hydra as ``python -m specexp`` runs it, inside this process: each job's result
     collected, its observers those chosen (all by default), Hydra's global state put back
     after (a notebook or test may hold its own), the terminal silent when ``quiet`` or
     without the console observer."""
     held = GlobalHydra.instance().hydra
     GlobalHydra.instance().clear()
-    collected: list[JobResult] = []
-    hydra_app.on_result.append(collected.append)
+    collected = _Session()
+    hydra_app.on_result.append(collected.results.append)
+    hydra_app.on_not_run.append(collected.not_run.append)
     argv, was_quiet, was_observing = sys.argv, terminal.console.quiet, hydra_app.observing
     chosen = frozenset(Observe) if observers is None else frozenset(map(Observe, observers))
     hydra_app.observing = chosen
@@ -131,7 +136,8 @@ def _hydra_session(
         sys.argv = argv
         terminal.console.quiet = was_quiet
         hydra_app.observing = was_observing
-        hydra_app.on_result.remove(collected.append)
+        hydra_app.on_result.remove(collected.results.append)
+        hydra_app.on_not_run.remove(collected.not_run.append)
         GlobalHydra.instance().hydra = held
 
 
@@ -175,7 +181,8 @@ def run_job(
     :class:`Observe`: its files, its MLflow run, the console; all by default, none with
     ``[]``); ``quiet`` keeps the terminal silent (the console's lines still go to the job's
     ``specexp.log``). A failed job is returned with its error, not
-    raised; a usage error raises :class:`UsageError`, a config the job refused :class:`NotRun`.
+    raised; a usage error raises :class:`UsageError`, a config the job refused
+    :class:`NotRun` (with why: nothing is printed of it).
 
     Example (the small generated model, two short runs; nothing printed)::
 
@@ -185,9 +192,10 @@ def run_job(
     check_overrides(overrides)
     with _hydra_session(observers, quiet) as (collected, chosen):
         code = _launch(list(overrides), chosen, quiet)
-    if collected:
-        return collected[-1]
-    raise NotRun(code, f"the job did not run (exit status {code}; its reason is said above)")
+    collected.raise_not_run()
+    if collected.results:
+        return collected.results[-1]
+    raise NotRun(code, "not run", f"exit status {code}; Hydra said why above")
 
 
 def run_sweep(
@@ -199,7 +207,8 @@ def run_sweep(
     """Run a sweep, as ``specexp sweep OVERRIDES`` does (comma lists and ``+sweep=NAME``
     expand into jobs), and return each job's result, the failed ones and the sweep's report
     (read back from the store when the sweep was tracked: without the MLflow observer it is
-    not). ``observers`` and ``quiet`` as for :func:`run_job`.
+    not). ``observers`` and ``quiet`` as for :func:`run_job`; a job stopped before it ran
+    (a config it refused) stops the sweep, and raises :class:`NotRun` as there.
 
     Example::
 
@@ -211,8 +220,10 @@ def run_sweep(
     with _hydra_session(observers, quiet) as (collected, chosen):
         untracked = [] if Observe.mlflow in chosen else ["tracking.enabled=false"]
         code = _launch(["-m", *overrides, *untracked], chosen, quiet)
-    parent = _parent_of(collected)
-    record = _run_record(collected[0].output_dir) if collected else None
+    collected.raise_not_run()
+    jobs = collected.results
+    parent = _parent_of(jobs)
+    record = _run_record(jobs[0].output_dir) if jobs else None
     report = (
         load(
             parent, tracking_uri=record.get("tracking_uri"), experiment=record["experiment"]
@@ -220,7 +231,7 @@ def run_sweep(
         if parent and record
         else None
     )
-    return SweepResult(code, collected, parent, report)
+    return SweepResult(code, jobs, parent, report)
 
 
 def _parent_of(results: Sequence[JobResult]) -> Optional[str]:
@@ -290,6 +301,13 @@ def check_overrides(overrides: Sequence[str]) -> None:
     if any(o.startswith("-") for o in given):
         return
     parsed = [o for o in _parse(given) if not o.get_key_element().lstrip("+~").startswith("hydra")]
+    # One job's overrides, none added or deleted: if they compose, every group, option, key
+    # and value is valid, and one composition (0.2 CPU-seconds at each start) is saved. If not,
+    # the checks below find which and name its nearest spelling.
+    if all("," not in o and not o.startswith(("+", "~")) for o in given):
+        with contextlib.suppress(HydraException, OmegaConfBaseException, ValueError):
+            hydra_app.compose_config([o for o in given if not o.startswith("hydra")])
+            return
     groups = hydra_app.config_groups()
     try:
         composed = hydra_app.compose_config(_group_selections(parsed, groups))

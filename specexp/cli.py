@@ -29,11 +29,9 @@ from specexp import api, compare, doctor, history, models, options, upload
 from specexp.analysis.results import RunStatus
 from specexp.host import interrupt
 from specexp.host.leases import free_port
-from specexp.options import UsageError
+from specexp.options import USAGE_EXIT, UsageError
 from specexp.output import terminal
 from specexp.tracking.store import uri_in_force
-
-USAGE_EXIT = 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -188,9 +186,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        terminal.console.print(f"[red]usage error:[/] {exc}")
+        terminal.print_stopped("usage error", str(exc))
         return USAGE_EXIT
-    except api.NotRun as exc:  # its reason was printed where it was found
+    except api.NotRun as exc:
+        terminal.print_stopped(exc.what, exc.why)
         return exc.exit_status
     except KeyboardInterrupt:
         return terminal.interrupted(interrupt.received() or signal.SIGINT)

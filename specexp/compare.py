@@ -36,6 +36,7 @@ from specexp.analysis.arms import (
     hardware_matches,
     make_arms,
     reproduce,
+    with_launches,
 )
 from specexp.analysis.report import Caveat, caveats
 from specexp.analysis.results import Metric, RunKind, RunStatus, Tag
@@ -160,7 +161,10 @@ def compare_runs(
         raise SelectionError("no finished runs matched the selection")
     settings = dict(confidence=confidence, threshold=threshold, power=power)
     selector = Selector(baseline) if baseline else None
-    known = calibrations(store.calibration_runs(metric=metric))
+    known = with_launches(
+        calibrations(store.calibration_runs(metric=metric)),
+        store.configuration_runs(runs, metric=metric),
+    )
     comparisons = (
         compare_arms(
             baseline_pairs(arms, selector), **settings, factor=selector.factor, calibration=known

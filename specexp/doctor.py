@@ -46,7 +46,7 @@ NEEDS_CAPABILITY = {
 
 class DoctorEngine(Protocol):
     """What the doctor needs of an engine (the doctor owns this interface): how it runs, its
-    command, its version and what to know of how it takes the command."""
+    version and what to know of how it takes the command (the job's)."""
 
     @property
     def name(self) -> str: ...
@@ -56,7 +56,6 @@ class DoctorEngine(Protocol):
     @property
     def multi_gpu(self) -> bool: ...
 
-    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
     def version(self, server: ServerSettings[Any]) -> tuple[Optional[str], str]: ...
     def plan_notes(self, server: ServerSettings[Any]) -> list[str]: ...
 
@@ -98,7 +97,7 @@ def check_job(job: Job) -> list[Check]:
                 "or set stack.python",
             )
         )
-    launch = engine.launch_spec(server, cfg.engine.port or 30000)
+    launch = job.command.at(cfg.engine.port or 30000)
     if not isinstance(engine, FlagCheckingEngine):
         checks += _binary_checks(engine, server, launch)
     elif not have_python:
@@ -129,9 +128,7 @@ def check_job(job: Job) -> list[Check]:
             )
     notes = [Check("how the engine takes it", NOTE, n) for n in engine.plan_notes(server)]
     predicted = (
-        engine.predicted_choices(server, [job.planned_launch()])
-        if isinstance(engine, ChoosingEngine)
-        else None
+        engine.predicted_choices(server, [launch]) if isinstance(engine, ChoosingEngine) else None
     )
     if predicted is not None:
         (choices,), basis = predicted

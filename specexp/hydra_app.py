@@ -12,7 +12,7 @@ import signal
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TypeVar
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -20,10 +20,19 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, EnumNode, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
 from specexp.analysis.results import RunStatus
-from specexp.core.schemas import GROUP_SCHEMAS, ConfigError, RunConfig, to_run_config
+from specexp.core.schemas import (
+    GROUP_SCHEMAS,
+    ConcurrencyConfig,
+    ConfigError,
+    EngineConfig,
+    RunConfig,
+    StatsConfig,
+    WorkloadConfig,
+)
 from specexp.core.tinymodels import TinyPairSpec, pair_paths
 from specexp.core.trainedmodels import (
     ModelPackageError,
@@ -35,15 +44,18 @@ from specexp.core.trainedmodels import (
 from specexp.engines import engines, get_engine
 from specexp.host import failure, interrupt
 from specexp.host.job import Job, checked
+from specexp.options import USAGE_EXIT, NotRun
 from specexp.output import terminal
 from specexp.output.console import ConsoleObserver
 from specexp.output.files import FilesObserver
 from specexp.run import launchers
-from specexp.run.events import Observer
+from specexp.run.events import JobObserver
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
 from specexp.tracking.store import uri_in_force, uri_problem
+
+SectionT = TypeVar("SectionT")
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
@@ -61,6 +73,9 @@ class Observe(StrEnum):
 # returned (the Python API collects them: Hydra discards what its task returns).
 observing: frozenset[Observe] = frozenset(Observe)
 on_result: list[Callable[[JobResult], None]] = []
+# Why a job in this process ended without a result, as it ends (the command line prints it,
+# the Python API raises it).
+on_not_run: list[Callable[[NotRun], None]] = []
 # The MLflow observers of the jobs open in this process (a job measured part by part is
 # opened once), by output directory: its result carries its run's id.
 _tracked: dict[Path, MlflowObserver] = {}
@@ -75,8 +90,16 @@ def register() -> None:
         store.store(group=group, name=f"{group}_schema", node=node)
     for engine in engines().values():
         store.store(group="engine", name=f"{engine.name}_schema", node=engine.config_class)
-    launchers.register_resolvers()
     launchers.quiet_preset_validation()
+    if not OmegaConf.has_resolver("specexp.job_minutes"):
+        # The launcher presets' time limit, from the job's settings.
+        OmegaConf.register_new_resolver("specexp.job_minutes", _job_minutes)
+    if not OmegaConf.has_resolver("specexp.gpus_per_node"):
+        # The presets' GPUs: a CPU server asks Slurm for none at all (`--gpus-per-node=0`
+        # fails on clusters without GRES).
+        OmegaConf.register_new_resolver(
+            "specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None
+        )
     if not OmegaConf.has_resolver("specexp.server_gpus"):
         # GPUs one server takes: its tensor-parallel size, none on a CPU-only stack or for a
         # server specexp does not start (engine.url), whose GPUs are not this host's to lend.
@@ -143,6 +166,36 @@ def _trained_model_paths(model: DictConfig) -> None:
         raise ConfigError(str(exc)) from None
 
 
+def to_run_config(cfg: DictConfig) -> RunConfig:
+    """The composed config as its schemas, converted once at the edge; a value out of range
+    or a missing mandatory one is a :class:`ConfigError`."""
+    try:
+        run = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    if not isinstance(run, RunConfig):
+        raise ConfigError(f"the composed config is not a run config (got {type(run).__name__})")
+    return run
+
+
+def _job_minutes(*, _root_: DictConfig) -> int:
+    """:func:`launchers.job_minutes` of the sections it reads, converted here: the sweep's
+    composed config, Hydra's node among it, is not yet a job's to convert whole."""
+    return launchers.job_minutes(
+        _section(_root_, "stats", StatsConfig),
+        _section(_root_, "workload", WorkloadConfig),
+        _section(_root_, "concurrency", ConcurrencyConfig),
+        _section(_root_, "engine", EngineConfig),
+    )
+
+
+def _section(cfg: DictConfig, name: str, schema: type[SectionT]) -> SectionT:
+    section = OmegaConf.to_object(cfg[name])
+    if not isinstance(section, schema):
+        raise ConfigError(f"{name}: expected a {schema.__name__}, got {type(section).__name__}")
+    return section
+
+
 def _required(value: Any, what: str) -> Any:
     if value is None:
         raise ValueError(f"set {what}")
@@ -183,18 +236,25 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
             _check_store(job)
         result = _with_run_id(run_job(job, output_dir, _observers), output_dir)
     except ConfigError as exc:
-        terminal.console.print(f"[red]config error:[/] {escape(str(exc))}")
-        sys.exit(2)
-    except Exception as exc:  # its runs are ended: one line here, the traceback in specexp.log
+        _not_run(NotRun(USAGE_EXIT, "config error", str(exc)))
+    except Exception as exc:  # its runs are ended: one line, the traceback in specexp.log
         failure.log_traceback(exc)
-        terminal.console.print(
-            f"[red]failed:[/] {escape(failure.one_line(exc))} (traceback: specexp.log)"
-        )
-        sys.exit(failure.exit_status(exc))
+        why = f"{failure.one_line(exc)} (traceback: specexp.log)"
+        _not_run(NotRun(failure.exit_status(exc), "failed", why))
     except BaseException:
         terminal.log_traceback()
         raise
     return result
+
+
+def _not_run(stopped: NotRun) -> NoReturn:
+    """The job ends without a result: said to whoever ran it in this process
+    (:data:`on_not_run`: the command line prints it, the Python API raises it), and kept in
+    the job's log (all a job in a process of its own, a parallel launcher's, has to say it)."""
+    terminal.console.log_only(escape(str(stopped)))
+    for listener in on_not_run:
+        listener(stopped)
+    sys.exit(stopped.exit_status)
 
 
 def _check_store(job: Job) -> None:
@@ -205,12 +265,12 @@ def _check_store(job: Job) -> None:
             raise ConfigError(problem)
 
 
-def _observers(job: Job, output_dir: Path) -> list[Observer]:
+def _observers(job: Job, output_dir: Path) -> list[JobObserver]:
     """The observers chosen for this process's jobs (:data:`observing`), in the order they
     hear each event: the console, then the files, then MLflow (which logs the files)."""
     console = Observe.console in observing
     say = terminal.console.print if console else terminal.console.log_only
-    chosen: list[Observer] = []
+    chosen: list[JobObserver] = []
     if console:
         chosen.append(ConsoleObserver(None if job.config.dry_run else earlier_duration_s(job)))
     if Observe.files in observing:

@@ -63,9 +63,24 @@ def json(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The exit status of a command that cannot run as given (a usage error, a refused config).
+USAGE_EXIT = 2
+
+
 class UsageError(ValueError):
     """The command as given cannot run: an unknown config group, option, key or value.
     The command line exits 2 with its message, which names the nearest valid spelling."""
+
+
+class NotRun(RuntimeError):
+    """The job ended without a result: ``what`` stopped it (a "config error" its checks
+    found, which exits :data:`USAGE_EXIT`; "failed": an error outside its measuring, its
+    runs ended) and ``why``. The Python API raises it; the command line prints it and exits
+    with ``exit_status``."""
+
+    def __init__(self, exit_status: int, what: str, why: str):
+        super().__init__(f"{what}: {why}")
+        self.exit_status, self.what, self.why = exit_status, what, why
 
 
 def unknown(what: str, given: str, valid: Sequence[str]) -> str:

@@ -75,7 +75,7 @@ def llamacpp_launch(*overrides: str) -> tuple[LaunchSpec, int]:
     if job.config.model.generate is not None:
         ensure_pair(job.config.model.generate, job.engine.model_format)
     port = free_port()
-    return job.engine.launch_spec(job.server, port), port
+    return job.command.at(port), port
 
 
 def runs_in(uri: str, experiment: str = "specexp") -> list:

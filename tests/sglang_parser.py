@@ -43,7 +43,7 @@ def composed(stack: str, attention: str, allreduce: str, speculative: str, *extr
     if stack == "local":  # pin the spelling instead of probing this machine's interpreter
         overrides.append(f"+stack.versions.sglang={STACKS[stack]}")
     job = compose_job(*overrides, *extra)
-    return job, ENGINE.launch_spec(job.server, 30000)
+    return job, ENGINE.server_command(job.server).at(30000)
 
 
 def check_with_real_parser(version: str, job: Job, launches) -> list:

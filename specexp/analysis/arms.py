@@ -58,6 +58,10 @@ CALIBRATION_MAX_AGE_H = 7 * 24.0
 # false verdicts 5.1% where the calibration measured half the truth, 8.2% without it; 1.95%
 # where it is right, the interval 1.5x as wide at 2% launch and run spread).
 LAUNCH_VARIANCE_MARGIN = 2.5
+# The test of a calibration's launch variance against the spread of an arm's configuration's
+# own launches (its earlier single-launch runs in the store): one-sided at this level, since
+# a refusal costs the comparison its verdict, never a false one.
+LAUNCH_TEST_ALPHA = 0.05
 
 
 class ClaimStatus(StrEnum):
@@ -353,6 +357,9 @@ class Calibration:
     within_df: float = 0.0  # measured runs - launches, summed
     measured_unix: float = math.nan  # when its newest value was measured
     stack: Mapping[str, str] = field(default_factory=dict)  # the captured stack of its runs
+    # The family's single-launch runs in the store, by config fingerprint: the launches a
+    # configuration has had, which its launch variance is tested against (:func:`launch_test`).
+    launches: Mapping[str, tuple[JobRun, ...]] = field(default_factory=dict)
 
     @property
     def between_var(self) -> float:
@@ -391,6 +398,94 @@ def calibrations(runs: Sequence[JobRun]) -> dict[tuple[str, ...], Calibration]:
         ]
         known[key] = _pooled(recent, newest)
     return known
+
+
+def with_launches(
+    known: Mapping[tuple[str, ...], Calibration], runs: Sequence[JobRun]
+) -> dict[tuple[str, ...], Calibration]:
+    """``known`` with each family's finished single-launch ``runs`` attached, by config
+    fingerprint: the launches each configuration has had (store.configuration_runs)."""
+    found: dict[tuple[str, ...], dict[str, list[JobRun]]] = {}
+    for run in runs:
+        fingerprint = run.tags.get(Tag.config_fingerprint)
+        if fingerprint and run.status == RunStatus.finished and run.unit == Unit.run:
+            found.setdefault(family_key(run), {}).setdefault(fingerprint, []).append(run)
+    return {
+        key: dataclasses.replace(
+            cal, launches={f: tuple(rs) for f, rs in found.get(key, {}).items()}
+        )
+        for key, cal in known.items()
+    }
+
+
+@dataclass(frozen=True)
+class LaunchTest:
+    """A calibration's launch variance against the spread of the means of one
+    configuration's launches (the arm's run and its earlier runs): one-sided F test of their
+    variance against the calibration's launch variance plus run noise over their runs
+    (degrees of freedom launches - 1 against the calibration's)."""
+
+    launches: int
+    spread_cv: float  # standard deviation of the launch means' logs
+    expected_cv: float  # what the calibration predicts for it
+    p_value: float
+    power: float  # to see a launch variance (between launches) twice the calibration's
+
+    @property
+    def consistent(self) -> bool:
+        return self.p_value >= LAUNCH_TEST_ALPHA
+
+    def describe(self) -> str:
+        finding = "consistent" if self.consistent else "larger than calibrated"
+        return (
+            f"{finding} (launch means spread {self.spread_cv:.2%} against "
+            f"{self.expected_cv:.2%} calibrated; F test p={self.p_value:.2g}; power "
+            f"{self.power:.2f} to see a doubled launch variance with {self.launches} launches)"
+        )
+
+
+def _stack(run: JobRun) -> dict[str, str]:
+    return {k: v for k, v in run.captured().items() if k.startswith(STACK)}
+
+
+def _earlier_launches(calibration: Calibration, run: JobRun) -> list[JobRun]:
+    """The launches of ``run``'s configuration in the store before it, on its captured stack,
+    within CALIBRATION_MAX_AGE_H: launches further apart drift apart, which inflates their
+    spread (a refusal, the safe side), and a launch spread older than that is not today's."""
+    fingerprint = run.tags.get(Tag.config_fingerprint, "")
+    start = min(run.times, default=math.nan)
+    return [
+        other
+        for other in calibration.launches.get(fingerprint, ())
+        if other.run_id != run.run_id
+        and other.times
+        and 0 < start - min(other.times) <= CALIBRATION_MAX_AGE_H * 3600
+        and _stack(other) == _stack(run)
+    ]
+
+
+def launch_test(calibration: Calibration, run: JobRun) -> Optional[LaunchTest]:
+    """The F test of ``calibration``'s launch variance against ``run``'s launch and the earlier
+    launches of its configuration; None without an earlier launch."""
+    launches = [run, *_earlier_launches(calibration, run)]
+    if len(launches) < 2 or calibration.df <= 0:
+        return None
+    means = [float(np.mean(np.log(r.values))) for r in launches]
+    noise = calibration.within_var * float(np.mean([1 / len(r.values) for r in launches]))
+    expected = calibration.between_var + noise
+    if expected <= 0:
+        return None
+    dfn, dfd = len(launches) - 1, calibration.df
+    spread = float(np.var(means, ddof=1))
+    critical = scipy_stats.f.isf(LAUNCH_TEST_ALPHA, dfn, dfd)
+    doubled = (2 * calibration.between_var + noise) / expected
+    return LaunchTest(
+        len(launches),
+        math.sqrt(spread),
+        math.sqrt(expected),
+        float(scipy_stats.f.sf(spread / expected, dfn, dfd)),
+        float(scipy_stats.f.sf(critical / doubled, dfn, dfd)),
+    )
 
 
 def _calibrates(run: JobRun) -> bool:
@@ -442,8 +537,9 @@ def _pooled(runs: Sequence[JobRun], newest: float) -> Calibration:
 def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> Optional[str]:
     """Why a calibration's launch variance does not apply to a single-launch arm: measured
     beyond CALIBRATION_MAX_AGE_H from the arm (or at an unknown time), a stack captured
-    otherwise than the calibration's, or a run-to-run spread that is not the calibration's
-    (two-sided F test on log values at ``alpha``); None when it applies."""
+    otherwise than the calibration's, a run-to-run spread that is not the calibration's
+    (two-sided F test on log values at ``alpha``), or launches of the arm's configuration
+    that spread more than it predicts (:func:`launch_test`); None when it applies."""
     hours = _age_h(calibration, run)
     if hours is None:
         return f"its age against {run.name} is unknown (no measurement times)"
@@ -452,7 +548,7 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
             f"it was {_age(calibration, run)} ({run.name}), beyond the "
             f"{CALIBRATION_MAX_AGE_H / 24:.0f}-day limit: calibrate again (stats.launches=3 or more)"
         )
-    ours = {k: v for k, v in run.captured().items() if k.startswith(STACK)}
+    ours = _stack(run)
     differs = [
         f"{k} {calibration.stack[k]} vs {v}"
         for k, v in sorted(ours.items())
@@ -471,6 +567,12 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
                 f"the calibration's ({math.sqrt(calibration.within_var):.1%}; F test p={p:.3g}): "
                 "the server was not in the state it was calibrated in"
             )
+    test = launch_test(calibration, run)
+    if test is not None and not test.consistent:
+        return (
+            f"the launches of {run.name}'s configuration vary more than it predicts: "
+            f"{test.describe()}"
+        )
     return None
 
 
@@ -548,9 +650,19 @@ def account_for_launches(
             NoteKind.launch_variance,
             f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
             f"({_age(first, base)}, within {CALIBRATION_MAX_AGE_H / 24:.0f} days; its stack and "
-            "run-to-run spread checked against the arms'; its launch variance taken "
-            f"x{LAUNCH_VARIANCE_MARGIN:g}, since single launches cannot show it grew)",
+            "run-to-run spread checked against the arms'); against each arm's launches: "
+            + "; ".join(_launch_finding(cal, run) for cal, run in ((first, base), (second, arm))),
         )
+
+
+def _launch_finding(calibration: Calibration, run: JobRun) -> str:
+    """What the launches of ``run``'s configuration say of the calibration's launch variance,
+    and the multiple it is used at all the same (one launch per arm cannot show it grew)."""
+    test = launch_test(calibration, run)
+    margin = f"the calibration's launch variance is taken x{LAUNCH_VARIANCE_MARGIN:g}"
+    if test is None:
+        return f"{run.name} not tested: no earlier launch of this configuration; {margin}"
+    return f"{run.name} {test.describe()}; {margin}"
 
 
 def compare_arms(

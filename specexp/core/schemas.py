@@ -2,7 +2,7 @@
 
 The YAML files in ``conf/`` are data; these dataclasses give them types, so a misspelt key,
 an unknown choice or a string where a number belongs fails at composition, and a value out
-of range fails when the composed config is converted into them (:func:`to_run_config`,
+of range fails when the composed config is converted into them (``specexp.hydra_app``,
 once per job). Each range check lives in the schema that owns the field; checks that span
 groups are the job's (``specexp.host.job``), and what an engine cannot honour is the engine's.
 Engines subclass :class:`EngineConfig` with their own settings.
@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Generic, Optional, TypeVar
 
-from omegaconf import MISSING, DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf import MISSING
 
 from specexp.core.datasets import DatasetFormat, DatasetPrompt, load_dataset
 from specexp.core.tinymodels import TinyPairSpec
@@ -482,18 +481,20 @@ class WorkloadConfig:
             raise ConfigError(f"workload.stall_timeout_s must be > 0, got {self.stall_timeout_s}")
 
 
-def requests_per_stream(workload: Any, concurrency: Any, stream: int = 0) -> int:
-    """Requests stream ``stream`` sends in a run (of a typed or a composed config):
-    concurrency.requests_per_stream, or with a prompt set its share of the set (stream s takes
-    prompts s, s + streams, ...) that many times, so that a run sends every prompt once per
-    requests_per_stream. Stream 0 has the largest share."""
+def requests_per_stream(
+    workload: WorkloadConfig, concurrency: ConcurrencyConfig, stream: int = 0
+) -> int:
+    """Requests stream ``stream`` sends in a run: concurrency.requests_per_stream, or with a
+    prompt set its share of the set (stream s takes prompts s, s + streams, ...) that many
+    times, so that a run sends every prompt once per requests_per_stream. Stream 0 has the
+    largest share."""
     if workload.dataset is None:
-        return int(concurrency.requests_per_stream)
+        return concurrency.requests_per_stream
     prompts = load_dataset(
         str(workload.dataset), DatasetFormat(workload.dataset_format), workload.dataset_limit
     )
-    share = len(range(stream, len(prompts), int(concurrency.streams)))
-    return int(concurrency.requests_per_stream) * max(1, share)
+    share = len(range(stream, len(prompts), concurrency.streams))
+    return concurrency.requests_per_stream * max(1, share)
 
 
 # The rate a run's duration is estimated at when neither an earlier run of its configuration
@@ -501,27 +502,27 @@ def requests_per_stream(workload: Any, concurrency: Any, stream: int = 0) -> int
 ASSUMED_TOK_PER_S_PER_STREAM = 50.0
 
 
-def run_requests(workload: Any, concurrency: Any) -> Optional[int]:
+def run_requests(workload: WorkloadConfig, concurrency: ConcurrencyConfig) -> Optional[int]:
     """Requests one run sends (None: as many as fit its duration_s)."""
     if concurrency.duration_s:
         return None
     if concurrency.open_loop:
-        return int(concurrency.arrivals)
-    return sum(
-        requests_per_stream(workload, concurrency, s) for s in range(int(concurrency.streams))
-    )
+        return concurrency.arrivals
+    return sum(requests_per_stream(workload, concurrency, s) for s in range(concurrency.streams))
 
 
-def expected_run_seconds(workload: Any, concurrency: Any, tok_per_s: float) -> float:
+def expected_run_seconds(
+    workload: WorkloadConfig, concurrency: ConcurrencyConfig, tok_per_s: float
+) -> float:
     """How long one run takes at ``tok_per_s`` per stream: its duration, its arrivals at
     their rate (a capacity search's at its start rate, the search's first), or its longest
     stream's requests at max_tokens each."""
     if concurrency.duration_s:
-        return float(concurrency.duration_s)
-    if concurrency.open_loop and (concurrency.rate or concurrency.search):
-        rate = concurrency.rate or concurrency.search.start_rate
-        return int(concurrency.arrivals) / float(rate)
-    tokens = requests_per_stream(workload, concurrency, 0) * int(workload.max_tokens)
+        return concurrency.duration_s
+    rate = concurrency.rate or (concurrency.search.start_rate if concurrency.search else None)
+    if concurrency.open_loop and rate:
+        return concurrency.arrivals / rate
+    tokens = requests_per_stream(workload, concurrency, 0) * workload.max_tokens
     return tokens / tok_per_s
 
 
@@ -893,15 +894,3 @@ GROUP_SCHEMAS: dict[str, type] = {
     "stats": StatsConfig,
     "tracking": TrackingConfig,
 }
-
-
-def to_run_config(cfg: DictConfig) -> RunConfig:
-    """The composed config as its schemas, converted once at the edge; a value out of range
-    or a missing mandatory one is a :class:`ConfigError`."""
-    try:
-        run = OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(str(exc).splitlines()[0]) from None
-    if not isinstance(run, RunConfig):
-        raise ConfigError(f"the composed config is not a run config (got {type(run).__name__})")
-    return run

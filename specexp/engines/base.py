@@ -38,6 +38,7 @@ from specexp.engines.records import (
     LaunchSpec,
     Prompt,
     ScheduleSetting,
+    ServerCommand,
     ServerLoad,
     Setting,
     StreamChunk,
@@ -50,7 +51,7 @@ __all__ = ["Engine"]
 class Engine(Generic[EngineConfigT]):
     """An engine's declarations and defaults, typed by the engine's own config class
     (``server.engine`` is one in every method). A plugin sets the class attributes it needs
-    and implements ``launch_spec``, ``completion_request`` and ``parse_event``."""
+    and implements ``server_command``, ``completion_request`` and ``parse_event``."""
 
     name: ClassVar[str]
     config_class: ClassVar[type[EngineConfig]]
@@ -93,7 +94,9 @@ class Engine(Generic[EngineConfigT]):
         """Reject what this engine cannot honour, naming the option and the valid choices."""
         refuse_unsupported(self, server)
 
-    def launch_spec(self, server: ServerSettings[EngineConfigT], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[EngineConfigT]) -> ServerCommand:
+        """The server's command for these settings, with :data:`~specexp.engines.records.PORT`
+        where the port it listens on goes (each launch leases one)."""
         raise NotImplementedError
 
     def cpu_cores(self, server: ServerSettings[EngineConfigT]) -> Optional[int]:
@@ -129,12 +132,14 @@ class Engine(Generic[EngineConfigT]):
     def effective(
         self,
         server: ServerSettings[EngineConfigT],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
-        whether it engaged, with the evidence."""
+        whether it engaged, with the evidence (``command``: the job's, which a live server's
+        own resolution is checked against)."""
         return unreported(server, self.name, runs)
 
     def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]:

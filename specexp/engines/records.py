@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Optional, Union
+from enum import Enum, StrEnum
+from typing import Any, Mapping, Optional, Union
 
 from specexp.core.records import History, Record, Version
 
@@ -16,8 +16,11 @@ __all__ = [
     "CheckStatus",
     "Engagement",
     "LaunchSpec",
+    "PORT",
+    "PortSlot",
     "Prompt",
     "Resolution",
+    "ServerCommand",
     "ServerLoad",
     "Setting",
     "StreamChunk",
@@ -37,6 +40,34 @@ class LaunchSpec:
         """One copy-pasteable shell line: variables, then the quoted command."""
         assignments = [f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
         return " ".join(assignments + [shlex.join(self.argv)])
+
+
+class PortSlot(Enum):
+    """Where a server's command names the port it listens on, which each launch leases."""
+
+    port = "port"
+
+
+PORT = PortSlot.port
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """A server's command, built once per job from its settings: everything but the port
+    (:data:`PORT` in ``argv``), the one thing that differs between its launches."""
+
+    argv: tuple[Union[str, PortSlot], ...]
+    env: Mapping[str, str]  # only the variables specexp sets; the rest is inherited
+
+    @property
+    def program(self) -> str:
+        return str(self.argv[0])
+
+    def at(self, port: int) -> LaunchSpec:
+        """One launch of the command, listening on ``port``."""
+        return LaunchSpec(
+            [str(port) if isinstance(a, PortSlot) else a for a in self.argv], dict(self.env)
+        )
 
 
 @dataclass

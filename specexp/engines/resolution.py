@@ -11,7 +11,7 @@ import os
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from specexp.core.schemas import ServerSettings
-from specexp.engines.records import Engagement, LaunchSpec, Resolution, Setting
+from specexp.engines.records import Engagement, LaunchSpec, Resolution, ServerCommand, Setting
 from specexp.engines.stack import last_line, run_with_stack_env
 
 __all__ = [
@@ -27,8 +27,6 @@ __all__ = [
 class ResolvingEngine(Protocol):
     """An engine with a resolution-only mode: its own code fills in or overrides the parsed
     settings, and says what it resolved."""
-
-    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
 
     def resolution_command(
         self, server: ServerSettings[Any], launches: list[LaunchSpec]
@@ -76,11 +74,11 @@ def resolve(
 
 
 def live_resolution(
-    engine: ResolvingEngine, server: ServerSettings[Any], resolved: dict[str, Any], evidence: str
+    engine: ResolvingEngine, command: ServerCommand, resolved: dict[str, Any], evidence: str
 ) -> Setting:
     """The live server's resolved settings (``resolved``, as ``rewrites`` reads them) against
-    the command: engaged when it changed none."""
-    changed, _ = engine.rewrites(engine.launch_spec(server, 0), resolved)
+    the job's command: engaged when it changed none."""
+    changed, _ = engine.rewrites(command.at(0), resolved)
     return Setting(
         "as composed",
         "; ".join(changed) or "as composed",

@@ -9,6 +9,7 @@ The sweep plans with jobs, the runner runs them, the doctor checks them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from specexp.core.schemas import (
 from specexp.core.tinymodels import ModelFormat
 from specexp.engines import get_engine
 from specexp.engines.base import Engine
-from specexp.engines.records import LaunchSpec, Resolution, Setting
+from specexp.engines.records import LaunchSpec, Resolution, ServerCommand, Setting
 from specexp.engines.resolution import predicted_resolution
 from specexp.host.leases import free_port
 
@@ -55,8 +56,8 @@ _LATER_SETTINGS: dict[str, dict[str, Any]] = {
 
 
 class LaunchingEngine(Protocol):
-    """What preparing, launching and measuring a job need of its engine (run/ launches
-    through the job): its checks of a configuration, its command, the cores and files it
+    """What preparing, launching and measuring a job need of its engine (``run/`` reaches it
+    as :attr:`Job.launching`): its checks of a configuration, its command, the cores and files it
     needs, its health endpoint, and what its server ran with and counted."""
 
     @property
@@ -71,13 +72,14 @@ class LaunchingEngine(Protocol):
     def chat_endpoint(self) -> bool: ...
 
     def validate(self, server: ServerSettings[Any]) -> None: ...
-    def launch_spec(self, server: ServerSettings[Any], port: int) -> LaunchSpec: ...
+    def server_command(self, server: ServerSettings[Any]) -> ServerCommand: ...
     def cpu_cores(self, server: ServerSettings[Any]) -> Optional[int]: ...
     def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None: ...
     def local_files(self, server: ServerSettings[Any]) -> list[str]: ...
     def effective(
         self,
         server: ServerSettings[Any],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
@@ -94,6 +96,17 @@ class Job:
     @property
     def server(self) -> ServerSettings:
         return self.config.server_settings()
+
+    @property
+    def launching(self) -> LaunchingEngine:
+        """The engine as preparing, launching and measuring the job use it (``run/``): what
+        :class:`LaunchingEngine` names, and mypy holds them to it."""
+        return self.engine
+
+    @functools.cached_property
+    def command(self) -> ServerCommand:
+        """The server's command, built once: each launch takes it at the port it leases."""
+        return self.launching.server_command(self.server)
 
     def config_fingerprint(self) -> str:
         """Identity of what a job measures: everything but tracking and planning settings."""
@@ -116,7 +129,7 @@ class Job:
 
     def server_fingerprint(self) -> str:
         """Identity of the server a job needs: its command (port aside) and environment."""
-        launch = self.engine.launch_spec(self.server, 0)
+        launch = self.command.at(0)
         return _digest(
             {"argv": launch.argv, "env": launch.env, "launches": self.config.stats.launches}
         )
@@ -151,9 +164,7 @@ class Job:
     def planned_launch(self) -> LaunchSpec:
         """The server command as a dry run shows it (a free port when engine.port is 0); the
         launch itself leases its port."""
-        return self.engine.launch_spec(
-            self.server, self.config.engine.port or free_port(self.config.engine.host)
-        )
+        return self.command.at(self.config.engine.port or free_port(self.config.engine.host))
 
     def predicted_resolution(self, launch: LaunchSpec) -> Optional[Resolution]:
         """What the engine's own resolution would do to ``launch``, where the stack's

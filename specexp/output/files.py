@@ -114,7 +114,7 @@ class FilesObserver:
             self._path(Artifact.environment),
             json.dumps(
                 {
-                    "set_by_specexp": redact_env(event.launch.env),
+                    "set_by_specexp": redact_env(dict(event.job.command.env)),
                     "inherited": redact_env(dict(os.environ)),
                 },
                 indent=2,

@@ -205,6 +205,11 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
         print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
 
 
+def print_stopped(what: str, why: str) -> None:
+    """Why a command stopped before it ran (a usage error, a refused config), one line."""
+    console.print(f"[red]{what}:[/] {escape(why)}")
+
+
 def interrupted(signum: signal.Signals) -> int:
     """Every handler on the way up has cleaned up: one line, and the shell's exit status."""
     console.print(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol, Sequence, Union
+from typing import Any, Generic, Mapping, Optional, Protocol, Sequence, TypeVar, Union
 
 from specexp.analysis.results import RunStatus
 from specexp.analysis.summary import JobSummary
@@ -47,10 +47,9 @@ class Waiting:
 @dataclass(frozen=True)
 class JobOpened:
     """The job's checks passed: its files and tracking run may be made now, in
-    ``output_dir``; ``launch`` is the server command as planned (its environment)."""
+    ``output_dir``."""
 
     job: Job
-    launch: LaunchSpec
     output_dir: Path
 
 
@@ -179,21 +178,25 @@ JobEvent = Union[
 ]
 
 
-class Observer(Protocol):
-    """Hears a job's events, in the order they come."""
-
-    def notify(self, event: JobEvent) -> None: ...
+EventT = TypeVar("EventT")
+EventT_contra = TypeVar("EventT_contra", contravariant=True)
 
 
-class Emitter:
-    """A job's events to its observers, in the order they were given: every observer hears
-    every event whatever an earlier one raised (a full disk under the files observer still
-    lets the MLflow observer end its run), and the first error is raised after."""
+class Observer(Protocol[EventT_contra]):
+    """Hears events (a job's, a sweep's), in the order they come."""
 
-    def __init__(self, observers: Sequence[Observer] = ()):
+    def notify(self, event: EventT_contra) -> None: ...
+
+
+class Emitter(Generic[EventT]):
+    """Events to their observers, in the order they were given: every observer hears every
+    event whatever an earlier one raised (a full disk under a job's files observer still
+    lets its MLflow observer end its run), and the first error is raised after."""
+
+    def __init__(self, observers: Sequence[Observer[EventT]] = ()):
         self.observers = tuple(observers)
 
-    def __call__(self, event: JobEvent) -> None:
+    def __call__(self, event: EventT) -> None:
         errors = []
         for observer in self.observers:
             try:
@@ -202,3 +205,7 @@ class Emitter:
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+JobObserver = Observer[JobEvent]
+JobEmitter = Emitter[JobEvent]

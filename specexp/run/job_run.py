@@ -19,13 +19,13 @@ from specexp.core.schemas import SpeculativeMethod
 from specexp.core.traces import trace_stats
 from specexp.host import failure, interrupt
 from specexp.host.job import Job
-from specexp.run.events import DryRunPlanned, Emitter, JobFailed, JobFinished, Observer
+from specexp.run.events import DryRunPlanned, Emitter, JobFailed, JobFinished, JobObserver
 from specexp.run.measure import measure_part
 from specexp.run.session import JobResult, JobSession, close_session, open_session
 from specexp.serving.server import ServerError
 
 # The observers of a job, made when it opens (a job measured part by part opens once).
-ObserversFor = Callable[[Job, Path], Sequence[Observer]]
+ObserversFor = Callable[[Job, Path], Sequence[JobObserver]]
 
 
 class OpenJobs:
@@ -89,9 +89,6 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
         emit = Emitter(observers_for(job, output_dir))
         emit(DryRunPlanned(job, launch, job.predicted_resolution(launch)))
         return JobResult(status=RunStatus.dry_run, output_dir=output_dir)
-    # What the checks and the environment file need of the command; the port is leased
-    # once, by the server's launch (command.txt is written from that launch).
-    launch = job.engine.launch_spec(job.server, cfg.engine.port)
     part, open_jobs = cfg.multirun.part, _IN_FORCE.get()
     if part is not None and open_jobs is None:
         raise RuntimeError(
@@ -104,7 +101,7 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
             return JobResult(status=RunStatus.skipped, output_dir=output_dir)
     else:
         emit = Emitter(observers_for(job, output_dir))
-        session = open_session(job, launch, output_dir, emit)
+        session = open_session(job, output_dir, emit)
     parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
     try:
         _measure_parts(session, parts, cfg.multirun.part_runs)
@@ -159,14 +156,14 @@ def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) 
 def _finish(session: JobSession) -> None:
     """Summarise the measured runs, and say so."""
     job, result = session.job, session.result
-    cfg = job.config
+    cfg, engine = job.config, job.launching
     measured = [r for r in result.runs if not r.warmup]
     summary = summarize_job(
         measured,
         confidence=cfg.stats.confidence,
         cv_warn=cfg.stats.cv_warn,
         idle_timeout_s=cfg.stats.idle_timeout_s,
-        accounting=job.engine.server_accounting(accounting_totals(measured)),
+        accounting=engine.server_accounting(accounting_totals(measured)),
         cores=os.cpu_count() or 1,
         greedy=cfg.workload.temperature == 0,
         slo=cfg.slo,
@@ -192,7 +189,7 @@ def _with_acceptance(
     """A speculative job's acceptance per draft position: its marginal rates and
     per-request length as metrics, runs whose counts fail the acceptance identity as notes,
     and the profile as a document (``speculation_profile.json``)."""
-    cfg = job.config
+    cfg, engine = job.config, job.launching
     spec = cfg.speculative
     found = (
         acceptance.profile(measured, spec.num_draft_tokens, cfg.stats.confidence)
@@ -202,7 +199,7 @@ def _with_acceptance(
     if found is None:
         return summary, None
     conditions: dict[str, Any] = {
-        "engine": job.engine.name,
+        "engine": engine.name,
         "concurrency": cfg.concurrency.streams,
         "workload": cfg.workload.name,
         "temperature": cfg.workload.temperature,
@@ -216,7 +213,7 @@ def _with_acceptance(
             spec.num_draft_tokens,
             spec.synthetic_acceptance_length,
             cfg.stats.confidence,
-            job.engine.pinned_marginals(spec.synthetic_acceptance_length, spec.num_draft_tokens),
+            engine.pinned_marginals(spec.synthetic_acceptance_length, spec.num_draft_tokens),
         )
         conditions["synthetic_acceptance"] = pinned.describe()
         metrics[Metric.synthetic_acceptance_agrees] = float(pinned.agrees)

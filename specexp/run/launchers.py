@@ -19,14 +19,20 @@ import signal
 import sys
 import warnings
 from enum import StrEnum
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence
 from urllib.parse import urlparse
 
 import psutil
-from omegaconf import DictConfig, OmegaConf
 from submitit.slurm import slurm
 
-from specexp.core.schemas import RunConfig, requests_per_stream
+from specexp.core.schemas import (
+    ConcurrencyConfig,
+    EngineConfig,
+    RunConfig,
+    StatsConfig,
+    WorkloadConfig,
+    requests_per_stream,
+)
 
 # A floor for the output rate of one stream when sizing a job's time limit: a job killed at
 # its limit loses its measurements, one that ends early costs nothing.
@@ -35,32 +41,24 @@ FLOOR_TOK_PER_S = 10.0
 JOB_OVERHEAD_S = 300.0
 
 
-def job_minutes(cfg: Union[RunConfig, DictConfig]) -> int:
+def job_minutes(
+    stats: StatsConfig,
+    workload: WorkloadConfig,
+    concurrency: ConcurrencyConfig,
+    engine: EngineConfig,
+) -> int:
     """A time limit for one job: every launch's readiness timeout (model load) plus its
-    warm-up and measured runs at :data:`FLOOR_TOK_PER_S` per stream, plus overhead. Called
-    with a job's typed config, and with the composed config by the presets' resolver."""
-    runs = cfg.stats.warmup_runs + cfg.stats.measured_runs
-    if cfg.concurrency.duration_s:
-        run_s = cfg.concurrency.duration_s + cfg.workload.max_tokens / FLOOR_TOK_PER_S
+    warm-up and measured runs at :data:`FLOOR_TOK_PER_S` per stream, plus overhead. Of the
+    sections it reads, so that the presets' resolver (``hydra_app``) converts only those:
+    the composed config is whole only in the job."""
+    runs = stats.warmup_runs + stats.measured_runs
+    if concurrency.duration_s:
+        run_s = concurrency.duration_s + workload.max_tokens / FLOOR_TOK_PER_S
     else:
-        requests = requests_per_stream(cfg.workload, cfg.concurrency)
-        run_s = requests * cfg.workload.max_tokens / FLOOR_TOK_PER_S
-    seconds = cfg.stats.launches * (cfg.engine.ready_timeout_s + runs * run_s) + JOB_OVERHEAD_S
+        requests = requests_per_stream(workload, concurrency)
+        run_s = requests * workload.max_tokens / FLOOR_TOK_PER_S
+    seconds = stats.launches * (engine.ready_timeout_s + runs * run_s) + JOB_OVERHEAD_S
     return math.ceil(seconds / 60)
-
-
-def register_resolvers() -> None:
-    """``${specexp.job_minutes:}`` and ``${specexp.gpus_per_node:}``, which size the presets'
-    time limit and GPUs from the job's settings."""
-    if not OmegaConf.has_resolver("specexp.job_minutes"):
-        OmegaConf.register_new_resolver(
-            "specexp.job_minutes", lambda *, _root_: job_minutes(_root_)
-        )
-    if not OmegaConf.has_resolver("specexp.gpus_per_node"):
-        # A CPU server asks Slurm for no GPUs at all (`--gpus-per-node=0` fails on clusters without GRES).
-        OmegaConf.register_new_resolver(
-            "specexp.gpus_per_node", lambda *, _root_: _root_.engine.gpus or None
-        )
 
 
 def quiet_preset_validation() -> None:
@@ -118,18 +116,19 @@ def check(
         )
     params = getattr(launcher, "params", {})
     side_by_side = not slurm_jobs and min(batch_size or len(jobs), len(jobs)) > 1
-    for job in jobs:
-        if side_by_side and job.engine.port:
+    for cfg in jobs:
+        if side_by_side and cfg.engine.port:
             errors.append(
-                f"engine.port={job.engine.port} is fixed, and {name} runs jobs side by side on this host, "
+                f"engine.port={cfg.engine.port} is fixed, and {name} runs jobs side by side on this host, "
                 f"where their servers would clash: set engine.port=0 (each server leases a free port)"
             )
         gpus = params.get("gpus_per_node")
-        if slurm_jobs and gpus is not None and gpus < job.engine.gpus:
+        if slurm_jobs and gpus is not None and gpus < cfg.engine.gpus:
             errors.append(
-                f"a job needs {job.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}"
+                f"a job needs {cfg.engine.gpus} GPUs (engine.gpus) but hydra.launcher.gpus_per_node={gpus}"
             )
-        needed, limit = job_minutes(job), params.get("timeout_min")
+        limit = params.get("timeout_min")
+        needed = job_minutes(cfg.stats, cfg.workload, cfg.concurrency, cfg.engine)
         if limit is not None and limit < needed:
             errors.append(
                 f"a job may need {needed} min (readiness timeout plus runs at {FLOOR_TOK_PER_S:.0f} "

@@ -27,7 +27,7 @@ from specexp.host.leases import (
     lease_port,
 )
 from specexp.run.events import (
-    Emitter,
+    JobEmitter,
     LaunchMeasured,
     MeasuringStarted,
     RequestDone,
@@ -60,13 +60,13 @@ def _server_for(session: JobSession, label: str, shared: bool) -> tuple[ServerPr
     return session.server, True, 0.0
 
 
-def _starting(server: ServerProcess, label: str, job: Job, emit: Emitter) -> ServerProcess:
+def _starting(server: ServerProcess, label: str, job: Job, emit: JobEmitter) -> ServerProcess:
     """Say that ``server`` is about to start, with its real launch."""
     external = isinstance(server, ExternalServer)
     emit(
         ServerStarting(
             label,
-            job.engine.name,
+            job.launching.name,
             job.config.engine.host,
             server.base_url,
             server.log_path,
@@ -99,7 +99,9 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         records = _monitored_runs(session, server, launch, warmups, runs, session.result.runs)
         session.result.runs += records
         log = server.log_path.read_text(errors="replace")
-        session.effective.update(job.engine.effective(job.server, server.base_url, log, records))
+        session.effective.update(
+            job.launching.effective(job.server, job.command, server.base_url, log, records)
+        )
         if last_of_launch:
             emit(SettingsReadBack(dict(session.effective)))
         failed = [rec for r in records for rec in r.faults]
@@ -164,10 +166,10 @@ def _monitored_runs(
         )
 
 
-def new_server(job: Job, log_path: Path, emit: Emitter) -> ServerProcess:
+def new_server(job: Job, log_path: Path, emit: JobEmitter) -> ServerProcess:
     """A server with a port and GPUs of its own, leased so that jobs sharing this host
     (parallel launchers) never get the same ones. Nothing is started yet."""
-    cfg, engine = job.config, job.engine
+    cfg, engine = job.config, job.launching
     if cfg.engine.url:
         return ExternalServer(cfg.engine.url, engine.health_path, log_path, job.request_headers())
     host, lease_dir = cfg.engine.host, Path(cfg.host.lease_dir)
@@ -177,7 +179,7 @@ def new_server(job: Job, log_path: Path, emit: Emitter) -> ServerProcess:
         if not port:
             port, port_lease = lease_port(lease_dir, host, free_port)
             leases.append(port_lease)
-        launch = engine.launch_spec(job.server, port)
+        launch = job.command.at(port)
         if (
             cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env
         ):  # a pinned stack keeps its devices
@@ -247,7 +249,7 @@ async def _measure(
     launch: int,
     warmups: int,
     runs: range,
-    emit: Emitter,
+    emit: JobEmitter,
     monitor: Optional[telemetry.Monitor],
     earlier: Sequence[RunResult] = (),
 ) -> list[RunResult]:
@@ -286,7 +288,7 @@ async def _measure(
                 results.append(result)
                 # Said between runs, never during one: what its observers write would land
                 # in the timestamps of the streams still running.
-                accounting = job.engine.server_accounting(result.accounting_deltas)
+                accounting = job.launching.server_accounting(result.accounting_deltas)
                 emit(RunMeasured(result, accounting, energy_source))
                 if result.faults:
                     break

@@ -15,12 +15,12 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
-from specexp.engines.records import LaunchSpec, Setting
+from specexp.engines.records import Setting
 from specexp.engines.stack import host_cpus
 from specexp.host import failure
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
-from specexp.run.events import Emitter, JobClosed, JobOpened, Preparing, ServerStopped
+from specexp.run.events import JobClosed, JobEmitter, JobOpened, Preparing, ServerStopped
 from specexp.serving.server import ServerProcess, port_in_use
 
 
@@ -41,7 +41,7 @@ class JobSession:
     interleaved sweep), staying open in between."""
 
     job: Job
-    emit: Emitter
+    emit: JobEmitter
     result: JobResult
     log_path: Path
     server_logs: set[Path]  # a sweep's shared server writes to its first job's log
@@ -50,12 +50,12 @@ class JobSession:
     server: Optional[ServerProcess] = None
 
 
-def check_prerequisites(job: Job, launch: LaunchSpec, emit: Emitter) -> None:
+def check_prerequisites(job: Job, emit: JobEmitter) -> None:
     """What the job needs before anything is written: its model files (generated ones made),
     the server's executable or credentials, enough GPUs and cores on this host."""
     _check_port(job)
     _ensure_models(job, emit)
-    cfg, engine = job.config, job.engine
+    cfg, engine = job.config, job.launching
     missing = [p for p in engine.local_files(job.server) if not Path(p).is_file()]
     if missing:
         raise ConfigError(
@@ -64,7 +64,7 @@ def check_prerequisites(job: Job, launch: LaunchSpec, emit: Emitter) -> None:
     if cfg.engine.url:
         job.request_headers()  # its key must be there before anything is tracked
     else:
-        _check_host(job, launch)
+        _check_host(job)
 
 
 def _check_port(job: Job) -> None:
@@ -79,13 +79,13 @@ def _check_port(job: Job) -> None:
         )
 
 
-def _ensure_models(job: Job, emit: Emitter) -> None:
+def _ensure_models(job: Job, emit: JobEmitter) -> None:
     """A generated pair made, a packaged model assembled and checked, a self-draft written
     (only for a job that loads the draft, not for speculative=none)."""
     model = job.config.model
     if model.generate is not None:
         emit(Preparing(f"generating model {model.name} (cached after the first time)"))
-        ensure_pair(model.generate, job.engine.model_format)
+        ensure_pair(model.generate, job.launching.model_format)
     try:
         # The self-draft's target: the packaged file (model.path is the draft's own when
         # model.serve_draft), else model.path.
@@ -98,7 +98,7 @@ def _ensure_models(job: Job, emit: Emitter) -> None:
             model.self_draft_layers is not None
             and target
             and draft
-            and str(draft) in job.engine.local_files(job.server)
+            and str(draft) in job.launching.local_files(job.server)
         ):
             emit(
                 Preparing(
@@ -111,30 +111,30 @@ def _ensure_models(job: Job, emit: Emitter) -> None:
         raise ConfigError(str(exc)) from None
 
 
-def _check_host(job: Job, launch: LaunchSpec) -> None:
+def _check_host(job: Job) -> None:
     """The server's executable, and enough GPUs and cores on this host."""
-    cfg, engine = job.config, job.engine
-    if not os.access(launch.argv[0], os.X_OK):
+    cfg, engine, command = job.config, job.launching, job.command
+    if not os.access(command.program, os.X_OK):
         raise ConfigError(
-            f"{launch.argv[0]} (stack {cfg.stack.name}) not found or not executable: "
+            f"{command.program} (stack {cfg.stack.name}) not found or not executable: "
             "create the stack's environment, or set stack.python / stack.bin_dir"
         )
-    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in launch.env:
+    if cfg.engine.gpus and "CUDA_VISIBLE_DEVICES" not in command.env:
         check_pool(host_gpus(cfg.host.gpus), cfg.engine.gpus)
     cores = engine.cpu_cores(job.server)
     if cores:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
-def open_session(job: Job, launch: LaunchSpec, output_dir: Path, emit: Emitter) -> JobSession:
+def open_session(job: Job, output_dir: Path, emit: JobEmitter) -> JobSession:
     """Check what the job needs, then open it: its observers make its files and tracked run."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    check_prerequisites(job, launch, emit)
+    check_prerequisites(job, emit)
     log_path = output_dir / Artifact.server_log
     result = JobResult(status=RunStatus.failed, output_dir=output_dir)
     session = JobSession(job, emit, result, log_path, {log_path})
     try:
-        emit(JobOpened(job, launch, output_dir))
+        emit(JobOpened(job, output_dir))
     except BaseException:
         close_session(session)
         raise

@@ -1,7 +1,7 @@
 """Running a sweep: plan it (specexp.sweep.plan), check that the launcher can run it,
 launch the jobs - whole, or part by part taking turns - and report. What it says and
-writes (the plan's lines, the parent run, the report) is its observer's
-(specexp.sweep.observer).
+writes (the plan's lines, the parent run, the report) is its observers'
+(specexp.sweep.observer: the console and the tracker).
 
 specexp's sweeper (hydra_plugins/) expands the overrides and hands the job list to
 :func:`run_sweep`. One parent MLflow run holds the sweep; each job is its child, and the
@@ -28,13 +28,16 @@ from specexp.core.sequential import SequentialComparison
 from specexp.host import capture, failure, interrupt
 from specexp.output import terminal
 from specexp.run import launchers
+from specexp.run.events import Emitter
 from specexp.run.job_run import OpenJobs
 from specexp.run.launchers import LauncherKind, launcher_kind
 from specexp.serving.server import POOL
 from specexp.sweep.observer import (
+    SweepConsole,
     SweepEnded,
-    SweepObserver,
+    SweepEvent,
     SweepPlanned,
+    SweepTracker,
     publish_left_report,
     say_refused,
 )
@@ -160,12 +163,13 @@ def run_sweep(
         dry_run_elsewhere(plan, launcher)
         return []
     store = _open_store(first) if first.tracking.enabled and not first.dry_run else None
-    observer = SweepObserver(store, sweep_dir, first.multirun.order)
-    schedule = _schedule(plan, first, baseline, launcher, observer, compose)
-    returns = _launch_all(launcher, plan, schedule, observer, max_batch_size)
+    tracker = SweepTracker(store, sweep_dir, first.multirun.order, terminal.console.print)
+    emit: Emitter[SweepEvent] = Emitter([SweepConsole(), tracker])
+    schedule = _schedule(plan, first, baseline, launcher, tracker, emit, compose)
+    returns = _launch_all(launcher, plan, schedule, tracker, emit, max_batch_size)
     failed = failed_jobs(returns)
     if failed:
-        sys.exit(1)  # the observer said which
+        sys.exit(1)  # the console said which
     return [returns]
 
 
@@ -193,12 +197,13 @@ def _schedule(
     first: RunConfig,
     baseline: Optional[str],
     launcher: Any,
-    observer: SweepObserver,
+    tracker: SweepTracker,
+    emit: Emitter[SweepEvent],
     compose: ComposeJob,
 ) -> _Schedule:
     """The steps and sequential pairs, less the jobs a resumed sweep finished; the plan
-    said (and the parent run started) by the observer."""
-    settings, store = first.multirun, observer.store
+    said (and the parent run started) by the observers."""
+    settings, store = first.multirun, tracker.store
     in_process = launcher_kind(launcher) == LauncherKind.in_process
     pairs = sequential_pairs(plan, baseline, settings.order, in_process)
     if pairs:
@@ -207,7 +212,7 @@ def _schedule(
             _refuse(plan, plan.errors, len(plan.jobs))
     if store:
         store.end_abandoned()  # an earlier sweep's runs, left RUNNING by a kill
-        publish_left_report(store, observer.sweep_dir)
+        publish_left_report(store, tracker.sweep_dir, tracker.say)
         if settings.resume:
             mark_finished(plan, store)
             pairs = [
@@ -232,7 +237,7 @@ def _schedule(
     )
     until_decided = tuple(j for pair in pairs for j in pair)
     chosen = baseline is not None and not settings.baseline
-    observer.notify(SweepPlanned(plan, until_decided, baseline, chosen, order, budget))
+    emit(SweepPlanned(plan, until_decided, baseline, chosen, order, budget))
     if first.dry_run:  # nothing is measured: each job's command once
         return _Schedule([Step(planned) for planned in plan.to_run], [])
     return _Schedule(steps, pairs)
@@ -242,17 +247,18 @@ def _launch_all(
     launcher: Any,
     plan: Plan,
     schedule: _Schedule,
-    observer: SweepObserver,
+    tracker: SweepTracker,
+    emit: Emitter[SweepEvent],
     max_batch_size: Optional[int],
 ) -> list[Any]:
     """Every step, then the sequential comparisons round by round; the sweep's end said
     whatever stopped it (a failure exits with its status, a kill is raised on)."""
     kind = launcher_kind(launcher)
     batch = 1 if kind == LauncherKind.in_process else max_batch_size or len(schedule.steps) or 1
-    store = observer.store
+    store = tracker.store
     uri = store.uri if store else uri_in_force(plan.jobs[0].job.config.tracking.uri)[0]
     overrides = launchers.job_overrides(launcher, uri)
-    parent = observer.parent_run_id
+    parent = tracker.parent_run_id
     status, returns, error, failed_with = RunStatus.failed, [], None, 0
     sequences: list[SequentialComparison] = []
     with OpenJobs() as open_jobs:
@@ -284,7 +290,7 @@ def _launch_all(
         finally:
             open_jobs.end_all(RunStatus.failed if status == RunStatus.finished else status)
             POOL.close()
-            observer.notify(
+            emit(
                 SweepEnded(
                     status,
                     tuple(sequences),

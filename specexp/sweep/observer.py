@@ -1,15 +1,16 @@
-"""A sweep as events, and the observer that hears them: the plan said in lines (its jobs,
-the baseline chosen, the order, the budget's power), the parent run and its saved view
-started, and at the end the report journaled, published and printed - or kept for
-``specexp upload`` when the store fails. :func:`specexp.sweep.launch.run_sweep` emits and
-launches; this module prints and writes."""
+"""A sweep as events, and its two observers, as a job's are: the console (the plan said in
+lines - its jobs, the baseline chosen, the order, the budget's power - and at the end what
+failed) and the tracker (the parent run and its saved view started, and at the end the
+report journaled and published, or kept for ``specexp upload`` when the store fails; what
+it has to tell goes to the ``say`` its caller gives). :func:`specexp.sweep.launch.run_sweep`
+emits and launches; this module prints and writes."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from rich.markup import escape
 
@@ -63,21 +64,16 @@ class SweepEnded:
 SweepEvent = Union[SweepPlanned, SweepEnded]
 
 
-class SweepObserver:
-    """Says the plan, holds the sweep's parent run (when tracked: ``store``), and publishes
-    its report at the end, journaled first beside the jobs' directories (``sweep_dir``)."""
+class SweepConsole:
+    """Says the plan, and at the end what stopped the sweep and which jobs failed."""
 
-    def __init__(self, store: Optional[TrackingStore], sweep_dir: Path, order: JobOrder):
-        self.store, self.sweep_dir, self.order = store, sweep_dir, order
-        self.parent: Optional[RunLog] = None
-        self._planned: Optional[SweepPlanned] = None
+    def notify(self, event: SweepEvent) -> None:
+        if isinstance(event, SweepPlanned):
+            self._planned(event)
+        else:
+            self._ended(event)
 
-    @property
-    def parent_run_id(self) -> Optional[str]:
-        return self.parent.run_id if self.parent else None
-
-    def _planned_sweep(self, event: SweepPlanned) -> None:
-        self._planned = event
+    def _planned(self, event: SweepPlanned) -> None:
         chosen = (
             [
                 f"baseline: {event.baseline} (the swept factor's first value; "
@@ -90,8 +86,47 @@ class SweepObserver:
             terminal.console.print(line)
         if event.budget is not None:
             terminal.print_budget(event.budget.statement, event.budget.short)
-        if self.store is not None:
-            self.parent = self._start_parent(self.store, event.plan)
+
+    def _ended(self, event: SweepEnded) -> None:
+        if event.error is not None:
+            terminal.console.print(
+                f"[red]sweep failed:[/] {escape(event.error)} (traceback: specexp.log); its "
+                "runs are ended FAILED"
+            )
+        if event.failed_jobs and event.status == RunStatus.finished:
+            terminal.console.print(
+                f"[red]{len(event.failed_jobs)} of {event.jobs_to_run} job(s) failed:[/] "
+                + escape(", ".join(event.failed_jobs))
+            )
+
+
+class SweepTracker:
+    """Holds the sweep's parent run (when tracked: ``store``), and publishes its report at
+    the end, journaled first beside the jobs' directories (``sweep_dir``); ``say`` tells the
+    user where a report the store did not take is kept."""
+
+    def __init__(
+        self,
+        store: Optional[TrackingStore],
+        sweep_dir: Path,
+        order: JobOrder,
+        say: Callable[[str], None],
+    ):
+        self.store, self.sweep_dir, self.order, self.say = store, sweep_dir, order, say
+        self.parent: Optional[RunLog] = None
+        self._planned: Optional[SweepPlanned] = None
+
+    @property
+    def parent_run_id(self) -> Optional[str]:
+        return self.parent.run_id if self.parent else None
+
+    def notify(self, event: SweepEvent) -> None:
+        if isinstance(event, SweepPlanned):
+            self._planned = event
+            if self.store is not None:
+                self.parent = self._start_parent(self.store, event.plan)
+        else:
+            self._ended(event)
 
     def _start_parent(self, store: TrackingStore, plan: Plan) -> RunLog:
         parent = store.start_run(
@@ -110,30 +145,20 @@ class SweepObserver:
         return parent
 
     def _ended(self, event: SweepEnded) -> None:
-        if event.error is not None:
-            terminal.console.print(
-                f"[red]sweep failed:[/] {escape(event.error)} (traceback: specexp.log); its "
-                "runs are ended FAILED"
-            )
         if self.store is not None and self.parent is not None and self._planned is not None:
             planned = self._planned
             facts = sweep_facts(
                 planned.plan, self.parent.run_id, planned.baseline, planned.order, event.sequences
             )
             publish_end(
-                self.store, self.parent, facts, event.status, event.end_children, self.sweep_dir
+                self.store,
+                self.parent,
+                facts,
+                event.status,
+                event.end_children,
+                self.sweep_dir,
+                self.say,
             )
-        if event.failed_jobs and event.status == RunStatus.finished:
-            terminal.console.print(
-                f"[red]{len(event.failed_jobs)} of {event.jobs_to_run} job(s) failed:[/] "
-                + escape(", ".join(event.failed_jobs))
-            )
-
-    def notify(self, event: SweepEvent) -> None:
-        if isinstance(event, SweepPlanned):
-            self._planned_sweep(event)
-        else:
-            self._ended(event)
 
 
 def publish_end(
@@ -143,10 +168,12 @@ def publish_end(
     status: str,
     end_children: bool,
     sweep_dir: Path,
+    say: Callable[[str], None],
 ) -> None:
     """The report and the parent's end in the store, journaled beside the jobs' directories
     first: kept there when the store fails now or the sweep is killed while publishing, for
-    `python -m specexp.upload` (or the sweep resumed here) to publish later."""
+    `python -m specexp.upload` (or the sweep resumed here) to publish later (``say`` tells
+    where)."""
     at_ms = now_ms()
     try:
         journal = journal_sweep_end(sweep_dir, store, facts, status, end_children, at_ms)
@@ -159,7 +186,7 @@ def publish_end(
         if journal is None:
             raise
         failure.log_traceback(exc)
-        terminal.console.print(
+        say(
             f"[bold yellow]MLflow store failed at the sweep's end[/] ({redact_text(store.uri)}: "
             f"{escape(failure.one_line(exc))}): the report is kept in {journal}; publish it "
             f"under the same parent run with: python -m specexp.upload {sweep_dir} "
@@ -170,9 +197,10 @@ def publish_end(
             journal.unlink()
 
 
-def publish_left_report(store: TrackingStore, sweep_dir: Path) -> None:
+def publish_left_report(store: TrackingStore, sweep_dir: Path, say: Callable[[str], None]) -> None:
     """A report an earlier run of this sweep journaled and did not publish (its store down,
-    or the sweep killed while publishing), published before this run journals its own."""
+    or the sweep killed while publishing), published before this run journals its own;
+    ``say`` tells what became of it."""
     journal = sweep_dir / Artifact.report_journal
     if not journal.exists():
         return
@@ -184,15 +212,13 @@ def publish_left_report(store: TrackingStore, sweep_dir: Path) -> None:
         aside = sweep_dir / f"unpublished-{now_ms()}"
         aside.mkdir()
         kept = journal.rename(aside / journal.name)
-        terminal.console.print(
+        say(
             f"[yellow]the report an earlier run of this sweep left could not be published "
             f"({escape(failure.one_line(exc))}); kept as {kept}: publish it with "
             f"python -m specexp.upload {sweep_dir}[/]"
         )
         return
-    terminal.console.print(
-        f"published the report an earlier run of this sweep left unpublished, on run {parent}"
-    )
+    say(f"published the report an earlier run of this sweep left unpublished, on run {parent}")
 
 
 def say_refused(plan: Plan, errors: Sequence[str], jobs: int) -> None:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
-from specexp.analysis.arms import calibrations
+from specexp.analysis.arms import calibrations, with_launches
 from specexp.analysis.report import SweepFacts, compile_sweep_report
 from specexp.analysis.results import FACTOR, Artifact, Metric, RunStatus
 from specexp.core.durable import write_atomic
@@ -163,7 +163,10 @@ def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> Non
         facts,
         children,
         resumed_runs,
-        calibrations(store.calibration_runs()),
+        with_launches(
+            calibrations(store.calibration_runs()),
+            store.configuration_runs([*children, *resumed_runs]),
+        ),
         store.job_prompts(r.run_id for r in [*children, *resumed_runs]),
         goodput_runs=[
             *store.job_runs(parent=parent.run_id, metric=Metric.goodput_tok_per_s),

@@ -29,7 +29,7 @@ except ModuleNotFoundError:  # a node without MLflow: runs go to the offline jou
 from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
 from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.report import SweepReport
-from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, launch_metric
+from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, Unit, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
@@ -438,6 +438,24 @@ class TrackingStore:
             filter_string=f"metrics.{ResultMetric.launches} >= {CALIBRATION_MIN_LAUNCHES}",
             metric=metric,
         )
+
+    def configuration_runs(
+        self, runs: Iterable[JobRun], metric: str = ResultMetric.tok_per_s
+    ) -> list[JobRun]:
+        """The finished job runs of the single-launch ``runs``' configurations (their config
+        fingerprints): each another launch of its configuration."""
+        fingerprints = sorted(
+            {f for r in runs if r.unit == Unit.run and (f := r.tags.get(Tag.config_fingerprint))}
+        )
+        return [
+            found
+            for fingerprint in fingerprints
+            for found in self.job_runs(
+                filter_string=f"tags.{Tag.config_fingerprint} = '{fingerprint}' and "
+                "attributes.status = 'FINISHED'",
+                metric=metric,
+            )
+        ]
 
     def _job_run(self, run: Any, metric: str) -> JobRun:
         def history(name: str) -> list[float]:

@@ -5,7 +5,11 @@ the cores they measure on - except those that start no engine's server, which ru
 them as the unit and statistics tiers do: the files below (commands composed and parsed, dry
 runs, generated models, stores written by the test, test servers of known pacing) and, in
 the other files, each test marked ``no_engine_server`` (a refusal before launch, a dry run,
-a test server, the doctor, leases)."""
+a test server, the doctor, leases) or ``load_tolerant`` (it starts a server, but asserts
+only how a fault, an interrupt, a start or a stop is handled, which another server beside
+it cannot change: a server killed, stalled, never ready or dying at start, Ctrl-C, a store
+that is down). Moving a test out of the group never lengthens the suite: the group runs on
+one worker, the rest is handed to whichever worker is free."""
 
 from __future__ import annotations
 
@@ -17,10 +21,12 @@ SERVERLESS = {
     "test_config_validation.py",
     "test_dry_run.py",
     "test_engine_plugin.py",
+    "test_events.py",
     "test_goodput.py",
     "test_gpu_node.py",
     "test_history_cli.py",
     "test_runbook.py",
+    "test_schedule_exports.py",
     "test_sglang_commands.py",
     "test_tinymodels.py",
     "test_trace_replay.py",
@@ -37,5 +43,6 @@ def pytest_collection_modifyitems(items):
             path.parent == here
             and path.name not in SERVERLESS
             and not item.get_closest_marker("no_engine_server")
+            and not item.get_closest_marker("load_tolerant")
         ):
             item.add_marker(SERVERS)

@@ -90,6 +90,7 @@ def test_an_override_typo_exits_2_with_the_nearest_spelling(tmp_path, argv):
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.load_tolerant
 def test_a_failed_run_exits_1(tmp_path):
     env = store_env(tmp_path)
     # Ready in 1 ms: no server is, so the job fails after it started.
@@ -101,6 +102,7 @@ def test_a_failed_run_exits_1(tmp_path):
     assert run.info.status == "FAILED"
 
 
+@pytest.mark.load_tolerant
 def test_a_sweep_with_a_failed_job_exits_1_and_names_it(tmp_path):
     env = store_env(tmp_path)
     result = run_cli(
@@ -139,3 +141,14 @@ def test_a_config_the_job_refuses_exits_2_before_anything_is_tracked(tmp_path):
     assert result.returncode == 2, result.stdout + result.stderr
     assert "config error:" in result.stdout and "Traceback" not in result.stdout + result.stderr
     assert runs_in(env["MLFLOW_TRACKING_URI"]) == []
+
+
+@pytest.mark.no_engine_server
+def test_a_config_the_job_refuses_is_raised_by_the_api_with_why_and_nothing_printed(in_tmp, capfd):
+    """hydra_app printed a refused config itself: the API now raises it with its reason,
+    and the command line's error path prints it (the test above)."""
+    with pytest.raises(api.NotRun) as refused:
+        specexp.run_job([*TINY, f"stack.bin_dir={in_tmp / 'nowhere'}"], observers=[])
+    assert refused.value.exit_status == 2 and refused.value.what == "config error"
+    assert "not found or not executable" in refused.value.why
+    assert capfd.readouterr() == ("", "")

@@ -22,7 +22,7 @@ ENGINE_MODULE = textwrap.dedent('''\
 
     from specexp.core.schemas import EngineConfig, ServerSettings, WorkloadConfig
     from specexp.engines.base import Engine
-    from specexp.engines.records import LaunchSpec, StreamChunk
+    from specexp.engines.records import PORT, ServerCommand, StreamChunk
 
 
     @dataclass
@@ -36,10 +36,10 @@ ENGINE_MODULE = textwrap.dedent('''\
         config_class = EchoConfig
         multi_gpu = False
 
-        def launch_spec(self, server: ServerSettings[EchoConfig], port: int) -> LaunchSpec:
-            argv = [sys.executable, "-m", "tests.fake_server", "--host", server.engine.host, "--port", str(port),
-                    "--itl-ms", str(server.engine.itl_ms)]
-            return LaunchSpec(argv, {})
+        def server_command(self, server: ServerSettings[EchoConfig]) -> ServerCommand:
+            argv = (sys.executable, "-m", "tests.fake_server", "--host", server.engine.host, "--port", PORT,
+                    "--itl-ms", str(server.engine.itl_ms))
+            return ServerCommand(argv, {})
 
         def completion_request(self, server: ServerSettings[EchoConfig], workload: WorkloadConfig,
                                prompt: str) -> tuple[str, dict[str, Any]]:

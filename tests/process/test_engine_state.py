@@ -23,7 +23,7 @@ def test_a_small_run_after_a_large_one_measures_what_one_after_a_small_run_does(
     large = compose_job(*SHARED, "concurrency.streams=16", "engine.threads=1")
     assert small.server_fingerprint() == large.server_fingerprint()  # one server for both
     port = free_port()
-    launch = small.engine.launch_spec(small.server, port)
+    launch = small.command.at(port)
     server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
     clients = {
         name: LoadClient(

@@ -5,8 +5,14 @@ land in the timestamps of the streams still running)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from specexp.analysis.results import RunStatus
+from specexp.analysis.results import Artifact, RunStatus
+from specexp.core.redaction import redact_env
+from specexp.engines.llamacpp import LlamaCppEngine
+from specexp.engines.records import LaunchSpec, ServerCommand
+from specexp.output.files import FilesObserver
+from specexp.run import measure
 from specexp.run.events import (
     JobClosed,
     JobEvent,
@@ -71,3 +77,48 @@ def test_a_job_says_each_step_in_order_and_nothing_but_requests_during_a_run(tmp
     ]
     assert during == []
     assert not any((tmp_path / "job").glob("*.json*")), "no observer wrote anything"
+
+
+def test_the_command_is_built_once_and_each_launch_takes_it_at_the_one_port_it_leases(
+    tmp_path, monkeypatch
+):
+    """The server's argv was built three times per job (checks, launch, fingerprint) and two
+    ports were reserved: now the job builds it once, each launch leases one port and takes
+    the command at it, and command.txt is the first launch as launched."""
+    built: list[ServerCommand] = []
+    leased: list[int] = []
+    build, lease = LlamaCppEngine.server_command, measure.lease_port
+
+    def counted_build(engine: LlamaCppEngine, server: Any) -> ServerCommand:
+        built.append(build(engine, server))
+        return built[-1]
+
+    def counted_lease(*args: Any) -> Any:
+        port, held = lease(*args)
+        leased.append(port)
+        return port, held
+
+    monkeypatch.setattr(LlamaCppEngine, "server_command", counted_build)
+    monkeypatch.setattr(measure, "lease_port", counted_lease)
+    bin_dir = fake_llama_server(tmp_path)
+    job = compose_job(
+        *QUICK,
+        "workload.max_tokens=8",
+        "stats.launches=2",
+        "stats.warmup_runs=0",
+        "stats.measured_runs=1",
+        f"stack.bin_dir={bin_dir}",
+        "tracking.enabled=false",
+    )
+    heard = Heard()
+    output_dir = tmp_path / "job"
+    result = run_job(job, output_dir, lambda job, output_dir: [FilesObserver(print), heard])
+    assert result.status == RunStatus.finished, result.error
+    launched = [e.command for _, e in heard.events if isinstance(e, ServerStarting)]
+    job.server_fingerprint()  # the MLflow observer's tag, and a shared server's key
+    assert len(built) == 1 and len(launched) == 2
+    assert [c.argv for c in launched if c] == [job.command.at(port).argv for port in leased]
+    first = launched[0]
+    assert first is not None
+    written = LaunchSpec(first.argv, redact_env(first.env)).shell_line()
+    assert (output_dir / Artifact.command).read_text() == written + "\n"

@@ -45,6 +45,7 @@ from tests.conftest import (
 QUICK = TINY
 
 
+@pytest.mark.load_tolerant
 def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path, tracking_env):
     started = time.monotonic()
     result = run_cli(
@@ -71,6 +72,7 @@ def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path
     assert parent.data.tags[Tag.failed_jobs] == "1"
 
 
+@pytest.mark.load_tolerant
 def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
     result = run_cli(*QUICK, "engine.ready_timeout_s=0.001", cwd=tmp_path, env=tracking_env)
     assert result.returncode == 1
@@ -91,6 +93,7 @@ def _start_run(tmp_path, env, *overrides):
     pytest.fail("the run did not start measuring")
 
 
+@pytest.mark.load_tolerant
 def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_path, tracking_env):
     process, records = _start_run(
         tmp_path, tracking_env, *QUICK, "workload.max_tokens=256", "stats.measured_runs=200"
@@ -111,6 +114,7 @@ def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_p
     assert uploaded.read_text() == records.read_text()
 
 
+@pytest.mark.load_tolerant
 def test_requests_the_server_cuts_short_fail_the_run_and_keep_their_records(tmp_path, tracking_env):
     """A context smaller than the command's, slipped in behind specexp's back (an extra
     --ctx-size, which llama.cpp takes last): 256 tokens per slot for 400 new ones. Every
@@ -136,6 +140,7 @@ def test_requests_the_server_cuts_short_fail_the_run_and_keep_their_records(tmp_
     assert all(0 < r["output_tokens"] < 400 and r["itl_s"] for r in kept)
 
 
+@pytest.mark.load_tolerant
 def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, tracking_env):
     process, _ = _start_run(
         tmp_path,
@@ -154,6 +159,7 @@ def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, track
     assert server_pids() == set()  # the stopped server was woken and stopped
 
 
+@pytest.mark.load_tolerant
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupt_stops_the_server_and_ends_with_one_line(tmp_path, tracking_env, signum):
     """Ctrl-C or SIGTERM mid-run: the server stopped, the run KILLED, the records kept - and
@@ -197,6 +203,7 @@ def upload_the_journal(tmp_path: Path) -> tuple[str, Any]:
     return uri, run
 
 
+@pytest.mark.load_tolerant
 def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_completed_later(
     tmp_path,
 ):
@@ -248,6 +255,7 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
     assert sorted(m.step for m in history) == list(range(8))
 
 
+@pytest.mark.load_tolerant
 def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_path):
     """MLflow cannot be imported at all (a GPU node it was not carried to): the run measures
     all the same, journals to its output directory, and specexp.upload logs it where MLflow is."""
@@ -261,6 +269,7 @@ def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_p
     upload_the_journal(tmp_path)
 
 
+@pytest.mark.load_tolerant
 def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_server(
     tmp_path, tracking_env
 ):
@@ -276,6 +285,7 @@ def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_
     assert run.data.tags["engaged.resolution"] == "engaged"  # /props, read through urllib
 
 
+@pytest.mark.load_tolerant
 def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp_path):
     """A store that cannot be reached: the run measures into its journal and says how to
     upload it, and the upload logs its records and server log. Passwords inside URLs - in
@@ -314,6 +324,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
     assert again.returncode == 2 and "--tracking-uri" in again.stdout
 
 
+@pytest.mark.load_tolerant
 def test_secret_looking_values_are_redacted_everywhere(tmp_path, tracking_env):
     result = run_cli(
         *QUICK,
@@ -468,6 +479,7 @@ def statuses(uri: str) -> dict[str, list[str]]:
     return {name: sorted(s) for name, s in found.items()}
 
 
+@pytest.mark.load_tolerant
 def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path, tracking_env):
     """Issue 45: a sweep killed with SIGKILL and resumed into the same directory wrote its
     first resumed job into finished job 0's folder (config, command, environment replaced,
@@ -531,6 +543,7 @@ STORE_DOWN_AT_THE_REPORT = (
 )
 
 
+@pytest.mark.load_tolerant
 def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env):
     """Issue 45: the store down when a sweep ends gave ~60 lines of traceback, exit 1 and a
     parent RUNNING with no report, which came back only by re-running the whole sweep. Now
@@ -655,6 +668,7 @@ def test_a_malformed_tracking_uri_is_refused_before_anything_runs(tmp_path, swee
     assert not list(tmp_path.rglob("requests.jsonl")) and server_pids() == set()
 
 
+@pytest.mark.load_tolerant
 @pytest.mark.parametrize("step", ["before-launch", "warm-up"])
 def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
     tmp_path, tracking_env, step

@@ -36,7 +36,7 @@ def vllm_launches(*settings: dict) -> tuple:
         "engine.max_num_seqs=64",
     )  # fmt: skip
     engine = get_engine("vllm")
-    launch = engine.launch_spec(job.server, 8000)
+    launch = job.command.at(8000)
     at = launch.argv.index("--speculative-config") + 1
     composed = json.loads(launch.argv[at])
     launches = []
@@ -98,7 +98,7 @@ def test_sglang_routes_each_exported_config_to_its_steps_after_cuda_graph_paddin
         assert entry == {"draft_tokens": [schedule.draft_tokens(p) for p in padded]}
     # Batch 7 pads to 8 on these captured sizes (1..8, 10, 12, ...): exact here, but a key
     # between two captured sizes would start early - what the note says.
-    launch = engine.launch_spec(job.server, 30000)
+    launch = job.command.at(30000)
     with_flags = [LaunchSpec(launch.argv + list(s.flags), {}) for s in settings]
     assert check_with_real_parser("0.5.23", job, with_flags) == [None, None]
 

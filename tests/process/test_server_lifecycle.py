@@ -18,6 +18,7 @@ def group_alive(pgid: int) -> bool:
     return bool(live_group_members(pgid))
 
 
+@pytest.mark.load_tolerant
 def test_llamacpp_starts_serves_health_and_stops(tmp_path):
     launch, port = llamacpp_launch()
     server = ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log")
@@ -33,6 +34,7 @@ def test_llamacpp_starts_serves_health_and_stops(tmp_path):
     assert "cleaning up before exit" in log  # SIGTERM let it shut down cleanly
 
 
+@pytest.mark.load_tolerant
 def test_early_exit_is_reported_at_once_with_the_reason(tmp_path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"this is not a gguf file")

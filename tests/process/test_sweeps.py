@@ -17,24 +17,24 @@ from tests.conftest import TINY, is_sweep, run_cli, runs_in, server_pids, start_
 from tests.sglang_parser import check_with_real_parser, composed
 
 
-def test_two_server_configs_by_five_levels_launch_two_servers(tmp_path, tracking_env):
+def test_two_server_configs_by_three_levels_launch_two_servers(tmp_path, tracking_env):
     result = run_cli(
         "-m",
         *TINY,
         "speculative=none,draft",
-        "concurrency.streams=1,2,3,4,5",
-        "engine.parallel_slots=5",
+        "concurrency.streams=1,2,3",
+        "engine.parallel_slots=3",
         cwd=tmp_path,
         env=tracking_env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "sweep: 10 jobs, 10 to run, 2 server launch(es)" in result.stdout
+    assert "sweep: 6 jobs, 6 to run, 2 server launch(es)" in result.stdout
     assert result.stdout.count("server ready at") == 2
-    assert result.stdout.count("reusing the sweep's server") == 8
+    assert result.stdout.count("reusing the sweep's server") == 4
     runs = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
     parent = sweep_parent(runs)
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(children) == 10 and all(r.info.status == "FINISHED" for r in children)
+    assert len(children) == 6 and all(r.info.status == "FINISHED" for r in children)
     assert (
         parent.data.tags["planned_server_launches"] == "2"
         and parent.data.tags[Tag.server_launches] == "2"

@@ -34,7 +34,7 @@ def composed(*overrides: str) -> tuple[Job, LaunchSpec]:
     job = compose_job(
         "engine=vllm", "model=kimi-k2.5", STACK, "model.draft_path=org/small-draft", *overrides
     )
-    return job, ENGINE.launch_spec(job.server, 8000)
+    return job, ENGINE.server_command(job.server).at(8000)
 
 
 def in_vllm(mode: str, job: Job, launches: list[LaunchSpec]) -> list:
@@ -126,7 +126,7 @@ def test_a_synthetic_acceptance_arm_is_checked_by_vllm():
             f"speculative={method}",
             "speculative.synthetic_acceptance_length=2.5",
         )
-        jobs.append((job, ENGINE.launch_spec(job.server, 8000)))
+        jobs.append((job, ENGINE.server_command(job.server).at(8000)))
     parser, _ = composed("speculative=ngram")  # the CPU build's interpreter runs the checks
     launches = [launch for _, launch in jobs]
     at = launches[0].argv.index("--speculative-config") + 1

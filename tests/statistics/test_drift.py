@@ -16,7 +16,7 @@ from specexp.core.stats import Comparison, Verdict, compare
 from specexp.sweep.plan import balanced_rounds
 
 ALPHA = 0.05
-REPS = 800
+REPS = 400
 MC_ERROR = 3 * (ALPHA * (1 - ALPHA) / REPS) ** 0.5
 RUNS, RUN_S, DRIFT_PER_RUN, RUN_CV = 5, 5.0, -0.01, 0.01
 SERVER = {Tag.server_url: "http://127.0.0.1:8080", Tag.server_started_at: "1764547200.000"}

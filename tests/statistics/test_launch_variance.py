@@ -8,7 +8,16 @@ import math
 
 import numpy as np
 
-from specexp.analysis.arms import Selector, baseline_pairs, calibrations, compare_arms, make_arms
+from specexp.analysis.arms import (
+    LAUNCH_TEST_ALPHA,
+    Selector,
+    baseline_pairs,
+    calibrations,
+    compare_arms,
+    launch_test,
+    make_arms,
+    with_launches,
+)
 from specexp.analysis.results import JobRun, Tag
 from specexp.core.notes import NoteKind
 from specexp.core.stats import Verdict, variance_components
@@ -20,13 +29,23 @@ FAMILY = {"engine": "sglang", "model": "kimi-k2.5", "stack": "cu130", Tag.hardwa
 CALIBRATED_UNIX, ARMS_UNIX = 1.7e9, 1.7e9 + 86400.0
 
 
-def single_launch_arm(rng, name: str) -> JobRun:
-    (values,) = noise.launches(rng, 90, 1, 5, run_cv=0.02, launch_cv=0.02)
-    tags = {**FAMILY, Tag.factors: f'{{"arm": "{name}"}}'}
+def single_launch_arm(rng, name: str, before_h: float = 0.0, launch_cv: float = 0.02) -> JobRun:
+    """A single-launch run of configuration ``name`` (its config fingerprint), ``before_h``
+    hours before the arms: the arm itself at 0, an earlier launch of it otherwise."""
+    (values,) = noise.launches(rng, 90, 1, 5, run_cv=0.02, launch_cv=launch_cv)
+    tags = {**FAMILY, Tag.factors: f'{{"arm": "{name}"}}', Tag.config_fingerprint: name}
     costs = {"server_ready_s": 600.0, "wall_s": 25.0}  # a 10-minute launch, 25 s runs
-    times = [ARMS_UNIX + 60.0 * i for i in range(len(values))]
+    times = [ARMS_UNIX - 3600.0 * before_h + 60.0 * i for i in range(len(values))]
     return JobRun.from_store(
-        name, None, "FINISHED", tags, {"stats.warmup_runs": "2"}, values, [], costs, times
+        f"{name}-{before_h:g}h",
+        name,
+        "FINISHED",
+        tags,
+        {"stats.warmup_runs": "2"},
+        values,
+        [],
+        costs,
+        times,
     )
 
 
@@ -49,16 +68,19 @@ def calibration_run(rng, launches: int = 5, launch_cv: float = 0.02, at: float =
     )
 
 
-def aa(rng, calibrated: bool, launch_cv: float = 0.02, at: float = 0.0):
+def aa(rng, calibrated: bool, launch_cv: float = 0.02, at: float = 0.0, launches: int = 1):
     """An A/A comparison of two single-launch arms, with a calibration of ``launch_cv``
-    measured ``at`` seconds after CALIBRATED_UNIX (or none)."""
+    measured ``at`` seconds after CALIBRATED_UNIX (or none); each arm's configuration has
+    had ``launches`` in all, the earlier ones an hour apart before it."""
+    runs = [single_launch_arm(rng, name, h) for name in "ab" for h in range(launches)]
     arms, _ = make_arms(
-        [single_launch_arm(rng, "a"), single_launch_arm(rng, "b")],
-        label_tags=[],
-        confidence=0.95,
-        metric="tok_per_s",
+        [runs[0], runs[launches]], label_tags=[], confidence=0.95, metric="tok_per_s"
     )
-    known = calibrations([calibration_run(rng, launch_cv=launch_cv, at=at)]) if calibrated else {}
+    known = (
+        with_launches(calibrations([calibration_run(rng, launch_cv=launch_cv, at=at)]), runs)
+        if calibrated
+        else {}
+    )
     (comparison,) = compare_arms(
         baseline_pairs(arms, Selector("arm=a")),
         confidence=0.95,
@@ -142,3 +164,64 @@ def test_an_old_calibration_run_is_not_pooled_with_a_new_one():
     new = dataclasses.replace(calibration_run(rng), run_id="new")
     (known,) = calibrations([old, new]).values()
     assert known.runs == ("new",) and known.measured_unix == CALIBRATED_UNIX + 4 * 600.0
+
+
+# The launch test: a calibration's launch variance against the spread of an arm's
+# configuration's launches in the store (the arm and its earlier runs), k launches in all.
+
+
+def launch_test_refusals(rng, launches: int, times_calibrated: float, trials: int):
+    """How often the launch test refuses a 5-launch calibration (2% / 2%) when the arms'
+    launch variance is ``times_calibrated`` its truth, and the power it states (mean)."""
+    refused, stated = 0, []
+    for _ in range(trials):
+        runs = [
+            single_launch_arm(rng, "a", h, launch_cv=0.02 * math.sqrt(times_calibrated))
+            for h in range(launches)
+        ]
+        (known,) = with_launches(calibrations([calibration_run(rng)]), runs).values()
+        test = launch_test(known, runs[0])
+        assert test is not None and test.launches == launches
+        refused += not test.consistent
+        stated.append(test.power)
+    return refused / trials, float(np.mean(stated))
+
+
+def test_the_launch_test_refuses_a_right_calibration_at_most_at_its_alpha():
+    """A calibration that is right: refused 4.15% of 4,000 at 3 launches, 3.87% at 6 (SE
+    0.3%; the F test on its 4 degrees of freedom is a little conservative, since the run
+    noise in its prediction is known better than that); asserted over 800 each."""
+    rng, trials = np.random.default_rng(23), 800
+    for launches in (3, 6):
+        rate, _ = launch_test_refusals(rng, launches, 1.0, trials)
+        bound = LAUNCH_TEST_ALPHA + 3 * math.sqrt(LAUNCH_TEST_ALPHA * 0.95 / trials)
+        assert rate <= bound, (launches, rate)
+
+
+def test_the_launch_test_has_the_power_it_states():
+    """The power the note states (to see a doubled launch variance, from the F distribution)
+    is the power it has: at 3 launches 0.110 stated, 0.120 measured; at 6, 0.118 and 0.119
+    (4,000 each, SE 0.5%); at four times the launch variance 0.24 and 0.29. Low, and said so:
+    a calibration of 5 launches has 4 degrees of freedom. Asserted over 800 each: measured
+    within 3 SE + 0.02 of stated at twice, and more at four times."""
+    rng, trials = np.random.default_rng(24), 800
+    for launches in (3, 6):
+        doubled, stated = launch_test_refusals(rng, launches, 2.0, trials)
+        assert abs(doubled - stated) <= 3 * math.sqrt(stated * (1 - stated) / trials) + 0.02
+        quadrupled, _ = launch_test_refusals(rng, launches, 4.0, trials)
+        assert quadrupled > doubled + 0.05, (launches, doubled, quadrupled)
+
+
+def test_with_the_launch_test_a_calibration_with_half_the_launch_variance_keeps_under_six_percent():
+    """The whole comparison, with 3 launches of each arm's configuration in the store and a
+    calibration whose launch variance is half the truth: 1.55% false verdicts of 2,000 (SE 0.28%;
+    5.30% with no earlier launch, on the same seed), the calibration refused in 19.2% (its
+    arm's own offset is among the launches tested, so a far-off arm is refused more often);
+    asserted over 300 at most 6% + 3 SE."""
+    rng, trials = np.random.default_rng(25), 300
+    false = sum(
+        aa(rng, calibrated=True, launch_cv=0.02 / math.sqrt(2), launches=3).verdict
+        in (Verdict.faster, Verdict.slower)
+        for _ in range(trials)
+    )
+    assert false / trials <= 0.06 + 3 * math.sqrt(0.06 * 0.94 / trials), false

@@ -35,7 +35,7 @@ def decided(n: int, effect: float, slow_share: float, trials: int, seed: int):
 
 @pytest.mark.parametrize("n", [5, 8])
 def test_on_clean_runs_its_false_verdicts_stay_at_alpha(n):
-    trials = 1500
+    trials = 750
     _, false = decided(n, 0.0, 0.0, trials, seed=21 + n)
     assert false <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials), false
 

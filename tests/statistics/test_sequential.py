@@ -78,7 +78,7 @@ def test_a_look_reads_its_verdict_off_the_repeated_interval():
 
 @pytest.mark.parametrize(("between", "within"), SPREADS)
 def test_a_a_sequences_are_called_faster_or_slower_at_most_alpha(between, within):
-    n = 800
+    n = 400
     outcomes = sequences(between, within, 0.0, n, seed=11)
     false = sum(o.verdict in (Verdict.faster, Verdict.slower) for o in outcomes) / n
     assert false <= ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / n), false
@@ -86,7 +86,7 @@ def test_a_a_sequences_are_called_faster_or_slower_at_most_alpha(between, within
 
 @pytest.mark.parametrize(("between", "within"), SPREADS)
 def test_power_at_twice_the_threshold_and_cost_against_the_fixed_plan(between, within):
-    n = 500
+    n = 250
     found = sequences(between, within, 2 * THRESHOLD, n, seed=12)
     power = sum(o.verdict == Verdict.faster for o in found) / n
     assert power >= 0.8 - 3 * math.sqrt(0.8 * 0.2 / n), power

@@ -34,7 +34,7 @@ def upper_bound(rate: float, trials: int) -> float:
 
 def test_aa_false_verdict_rate_stays_at_alpha():
     rng = np.random.default_rng(1)
-    trials = 1500
+    trials = 750
     false = sum(
         compare(noise.runs(rng, 90, 5, 0.02), noise.runs(rng, 90, 5, 0.02)).verdict
         in (Verdict.faster, Verdict.slower)
@@ -95,7 +95,7 @@ def test_slower_and_inconclusive():
 
 def test_a_family_keeps_the_family_wise_error_and_its_intervals_hold_together():
     rng = np.random.default_rng(6)
-    trials, family = 600, 5
+    trials, family = 300, 5
     any_false = any_miss = 0
     for _ in range(trials):
         base = noise.runs(rng, 90, 5, 0.02)

@@ -86,7 +86,7 @@ def test_a_step_inside_interleaved_runs_is_fitted_and_no_a_a_is_called_different
 
 
 def test_autocorrelated_runs_in_blocks_do_not_narrow_the_interval():
-    rng, trials, false = np.random.default_rng(43), 800, 0
+    rng, trials, false = np.random.default_rng(43), 400, 0
     turns = [0] * RUNS + [1] * RUNS
     for _ in range(trials):
         noise = np.zeros(2 * RUNS)

@@ -266,20 +266,20 @@ def test_a_synthetic_arm_is_composed_where_the_engine_has_the_knob():
         "model.eagle3_draft_path=org/head",
         "speculative.synthetic_acceptance_length=3.2",
     )
-    env = sglang.engine.launch_spec(sglang.server, 30000).env
+    env = sglang.command.at(30000).env
     assert env["SGLANG_SIMULATE_ACC_LEN"] == "3.2"
     assert env["SGLANG_SIMULATE_ACC_METHOD"] == "match-expected"
     vllm = compose_job(
         "engine=vllm", "speculative=ngram", "speculative.synthetic_acceptance_length=2.5"
     )
-    argv = vllm.engine.launch_spec(vllm.server, 8000).argv
+    argv = vllm.command.at(8000).argv
     config = json.loads(argv[argv.index("--speculative-config") + 1])
     assert config["rejection_sample_method"] == "synthetic"
     assert config["synthetic_acceptance_length"] == 2.5
     assert vllm.engine.pinned_marginals(2.5, 4) == [1.0, 0.5, 0.0, 0.0]
     # The live server's resolution (/server_info) clears the length into its rates: kept
     # when the rates are the length's schedule, changed when they are not.
-    launch = vllm.engine.launch_spec(vllm.server, 8000)
+    launch = vllm.command.at(8000)
     resolved = {
         "max_num_seqs": int(argv[argv.index("--max-num-seqs") + 1]),
         **{f"speculative_config.{k}": v for k, v in config.items()},

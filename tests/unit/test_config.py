@@ -196,13 +196,13 @@ def test_draft_tokens_mean_one_thing_on_every_engine():
     one token per step."""
     overrides = ("model=tiny-pair", "speculative=draft", "speculative.num_draft_tokens=6")
     llamacpp = compose_job(*overrides)
-    argv = llamacpp.engine.launch_spec(llamacpp.server, 8080).argv
+    argv = llamacpp.command.at(8080).argv
     assert argv[argv.index("--spec-draft-n-max") + 1] == "6"
     vllm = compose_job(*overrides, "engine=vllm")
-    argv = vllm.engine.launch_spec(vllm.server, 8000).argv
+    argv = vllm.command.at(8000).argv
     assert '"num_speculative_tokens":6' in argv[argv.index("--speculative-config") + 1]
     sglang = compose_job(*overrides, "engine=sglang", "stack=cu130")
-    argv = sglang.engine.launch_spec(sglang.server, 30000).argv
+    argv = sglang.command.at(30000).argv
     flags = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--spec")}
     assert flags["--speculative-num-draft-tokens"] == "7"
     assert flags["--speculative-num-steps"] == "6" and flags["--speculative-eagle-topk"] == "1"
@@ -228,7 +228,7 @@ def test_llamacpp_context_holds_a_whole_request_in_every_slot():
     ):
         compose_job("concurrency.streams=8", "workload.max_tokens=512", "engine.ctx_size=4096")
     job = compose_job("concurrency.streams=8", "workload.max_tokens=512")
-    argv = job.engine.launch_spec(job.server, 8080).argv
+    argv = job.command.at(8080).argv
     per_slot = int(argv[argv.index("--ctx-size") + 1]) // 8
     assert per_slot >= job.server.request_tokens > 512 and per_slot % 256 == 0
 
@@ -292,9 +292,9 @@ def test_a_cpu_server_leaves_the_client_a_core_unless_told_its_threads(cpus, thr
     """The advice for small machines as the default: on two cores the server gets one, the
     client measures from the other (a server on both shares one with the client)."""
     job = compose_job("model=tiny-pair-small", f"host.cpus={cpus}")
-    argv = job.engine.launch_spec(job.server, 8080).argv
+    argv = job.command.at(8080).argv
     assert argv[argv.index("--threads") + 1] == str(threads)
     assert job.engine.cpu_cores(job.server) is None  # leased as the host's share, at launch
     given = compose_job("model=tiny-pair-small", f"host.cpus={cpus}", "engine.threads=2")
-    argv = given.engine.launch_spec(given.server, 8080).argv
+    argv = given.command.at(8080).argv
     assert argv[argv.index("--threads") + 1] == "2"

@@ -5,6 +5,7 @@ members the consumer names, with the parameters it calls them with. Optional cap
 
 from __future__ import annotations
 
+import ast
 import inspect
 from typing import Any, Protocol
 
@@ -82,13 +83,29 @@ def test_each_engine_offers_what_every_consumer_asks(name):
 
 
 def test_a_missing_member_or_a_changed_parameter_is_found():
-    """The check can fail: an engine without parse_event, and one whose launch_spec takes
+    """The check can fail: an engine without parse_event, and one whose server_command takes
     other parameters than launching calls it with."""
 
     class Broken:
         name = "broken"
 
-        def launch_spec(self, server: Any) -> None: ...
+        def server_command(self, server: Any, port: int) -> None: ...
 
     assert "parse_event missing" in mismatches(Broken(), StreamingEngine)
-    assert any(m.startswith("launch_spec(") for m in mismatches(Broken(), LaunchingEngine))
+    assert any(m.startswith("server_command(") for m in mismatches(Broken(), LaunchingEngine))
+
+
+def test_the_run_takes_the_engine_as_launching_needs_it():
+    """run/ took the whole Engine through the job: it reaches it as Job.launching (typed
+    LaunchingEngine, so mypy holds it to that Protocol), and hands the whole to nothing but
+    the load client, whose StreamingEngine takes it."""
+    handed, whole = [], 0
+    for path in sorted((REPO / "specexp" / "run").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                handed += [
+                    ast.unparse(node.func) for a in node.args if ast.unparse(a) == "job.engine"
+                ]
+            whole += isinstance(node, ast.Attribute) and ast.unparse(node) == "job.engine"
+    assert handed == ["LoadClient"] and whole == 1

@@ -69,7 +69,7 @@ def test_an_unknown_version_and_an_untranslatable_knob_are_said_before_launch():
     known = compose_job(*KIMI, "stack=cu130", "speculative=ngram")
     notes = known.engine.plan_notes(known.server)
     assert not [n for n in notes if "ngram" in n]  # 0.5.9 has the n-gram window
-    argv = known.engine.launch_spec(known.server, 30000).argv
+    argv = known.command.at(30000).argv
     assert argv[argv.index("--speculative-ngram-max-match-window-size") + 1] == "4"
 
 
@@ -84,7 +84,7 @@ def test_every_arm_runs_with_the_same_request_cap_and_cuda_graphs():
         capacities = set()
         for method in ("none", "eagle3", "ngram", "draft"):
             job = compose_job(*KIMI, *stack, f"speculative={method}", "model.draft_path=org/d")
-            argv = job.engine.launch_spec(job.server, 30000).argv
+            argv = job.command.at(30000).argv
             start = argv.index(graphs_flag) + 1
             graphs = tuple(argv[start : argv.index("--enable-metrics")])
             capacities.add((argv[argv.index("--max-running-requests") + 1], graphs))
@@ -155,7 +155,7 @@ def test_what_the_live_server_reports_is_checked_against_the_command():
         ({**composed, "max_running_requests": 48}, Engagement.not_engaged, "-requests 64 -> 48"),
     ):
         with serving({"/server_info": info}) as url:
-            setting = job.engine.effective(job.server, url, "", [])["resolution"]
+            setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
         assert setting.status == status and setting.actual.endswith(actual)
 
 
@@ -186,12 +186,12 @@ def test_llamacpp_slots_and_their_context_are_checked_against_the_command():
     job = compose_job("concurrency.streams=2", "engine.ctx_size=1024", "workload=short")
     props = {"total_slots": 2, "default_generation_settings": {"n_ctx": 512}}  # as /props says
     with serving({"/props": props}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert (
         setting.status == Engagement.engaged and setting.actual == "2 slots x 512 tokens of context"
     )
     with serving({"/props": {**props, "total_slots": 1}}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.not_engaged and setting.actual == "slots 2 -> 1"
 
 
@@ -199,13 +199,13 @@ def test_llamacpp_rounds_each_slots_context_up_to_256_tokens():
     job = compose_job("concurrency.streams=3", "engine.ctx_size=4096", "workload=short")
     props = {"total_slots": 3, "default_generation_settings": {"n_ctx": 1536}}  # as /props says
     with serving({"/props": props}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.engaged, setting
 
 
 def test_vllm_live_config_is_checked_against_the_command():
     job = compose_job("engine=vllm", "model=tiny-pair-small", "speculative=ngram")
-    launch = job.engine.launch_spec(job.server, 8000)
+    launch = job.command.at(8000)
     assert launch.env["VLLM_SERVER_DEV_MODE"] == "1"  # /server_info, on loopback only
     config = {  # as vLLM 0.32's /server_info?config_format=json reports them (abridged)
         "scheduler_config": {"max_num_seqs": 64, "max_num_batched_tokens": 2048},
@@ -218,15 +218,15 @@ def test_vllm_live_config_is_checked_against_the_command():
         },
     }
     with serving({"/server_info?config_format=json": {"vllm_config": config}}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.engaged, setting
     config["speculative_config"]["prompt_lookup_min"] = 1
     with serving({"/server_info?config_format=json": {"vllm_config": config}}) as url:
-        setting = job.engine.effective(job.server, url, "", [])["resolution"]
+        setting = job.engine.effective(job.server, job.command, url, "", [])["resolution"]
     assert setting.status == Engagement.not_engaged
     assert setting.actual == "speculative_config.prompt_lookup_min 4 -> 1"
     exposed = compose_job("engine=vllm", "model=tiny-pair-small", "engine.host=0.0.0.0")
-    assert "VLLM_SERVER_DEV_MODE" not in exposed.engine.launch_spec(exposed.server, 8000).env
+    assert "VLLM_SERVER_DEV_MODE" not in exposed.command.at(8000).env
 
 
 def test_labelled_prometheus_samples_are_summed_by_name():
@@ -275,7 +275,7 @@ def test_servers_specexp_starts_are_reached_without_proxies_and_others_through_t
 )
 def test_llamacpp_splits_a_server_over_its_gpus_as_configured(overrides, split, allreduce):
     job = compose_job("workload=short", *overrides)
-    launch = job.engine.launch_spec(job.server, 8080)
+    launch = job.command.at(8080)
     argv = launch.argv
     assert (argv[argv.index("--split-mode") + 1] if "--split-mode" in argv else None) == split
     assert launch.env.get("GGML_CUDA_ALLREDUCE") == allreduce
@@ -307,5 +307,7 @@ def test_llamacpp_says_which_all_reduce_its_tensor_split_ran(overrides, log, act
     """Read from the warnings ggml-cuda (b11434, ggml_backend_cuda_comm_init) logs when it
     falls back from NCCL to its own kernel and from that to generic copies."""
     job = compose_job("workload=short", *overrides)
-    setting = job.engine.effective(job.server, "http://127.0.0.1:9", log, [])["allreduce_backend"]
+    setting = job.engine.effective(job.server, job.command, "http://127.0.0.1:9", log, [])[
+        "allreduce_backend"
+    ]
     assert (setting.actual, setting.status) == (actual, engaged)

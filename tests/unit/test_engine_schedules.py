@@ -150,7 +150,7 @@ def test_llamacpp_serves_a_switch_off_as_the_server_of_the_levels_load(streams, 
         "+multirun.switch_off_at=2",
         f"concurrency.streams={streams}",
     )
-    argv = job.engine.launch_spec(job.server, 8080).argv
+    argv = job.command.at(8080).argv
     assert ("--spec-type" in argv) == drafts
 
 

@@ -33,7 +33,7 @@ def test_the_command_is_written_once_from_the_servers_real_launch(tmp_path):
     job = compose_job("dry_run=true")
     said: list[str] = []
     emit = Emitter([FilesObserver(said.append)])
-    emit(JobOpened(job, LaunchSpec(["llama-server", "--port", "0"], {}), tmp_path))
+    emit(JobOpened(job, tmp_path))
     assert not (tmp_path / Artifact.command).exists()  # nothing launched yet
     emit(_starting(tmp_path, 41001))
     emit(_starting(tmp_path, 41002))  # a second launch of the same job
@@ -46,7 +46,7 @@ def test_the_command_is_written_once_from_the_servers_real_launch(tmp_path):
 def test_a_runs_requests_are_appended_whole_when_it_has_ended(tmp_path):
     job = compose_job("dry_run=true")
     emit = Emitter([FilesObserver(print)])
-    emit(JobOpened(job, LaunchSpec(["llama-server"], {}), tmp_path))
+    emit(JobOpened(job, tmp_path))
     for run in range(2):
         records = [
             RequestRecord(run=run, stream=s, warmup=False, start_unix=1.0, ok=True)
@@ -63,9 +63,7 @@ def test_a_runs_requests_are_appended_whole_when_it_has_ended(tmp_path):
 def test_an_earlier_attempts_files_are_set_aside_when_the_job_opens(tmp_path):
     (tmp_path / Artifact.requests).write_text("earlier\n")
     said: list[str] = []
-    Emitter([FilesObserver(said.append)])(
-        JobOpened(compose_job("dry_run=true"), LaunchSpec(["x"], {}), tmp_path)
-    )
+    Emitter([FilesObserver(said.append)])(JobOpened(compose_job("dry_run=true"), tmp_path))
     assert (tmp_path / "attempt-1" / Artifact.requests).read_text() == "earlier\n"
     assert not (tmp_path / Artifact.requests).exists() and "attempt-1" in said[0]
 

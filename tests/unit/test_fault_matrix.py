@@ -231,7 +231,7 @@ from tests.unit.test_fault_matrix import facts, publish_half_then
 uri, sweep_dir, parent_id = sys.argv[1:]
 store = TrackingStore(uri, "specexp")
 report.sweep_report = publish_half_then(lambda: os.kill(os.getpid(), signal.SIGKILL))
-observer.publish_end(store, store.run(parent_id), facts(parent_id), "FINISHED", True, Path(sweep_dir))
+observer.publish_end(store, store.run(parent_id), facts(parent_id), "FINISHED", True, Path(sweep_dir), print)
 """
 
 
@@ -294,7 +294,7 @@ def test_a_sweep_killed_while_publishing_its_report_loses_and_doubles_nothing(
     if next_command == "upload":
         assert upload.main([str(sweep_dir), "--tracking-uri", uri]) == 0
     else:
-        observer.publish_left_report(store, sweep_dir)
+        observer.publish_left_report(store, sweep_dir, print)
     assert not journal.exists()
     assert upload.main([str(sweep_dir), "--tracking-uri", uri]) == 2  # nothing left to publish
     published = store.client.get_run(parent.run_id)
@@ -322,7 +322,7 @@ def test_a_left_report_the_resumed_sweep_cannot_publish_is_kept_where_upload_fin
         raise ConnectionError("store down")
 
     monkeypatch.setattr(report, "sweep_report", down)
-    observer.publish_left_report(store, sweep_dir)
+    observer.publish_left_report(store, sweep_dir, print)
     assert "could not be published" in capsys.readouterr().out
     assert not (sweep_dir / Artifact.report_journal).exists()
     (kept,) = sweep_dir.glob(f"unpublished-*/{Artifact.report_journal}")

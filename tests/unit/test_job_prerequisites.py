@@ -23,7 +23,7 @@ def test_a_self_draft_is_written_only_for_a_job_that_loads_it(monkeypatch, metho
     monkeypatch.setattr(session, "ensure_self_draft", lambda t, n, path: written.append(path))
     job = compose_job("model=gemma3-270m", f"speculative={method}")
     with contextlib.suppress(ConfigError):  # the model's files need not be on this machine
-        session.check_prerequisites(job, job.planned_launch(), Emitter([Heard(said)]))
+        session.check_prerequisites(job, Emitter([Heard(said)]))
     assert bool(written) == writes
     assert any(isinstance(e, Preparing) and "self-draft" in e.what for e in said) == writes
 
@@ -45,7 +45,7 @@ def test_a_fixed_port_in_use_is_refused_before_anything_is_tracked(monkeypatch):
         port = taken.getsockname()[1]
         job = compose_job("model=tiny-pair-small", f"engine.port={port}")
         with pytest.raises(ConfigError, match=f"engine.port={port} on 127.0.0.1 is already in use"):
-            session.check_prerequisites(job, job.planned_launch(), Emitter())
+            session.check_prerequisites(job, Emitter())
 
 
 @pytest.mark.parametrize("model", ["tiny-pair-small", "gemma3-270m"])
@@ -72,5 +72,5 @@ def test_the_self_draft_served_alone_is_written_from_the_packaged_target(monkeyp
     monkeypatch.setattr(session, "ensure_self_draft", lambda t, n, p: written.append((t, p)))
     job = compose_job("model=gemma3-270m", "speculative=draft_alone")
     with contextlib.suppress(ConfigError):  # the model's files need not be on this machine
-        session.check_prerequisites(job, job.planned_launch(), Emitter())
+        session.check_prerequisites(job, Emitter())
     assert written == [(Path("/packaged/gemma3-270m"), Path(job.config.model.path))]

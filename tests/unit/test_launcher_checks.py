@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hydra import compose
+
+from specexp import hydra_app
 from specexp.run import launchers
 from specexp.run.launchers import LauncherKind, check, job_minutes, job_overrides, launcher_kind
 from tests.conftest import compose_job
@@ -57,7 +60,7 @@ def test_a_fixed_port_is_refused_only_for_jobs_side_by_side():
 
 def test_slurm_limits_that_cannot_hold_a_job():
     jobs = configs("engine=sglang", "model=kimi-k2.5", "tracking.enabled=false")
-    needed = job_minutes(jobs[0])
+    needed = job_minutes(jobs[0].stats, jobs[0].workload, jobs[0].concurrency, jobs[0].engine)
     errors = check(SlurmLauncher(gpus_per_node=4, timeout_min=needed - 1), jobs, "")
     assert errors == [
         "a job needs 8 GPUs (engine.gpus) but hydra.launcher.gpus_per_node=4",
@@ -84,7 +87,7 @@ def test_job_minutes_covers_loading_and_runs_at_the_floor_rate():
     seconds = (
         cfg.engine.ready_timeout_s + 3 * 600 / launchers.FLOOR_TOK_PER_S + launchers.JOB_OVERHEAD_S
     )
-    assert job_minutes(cfg) == -(-seconds // 60)
+    assert job_minutes(cfg.stats, cfg.workload, cfg.concurrency, cfg.engine) == -(-seconds // 60)
     # A prompt set: each stream sends its share of the set every run (5 prompts over 2
     # streams: 3 for stream 0).
     (sets,) = configs(
@@ -101,4 +104,22 @@ def test_job_minutes_covers_loading_and_runs_at_the_floor_rate():
         + 3 * 3 * 600 / launchers.FLOOR_TOK_PER_S
         + launchers.JOB_OVERHEAD_S
     )
-    assert job_minutes(sets) == -(-seconds // 60)
+    assert job_minutes(sets.stats, sets.workload, sets.concurrency, sets.engine) == -(
+        -seconds // 60
+    )
+
+
+def test_the_presets_time_limit_is_the_jobs_from_its_typed_sections():
+    """The resolver converts the sections job_minutes reads (the sweep's composed config,
+    Hydra's node among it, does not convert whole) and nothing below it takes a DictConfig."""
+    overrides = ("workload=short", "workload.max_tokens=600", "stats.measured_runs=4")
+    hydra_app.register()
+    with hydra_app.composing():
+        composed = compose(
+            config_name="config",
+            overrides=["hydra/launcher=submitit_slurm", *overrides],
+            return_hydra_config=True,
+        )
+    cfg = compose_job(*overrides).config
+    needed = job_minutes(cfg.stats, cfg.workload, cfg.concurrency, cfg.engine)
+    assert composed.hydra.launcher.timeout_min == needed > 0

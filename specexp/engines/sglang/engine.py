@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from packaging.version import InvalidVersion, Version
 
@@ -30,13 +30,16 @@ from specexp.core.schemas import (
 from specexp.engines.base import Engine
 from specexp.engines.http import get_json
 from specexp.engines.records import (
+    PORT,
     BatchSchedule,
     Check,
     CheckStatus,
     Engagement,
     LaunchSpec,
+    PortSlot,
     Prompt,
     ScheduleSetting,
+    ServerCommand,
     Setting,
     StreamChunk,
 )
@@ -244,10 +247,10 @@ class SGLangEngine(Engine[SGLangConfig]):
             )
         return notes
 
-    def launch_spec(self, server: ServerSettings[SGLangConfig], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[SGLangConfig]) -> ServerCommand:
         engine, model, spec = server.engine, server.model, server.speculative
         version = self.spelling_version(server)
-        argv = [
+        argv: list[Union[str, PortSlot]] = [
             stack_python(server),
             "-m",
             "sglang.launch_server",
@@ -258,7 +261,7 @@ class SGLangEngine(Engine[SGLangConfig]):
             "--host",
             engine.host,
             "--port",
-            str(port),
+            PORT,
         ]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
@@ -293,7 +296,7 @@ class SGLangEngine(Engine[SGLangConfig]):
                 "SGLANG_SIMULATE_ACC_METHOD": "match-expected",
                 "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token",
             }
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+        return ServerCommand((*argv, *engine.extra_args), env)
 
     def _speculative_flags(self, spec: SpeculativeConfig, version: Version) -> list[str]:
         """SGLang's draft tokens count the verified root too (one more than specexp's); with
@@ -521,18 +524,19 @@ class SGLangEngine(Engine[SGLangConfig]):
     def effective(
         self,
         server: ServerSettings[SGLangConfig],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """From /server_info (the effective server args; /get_server_info before 0.5.10), the
         log's known fallback messages, and the speculative figures of the measured requests."""
-        result = super().effective(server, base_url, log_text, runs)
+        result = super().effective(server, command, base_url, log_text, runs)
         info = get_json(base_url, ("/server_info", "/get_server_info"))
         if info:
             result["resolution"] = live_resolution(
                 self,
-                server,
+                command,
                 info,
                 "/server_info against the command's speculative settings, request cap and CUDA graphs",
             )

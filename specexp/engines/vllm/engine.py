@@ -7,7 +7,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import specexp.engines.vllm.stream as stream
 from specexp.core.measurements import RunResult
@@ -25,11 +25,14 @@ from specexp.engines.evidence import speculation_from_counters
 from specexp.engines.http import get_json, is_loopback
 from specexp.engines.prometheus import position_counters
 from specexp.engines.records import (
+    PORT,
     BatchSchedule,
     Engagement,
     LaunchSpec,
+    PortSlot,
     Prompt,
     ScheduleSetting,
+    ServerCommand,
     Setting,
     StreamChunk,
 )
@@ -85,10 +88,10 @@ class VLLMEngine(Engine[VLLMConfig]):
     _attention = {"flash_attn": "FLASH_ATTN", "triton": "TRITON_ATTN", "flashinfer": "FLASHINFER"}
     _method = {"eagle3": "eagle3", "draft": "draft_model", "ngram": "ngram"}
 
-    def launch_spec(self, server: ServerSettings[VLLMConfig], port: int) -> LaunchSpec:
+    def server_command(self, server: ServerSettings[VLLMConfig]) -> ServerCommand:
         engine, model, spec = server.engine, server.model, server.speculative
         # `vllm serve` resolves the wrong package name in CPU builds; the module works everywhere.
-        argv = [
+        argv: list[Union[str, PortSlot]] = [
             stack_python(server),
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -99,7 +102,7 @@ class VLLMEngine(Engine[VLLMConfig]):
             "--host",
             engine.host,
             "--port",
-            str(port),
+            PORT,
         ]
         if model.trust_remote_code:
             argv.append("--trust-remote-code")
@@ -120,7 +123,7 @@ class VLLMEngine(Engine[VLLMConfig]):
             # For /server_info, the configuration vLLM resolved (checked after the run); it
             # comes with vLLM's other development endpoints, so only on a loopback address.
             env = {"VLLM_SERVER_DEV_MODE": "1", **env}
-        return LaunchSpec(argv=argv + list(engine.extra_args), env=env)
+        return ServerCommand((*argv, *engine.extra_args), env)
 
     def _speculative_config(self, spec: SpeculativeConfig, max_num_seqs: int) -> dict[str, Any]:
         """The --speculative-config of a speculative launch."""
@@ -236,11 +239,12 @@ class VLLMEngine(Engine[VLLMConfig]):
     def effective(
         self,
         server: ServerSettings[VLLMConfig],
+        command: ServerCommand,
         base_url: str,
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
-        result = super().effective(server, base_url, log_text, runs)
+        result = super().effective(server, command, base_url, log_text, runs)
         result["speculative"] = speculation_from_counters(server, runs)
         # The selector logs its choice ("Using FLASH_ATTN attention backend out of potential
         # backends: ...", "Using CPU_MLA backend."); the CPU build's standard attention has
@@ -263,7 +267,7 @@ class VLLMEngine(Engine[VLLMConfig]):
             resolved.update({f"speculative_config.{k}": v for k, v in speculative.items()})
             result["resolution"] = live_resolution(
                 self,
-                server,
+                command,
                 resolved,
                 "/server_info vllm_config against the command's request cap and speculative config",
             )
