@@ -57,9 +57,7 @@ def test_the_gpus_older_stack_is_the_same_binary_with_cuda_graphs_off():
     """reference_gpu's pre-upgrade stand-in: llama.cpp for CUDA, GGML_CUDA_DISABLE_GRAPHS=1
     in the server's environment (stack.env), the command otherwise the baseline's."""
     launches = {
-        case: (job := compose_job("+sweep=reference_gpu", f"+cpu_case={case}")).engine.launch_spec(
-            job.server, 8000
-        )
+        case: compose_job("+sweep=reference_gpu", f"+cpu_case={case}").command.at(8000)
         for case in ("baseline", "cuda-graphs-off")
     }
     assert launches["cuda-graphs-off"].env.get("GGML_CUDA_DISABLE_GRAPHS") == "1"
