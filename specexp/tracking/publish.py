@@ -1,5 +1,8 @@
 """Reports as MLflow artifacts: a comparison (markdown, JSON, plot) and a crossover, logged
-on the run they belong to - a sweep's parent, or a comparison run of their own."""
+on the run they belong to - a sweep's parent, or a comparison run of their own.
+
+The plots (matplotlib) are imported where one is drawn: a job draws none, and every
+``specexp`` start imports this module."""
 
 from __future__ import annotations
 
@@ -16,7 +19,6 @@ from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.surface import Surface
 from specexp.core.stats import Comparison
-from specexp.output import plots
 from specexp.output.markdown import sweep_markdown
 from specexp.tracking.store import MAX_TAG, NOTE, SWEEP_REPORT, RunLog, TrackingStore
 
@@ -31,6 +33,8 @@ def log_report(
     folder: str = "comparison",
 ) -> None:
     """Markdown, JSON and plot of a comparison, under ``folder`` of ``run``'s artifacts."""
+    from specexp.output import plots
+
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         paths = [
@@ -51,6 +55,8 @@ def log_crossover(
     factor: str,
     checks: Sequence[SwitchOffCheck] = (),
 ) -> None:
+    from specexp.output import plots
+
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         paths = [directory / "crossover.png", directory / "crossover.json"]
@@ -73,6 +79,8 @@ def log_crossover(
 def log_surfaces(run: RunLog, surfaces: Sequence[Surface]) -> None:
     """The surfaces beside the sweep report: their heat map and their records (none
     where the sweep varied nothing beside concurrency and the baseline's factor)."""
+    from specexp.output import plots
+
     if not surfaces:
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,6 +152,8 @@ def log_sweep_report(
     """The sweep report on the sweep's runs: its counts, each job's verdict and change, the
     levels for the charts, the crossover, ``description`` as the parent's description, and
     the report as markdown, JSON and plot."""
+    from specexp.output import plots
+
     parent.set_tags(
         {Tag.failed_jobs: str(report.failed), Tag.server_launches: str(report.server_launches)}
     )
