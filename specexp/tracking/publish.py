@@ -33,7 +33,7 @@ def log_report(
     folder: str = "comparison",
 ) -> None:
     """Markdown, JSON and plot of a comparison, under ``folder`` of ``run``'s artifacts."""
-    from specexp.output import plots
+    import specexp.output.plots as plots  # noqa: PLC0415 (DEFERRED)
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -55,7 +55,7 @@ def log_crossover(
     factor: str,
     checks: Sequence[SwitchOffCheck] = (),
 ) -> None:
-    from specexp.output import plots
+    import specexp.output.plots as plots  # noqa: PLC0415 (DEFERRED)
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
@@ -79,7 +79,7 @@ def log_crossover(
 def log_surfaces(run: RunLog, surfaces: Sequence[Surface]) -> None:
     """The surfaces beside the sweep report: their heat map and their records (none
     where the sweep varied nothing beside concurrency and the baseline's factor)."""
-    from specexp.output import plots
+    import specexp.output.plots as plots  # noqa: PLC0415 (DEFERRED)
 
     if not surfaces:
         return
@@ -152,7 +152,7 @@ def log_sweep_report(
     """The sweep report on the sweep's runs: its counts, each job's verdict and change, the
     levels for the charts, the crossover, ``description`` as the parent's description, and
     the report as markdown, JSON and plot."""
-    from specexp.output import plots
+    import specexp.output.plots as plots  # noqa: PLC0415 (DEFERRED)
 
     parent.set_tags(
         {Tag.failed_jobs: str(report.failed), Tag.server_launches: str(report.server_launches)}

@@ -77,6 +77,9 @@ DEFERRED = {
     # capacity fit or an acceptance interval that most commands never compute.
     ("specexp.core.capacity", "statsmodels.api"): "0.5 s at every CLI start",
     ("specexp.analysis.acceptance", "statsmodels.stats.proportion"): "0.5 s at every CLI start",
+    # matplotlib, through the plots: about 0.5 CPU-seconds at every CLI start, for the plots
+    # of a sweep's report or a comparison that a job never draws.
+    ("specexp.tracking.publish", "specexp.output.plots"): "0.5 s at every CLI start",
 }
 
 
