@@ -355,13 +355,20 @@ def runs_needed(
         return None
     delta = math.log1p(effect)
     # Start just below the normal approximation, then step up with Welch's power.
-    z = scipy_stats.norm.ppf(1 - alpha / 2) + scipy_stats.norm.ppf(power)
+    z = _normal_ppf(1 - alpha / 2) + _normal_ppf(power)
     n = max(2, int(2 * (z * cv / delta) ** 2) - 2)
     while n <= limit:
         if welch_power(delta, cv, n, alpha) >= power:
             return n
         n += 1
     return None
+
+
+@lru_cache(maxsize=256)
+def _normal_ppf(q: float) -> float:
+    """scipy's normal quantile, remembered: planners ask for the same alpha and power at every
+    plan, and scipy.stats spends some 50 microseconds checking its arguments on each call."""
+    return float(scipy_stats.norm.ppf(q))
 
 
 def welch_power(delta: float, sd: float, n: int, alpha: float) -> float:
