@@ -884,11 +884,11 @@ def _stand_in_scope(reference: Any, claim: Any, by_point: Mapping[str, Optional[
     direction = "judged by direction only"
     if changed == ["stack"]:
         return (
-            f"a stand-in, {direction}: the same engine and model on an older and a newer stack "
-            f"here ({_stack_of(base)} against {_stack_of(cand)}); it tells whether the newer "
-            "stack changes the baseline's speed here, nothing about the published stacks "
-            f"themselves ({points[0].stack} against {points[1].stack}) or how large the change "
-            "is on the reference hardware"
+            f"a stand-in, {direction}: the same engine and model on a stand-in for the older "
+            f"stack and one for the newer here ({_stack_of(base)} against {_stack_of(cand)}); "
+            "it tells whether what differs between these changes the baseline's speed here, "
+            f"nothing about the published stacks themselves ({points[0].stack} against "
+            f"{points[1].stack}) or how large the change is on the reference hardware"
         )
     both = f" of a claim that changes {', '.join(changed)} at once" if len(changed) > 1 else ""
     return (

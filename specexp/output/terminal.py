@@ -305,7 +305,8 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
     stats, workload, level = cfg.stats, cfg.workload, cfg.concurrency
     stated = cfg.model.expected_tok_per_s
     tok_per_s = stated or ASSUMED_TOK_PER_S_PER_STREAM
-    runs = stats.launches * (stats.warmup_runs + stats.measured_runs)
+    per_launch = stats.warmup_runs + (cfg.multirun.part_runs or stats.measured_runs)
+    runs = stats.launches * per_launch
     seconds = runs * expected_run_seconds(workload, level, tok_per_s)
     requests = run_requests(workload, level)
     rate = (
@@ -327,6 +328,17 @@ def print_expected(cfg: RunConfig, earlier_s: Optional[float]) -> None:
         )
     else:
         what = f"{requests} arrivals at the times they are given"
+    if cfg.multirun.part_runs is not None:
+        # A sequential comparison's arm: launch after launch until the comparison is
+        # decided, from its least launches to its budget (stats.launches).
+        least = min(stats.sequential.min_launches, stats.launches)
+        console.print(
+            f"expected: about {duration(seconds * least / stats.launches)} to "
+            f"{duration(seconds)} of measuring, an estimate - {least} to {stats.launches} "
+            f"launches (measured until decided) of {per_launch} runs of {what} - plus each "
+            "server's start"
+        )
+        return
     console.print(
         f"expected: about {duration(seconds)} of measuring, an estimate - {runs} runs of {what}"
         " - plus the server's start"

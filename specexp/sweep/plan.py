@@ -132,16 +132,18 @@ def default_baseline(
 def order_jobs(plan: Plan, order: JobOrder) -> None:
     """Put jobs with the same server next to each other and number their server launches:
     interleaved, one group per server configuration (replicates included); blocked, one
-    group per server configuration inside each replicate block."""
+    group per server configuration inside each replicate block. A job told not to reuse
+    servers (``multirun.reuse_servers=false``) is a group of its own: it starts its own."""
     blocks: dict[int, list[PlannedJob]] = {}
     for planned in plan.jobs:
         block = planned.job.config.replicate if order == JobOrder.blocked else 0
         blocks.setdefault(block, []).append(planned)
     ordered, launch = [], 0
     for block in sorted(blocks):
-        groups: dict[str, list[PlannedJob]] = {}
-        for planned in blocks[block]:
-            groups.setdefault(planned.server, []).append(planned)
+        groups: dict[tuple[str, int], list[PlannedJob]] = {}
+        for index, planned in enumerate(blocks[block]):
+            alone = 0 if planned.job.config.multirun.reuse_servers else index + 1
+            groups.setdefault((planned.server, alone), []).append(planned)
         for group in groups.values():
             for planned in group:
                 planned.server_launch = launch

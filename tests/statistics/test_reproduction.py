@@ -195,15 +195,14 @@ def test_an_older_stacks_baseline_measures_the_stack_claim_and_says_what_it_cann
     rng = np.random.default_rng(23)
     launches = {
         ("cu128-baseline,cu130-baseline", "local"): 250.0,
-        ("cu128-baseline", "llamacpp-older"): 200.0,
-        ("cu128-eagle3", "llamacpp-older"): 60.0,
+        ("cu128-baseline", "llamacpp-graph-reuse-off"): 200.0,
+        ("cu128-eagle3", "llamacpp-graph-reuse-off"): 60.0,
         ("cu130-eagle3-fusion", "local"): 400.0,
     }
-    builds = {"local": "b11434", "llamacpp-older": "b10729"}
     runs = [
         JobRun.from_store(
             f"{points}@{stack}", None, "FINISHED",
-            {Tag.reference_point: points, Tag.stack: stack, Tag.engine_version: builds[stack]},
+            {Tag.reference_point: points, Tag.stack: stack, Tag.engine_version: "b11434"},
             {}, [], noise.runs(rng, mean, 5, 0.02),
         )
         for (points, stack), mean in launches.items()
@@ -216,9 +215,10 @@ def test_an_older_stacks_baseline_measures_the_stack_claim_and_says_what_it_cann
     by_id = {c.id: c for c in checks}
     upgrade = by_id["stack-upgrade"]
     assert upgrade.status == ClaimStatus.reproduced
-    assert "older and a newer stack here (llamacpp-older (b10729) against local (b11434))" in (
-        upgrade.text
-    )
+    assert (
+        "a stand-in for the older stack and one for the newer here "
+        "(llamacpp-graph-reuse-off (b11434) against local (b11434))"
+    ) in upgrade.text
     assert "nothing about the published stacks themselves (cu128 against cu130)" in upgrade.text
     liability = by_id["eagle3-liability-cu128"]
     assert liability.comparison is not None and liability.comparison.baseline == "cu128-baseline"

@@ -235,6 +235,20 @@ def test_the_expected_duration_is_said_before_a_run_with_its_basis(screen):
     assert third == "expected: about 4 min (an earlier run of this configuration took that long)"
 
 
+def test_an_arm_measured_until_decided_expects_its_least_to_its_most_launches(screen):
+    """A sequential comparison's arm once announced its whole budget ("about 72 s ... 84
+    runs": 12 launches) for a comparison that was decided after 3."""
+    cfg = compose_job(
+        *TINY, "stats.launches=12", "multirun.part_runs=5", "stats.warmup_runs=1"
+    ).config
+    terminal.print_expected(cfg, None)
+    (line,) = screen.export_text().splitlines()
+    assert line.startswith("expected: about ") and " to " in line
+    assert "3 to 12 launches (measured until decided) of 6 runs of" in line
+    least, most = (int(t) for t in re.findall(r"about (\d+) s to (\d+) s", line)[0])
+    assert most == 4 * least
+
+
 def test_the_expected_rate_is_not_part_of_what_a_run_measures():
     """Stating a model's expected rate changes no fingerprint: earlier runs stay comparable."""
     stated, unstated = compose_job(*TINY), compose_job(*TINY, "model.expected_tok_per_s=null")

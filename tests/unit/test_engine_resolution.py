@@ -311,3 +311,25 @@ def test_llamacpp_says_which_all_reduce_its_tensor_split_ran(overrides, log, act
         "allreduce_backend"
     ]
     assert (setting.actual, setting.status) == (actual, engaged)
+
+
+@pytest.mark.parametrize(
+    ("log", "actual", "engaged"),
+    [
+        ("graphs reused =          0\ngraphs reused =          0", "off", Engagement.engaged),
+        ("graphs reused =          0\ngraphs reused =        127", "on", Engagement.not_engaged),
+    ],
+)
+def test_llamacpp_says_whether_graph_reuse_was_off_as_its_stack_asked(log, actual, engaged):
+    """reference_cpu's older-stack stand-in (LLAMA_GRAPH_REUSE_DISABLE=1) is checked against
+    each task's "graphs reused" count in the server log (b11434's print_timing); a stack that
+    leaves reuse on asks nothing of it."""
+    off = compose_job("+sweep=reference_cpu", "+cpu_case=graph-reuse-off")
+    setting = off.engine.effective(off.server, off.command, "http://127.0.0.1:9", log, [])[
+        "graph_reuse"
+    ]
+    assert (setting.actual.split()[0], setting.status) == (actual, engaged)
+    on = compose_job("+sweep=reference_cpu", "+cpu_case=baseline")
+    assert "graph_reuse" not in on.engine.effective(
+        on.server, on.command, "http://127.0.0.1:9", log, []
+    )

@@ -28,7 +28,7 @@ def sweep_cases(sweep: str) -> list[str]:
     return str(params["+cpu_case"]).split(",")
 
 
-@pytest.mark.parametrize("sweep", ["reference_gpu"])
+@pytest.mark.parametrize("sweep", ["reference_cpu", "reference_gpu"])
 def test_each_claim_compares_stand_ins_that_differ_as_its_points_do(sweep):
     configs = {
         case: OmegaConf.to_container(compose_run(f"+sweep={sweep}", f"+cpu_case={case}"))
@@ -63,6 +63,20 @@ def test_the_gpus_older_stack_is_the_same_binary_with_cuda_graphs_off():
     assert launches["cuda-graphs-off"].env.get("GGML_CUDA_DISABLE_GRAPHS") == "1"
     assert "GGML_CUDA_DISABLE_GRAPHS" not in launches["baseline"].env
     assert launches["cuda-graphs-off"].argv == launches["baseline"].argv
+
+
+def test_the_cpus_older_stack_is_the_same_binary_with_graph_reuse_off():
+    """reference_cpu's pre-upgrade stand-in: the local llama-server with
+    LLAMA_GRAPH_REUSE_DISABLE=1 in its environment (stack.env), the command otherwise the
+    baseline's, and the rejected draft's command the same on either stack."""
+    launches = {
+        case: compose_job("+sweep=reference_cpu", f"+cpu_case={case}").command.at(8000)
+        for case in ("baseline", "graph-reuse-off", "draft-costs", "graph-reuse-off-draft-costs")
+    }
+    assert launches["graph-reuse-off"].env.get("LLAMA_GRAPH_REUSE_DISABLE") == "1"
+    assert "LLAMA_GRAPH_REUSE_DISABLE" not in launches["baseline"].env
+    assert launches["graph-reuse-off"].argv == launches["baseline"].argv
+    assert launches["graph-reuse-off-draft-costs"].argv == launches["draft-costs"].argv
 
 
 def test_a_stack_with_a_bin_dir_is_not_labelled_with_the_interpreters_package():

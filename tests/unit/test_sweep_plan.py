@@ -69,6 +69,20 @@ def test_blocked_jobs_sharing_a_server_run_back_to_back_within_replicate_blocks(
     plan = Plan(shared)
     order_jobs(plan, JobOrder.blocked)
     assert {j.server_launch for j in plan.jobs} == {0} and plan.server_launches == 1
+    # Told not to reuse servers, each job starts its own, and the plan says so (it once
+    # said "2 server launch(es)" before a sweep that started 12).
+    fresh = [
+        planned(
+            "speculative=none",
+            f"concurrency.requests_per_stream={n}",
+            "multirun.reuse_servers=false",
+        )
+        for n in (1, 2, 3)
+    ]
+    plan = Plan(fresh)
+    order_jobs(plan, JobOrder.blocked)
+    assert [j.server_launch for j in plan.jobs] == [0, 1, 2] and plan.server_launches == 3
+    assert describe(plan)[0] == "sweep: 3 jobs, 3 to run, 3 server launch(es)"
 
 
 def test_interleaved_jobs_sharing_a_server_take_turns_run_by_run_in_balanced_rounds():

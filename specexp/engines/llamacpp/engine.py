@@ -76,6 +76,11 @@ _ALLREDUCE_FALLBACKS = (
     (re.compile(r"NCCL (?:not compiled in|init failed|disabled)"), "internal"),
 )
 
+# LLAMA_GRAPH_REUSE_DISABLE (llama-context.cpp) builds each step's compute graph anew; each
+# finished task's timings end with how many of its steps reused the previous one's.
+_GRAPH_REUSE_OFF_ENV = "LLAMA_GRAPH_REUSE_DISABLE"
+_GRAPHS_REUSED_LOG = re.compile(r"graphs reused\s+=\s+(\d+)")
+
 
 # The methods served with draft weights beside the target, by llama.cpp's --spec-type: they
 # differ in that flag alone.
@@ -235,6 +240,9 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
                 "server log",
             )
         result["allreduce_backend"] = self._allreduce(server, log_text)
+        graph_reuse = self._graph_reuse(server, log_text)
+        if graph_reuse:
+            result["graph_reuse"] = graph_reuse
         result["speculative"] = speculation_from_counters(server, runs)
         props = get_json(base_url, ("/props",))
         if props:
@@ -272,6 +280,21 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             if actual == wanted or requested == AllreduceBackend.auto
             else Engagement.not_engaged,
             "server log (ggml-cuda's all-reduce fallback warnings; none: as asked)",
+        )
+
+    @staticmethod
+    def _graph_reuse(server: ServerSettings[LlamaCppConfig], log_text: str) -> Optional[Setting]:
+        """Graph reuse off, where the stack's environment asks for it (reference_cpu's
+        older-stack stand-in): engaged when no finished task reused a graph. Left alone it is
+        not checked: a workload whose steps all differ in shape reuses none either."""
+        if server.stack.env.get(_GRAPH_REUSE_OFF_ENV, "0") in ("", "0"):
+            return None
+        reused = sum(int(count) for count in _GRAPHS_REUSED_LOG.findall(log_text))
+        return Setting(
+            f"off ({_GRAPH_REUSE_OFF_ENV}={server.stack.env[_GRAPH_REUSE_OFF_ENV]})",
+            f"on ({reused} steps reused a graph)" if reused else "off (no step reused a graph)",
+            Engagement.not_engaged if reused else Engagement.engaged,
+            "server log (each task's 'graphs reused' count)",
         )
 
     @staticmethod
