@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import doctest
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -72,22 +70,6 @@ def test_the_apis_examples_run():
     """The module's docstring example, as a notebook would run it."""
     failures, tried = doctest.testmod(api, optionflags=doctest.ELLIPSIS)
     assert tried and not failures
-
-
-@pytest.mark.no_engine_server
-@pytest.mark.parametrize(
-    "argv",
-    [
-        [sys.executable, "-m", "specexp.cli", "run", "speculative=drafts"],
-        [sys.executable, "-m", "specexp", "speculative=drafts"],
-        [sys.executable, "-m", "specexp", "-m", "speculative=none,drafts"],
-    ],
-)
-def test_an_override_typo_exits_2_with_the_nearest_spelling(tmp_path, argv):
-    result = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "did you mean 'draft'?" in result.stdout
-    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "outputs").exists()
 
 
 @pytest.mark.load_tolerant

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 
 import pytest
 
 import specexp
+from specexp import __main__ as specexp_main
 from specexp import api, cli, compare, history, hydra_app, options
 from specexp.core import tinymodels, trainedmodels
 from specexp.core.schemas import StatsConfig, TrackingConfig
@@ -57,6 +59,30 @@ def test_an_override_typo_is_a_usage_error_naming_the_nearest_spelling(overrides
         api.check_overrides(overrides)
     assert cli.main(["doctor", *overrides]) == cli.USAGE_EXIT
     assert said in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ["specexp.cli", "run", "speculative=drafts"],
+        ["specexp", "speculative=drafts"],
+        ["specexp", "-m", "speculative=none,drafts"],
+    ],
+)
+def test_an_override_typo_exits_2_from_each_entry_point(entry, tmp_path, monkeypatch, capsys):
+    """`specexp run`, `python -m specexp` and its sweep, called as their processes call them
+    (a process exiting 2 on a refused config: tests/process/test_cli.py and
+    test_config_validation.py), with nothing written before the check."""
+    monkeypatch.chdir(tmp_path)
+    module, *argv = entry
+    if module == "specexp.cli":
+        status = cli.main(argv)
+    else:
+        monkeypatch.setattr(sys, "argv", ["specexp", *argv])
+        status = specexp_main.main()
+    assert status == cli.USAGE_EXIT
+    assert "did you mean 'draft'?" in capsys.readouterr().out
+    assert not (tmp_path / "mlruns").exists() and not (tmp_path / "outputs").exists()
 
 
 def test_valid_overrides_pass_the_check():
