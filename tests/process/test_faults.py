@@ -410,16 +410,6 @@ def test_fuzzed_compositions_end_in_a_clear_error_or_validate(choices, fields):
     assert server_pids() == before
 
 
-@pytest.mark.no_engine_server
-def test_a_type_error_on_the_command_line_is_a_message_not_a_traceback(tmp_path):
-    result = run_cli("workload.max_tokens=many", cwd=tmp_path, timeout=120)
-    assert result.returncode == 2  # a usage error
-    assert "Value 'many' of type 'str' could not be converted to Integer" in result.stdout
-    assert (
-        "workload.max_tokens" in result.stdout and "Traceback" not in result.stderr + result.stdout
-    )
-
-
 # Issue 45's fault matrix: each test names the row of docs/notes/faults.md it checks.
 
 STORE_USER = (

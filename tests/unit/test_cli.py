@@ -85,6 +85,18 @@ def test_an_override_typo_exits_2_from_each_entry_point(entry, tmp_path, monkeyp
     assert not (tmp_path / "mlruns").exists() and not (tmp_path / "outputs").exists()
 
 
+def test_a_type_error_on_the_command_line_is_a_message_not_a_traceback(
+    tmp_path, monkeypatch, capsys
+):
+    """`python -m specexp workload.max_tokens=many`, as its process calls it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["specexp", "workload.max_tokens=many"])
+    assert specexp_main.main() == cli.USAGE_EXIT
+    out, err = capsys.readouterr()
+    assert "Value 'many' of type 'str' could not be converted to Integer" in out
+    assert "workload.max_tokens" in out and "Traceback" not in out + err
+
+
 def test_valid_overrides_pass_the_check():
     api.check_overrides(
         ["model=tiny-pair-small", "speculative=none,draft", "+sweep=reference_cpu", "-m"]
