@@ -30,7 +30,15 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as scipy_stats
 
-from specexp.core.stats import Verdict, read_verdict, welch_log
+from specexp.core.stats import (
+    Verdict,
+    chi2_ppf,
+    f_isf,
+    f_ppf,
+    read_verdict,
+    t_isf,
+    welch_log,
+)
 
 _NO_BOUNDARY = 40.0
 MAX_PLANNED_LAUNCHES = 10_000  # a critical value no data reaches (nothing spent at this look)
@@ -150,29 +158,6 @@ def _normal_pdf(x: np.ndarray, sd: float) -> np.ndarray:
     return np.exp(-0.5 * (x / sd) ** 2) / (sd * math.sqrt(2 * math.pi))
 
 
-# Quantiles at a few distinct arguments (an alpha, counts of launches), asked for at every
-# look and plan - tens of thousands of times in a simulation - remembered: scipy.stats spends
-# some 50 microseconds checking its arguments on each call.
-@lru_cache(maxsize=8192)
-def _t_isf(q: float, df: float) -> float:
-    return float(scipy_stats.t.isf(q, df))
-
-
-@lru_cache(maxsize=8192)
-def _f_isf(q: float, dfn: float, dfd: float) -> float:
-    return float(scipy_stats.f.isf(q, dfn, dfd))
-
-
-@lru_cache(maxsize=8192)
-def _f_ppf(q: float, dfn: float, dfd: float) -> float:
-    return float(scipy_stats.f.ppf(q, dfn, dfd))
-
-
-@lru_cache(maxsize=8192)
-def _chi2_ppf(q: float, df: float) -> float:
-    return float(scipy_stats.chi2.ppf(q, df))
-
-
 @lru_cache(maxsize=256)
 def design_drift(alpha: float, power: float, spending: Spending, looks: int) -> float:
     """Standardised effect at full information (delta * sqrt(I_max)) that a design of
@@ -213,7 +198,7 @@ class SequentialDesign:
         delta = math.log1p(self.design_effect)
         launches = self.min_launches
         for _ in range(20):  # the t-quantile's degrees of freedom depend on the launches
-            widen = _t_isf(self.alpha / 2, max(2 * launches - 2, 1)) / z
+            widen = t_isf(self.alpha / 2, max(2 * launches - 2, 1)) / z
             needed = math.ceil(2 * launch_var * (drift * widen / delta) ** 2)
             needed = min(max(needed, self.min_launches), MAX_PLANNED_LAUNCHES)
             if needed == launches:
@@ -346,8 +331,8 @@ def least_favourable_df(baseline: Sequence[float], candidate: Sequence[float]) -
     tail = (1 - DF_RATIO_CONFIDENCE) / 2
     ratio = va / vb
     ends = [
-        ratio / _f_isf(tail, na - 1, nb - 1),
-        ratio / _f_ppf(tail, na - 1, nb - 1),
+        ratio / f_isf(tail, na - 1, nb - 1),
+        ratio / f_ppf(tail, na - 1, nb - 1),
     ]
 
     def welch_df(q: float) -> float:  # q: the baseline's variance over the candidate's
@@ -495,7 +480,7 @@ PLANNING_CONFIDENCE = 0.6
 
 
 def _upper_bound(variance: float, df: float) -> float:
-    return variance * df / _chi2_ppf(1 - PLANNING_CONFIDENCE, max(df, 1))
+    return variance * df / chi2_ppf(1 - PLANNING_CONFIDENCE, max(df, 1))
 
 
 def _pooled_log_var(baseline: Sequence[float], candidate: Sequence[float]) -> float:

@@ -355,7 +355,7 @@ def runs_needed(
         return None
     delta = math.log1p(effect)
     # Start just below the normal approximation, then step up with Welch's power.
-    z = _normal_ppf(1 - alpha / 2) + _normal_ppf(power)
+    z = normal_ppf(1 - alpha / 2) + normal_ppf(power)
     n = max(2, int(2 * (z * cv / delta) ** 2) - 2)
     while n <= limit:
         if welch_power(delta, cv, n, alpha) >= power:
@@ -364,11 +364,32 @@ def runs_needed(
     return None
 
 
+# Quantiles at a few distinct arguments (an alpha, a power, counts of launches), asked for
+# at every plan and look - tens of thousands of times in a simulation - remembered:
+# scipy.stats spends some 50 microseconds checking its arguments on each call.
 @lru_cache(maxsize=256)
-def _normal_ppf(q: float) -> float:
-    """scipy's normal quantile, remembered: planners ask for the same alpha and power at every
-    plan, and scipy.stats spends some 50 microseconds checking its arguments on each call."""
+def normal_ppf(q: float) -> float:
     return float(scipy_stats.norm.ppf(q))
+
+
+@lru_cache(maxsize=8192)
+def t_isf(q: float, df: float) -> float:
+    return float(scipy_stats.t.isf(q, df))
+
+
+@lru_cache(maxsize=8192)
+def f_isf(q: float, dfn: float, dfd: float) -> float:
+    return float(scipy_stats.f.isf(q, dfn, dfd))
+
+
+@lru_cache(maxsize=8192)
+def f_ppf(q: float, dfn: float, dfd: float) -> float:
+    return float(scipy_stats.f.ppf(q, dfn, dfd))
+
+
+@lru_cache(maxsize=8192)
+def chi2_ppf(q: float, df: float) -> float:
+    return float(scipy_stats.chi2.ppf(q, df))
 
 
 def welch_power(delta: float, sd: float, n: int, alpha: float) -> float:
