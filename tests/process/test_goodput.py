@@ -107,7 +107,12 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     """A server that serves one request of 80 ms at a time, uniform arrivals, and a TTFT
     SLO of 300 ms at 90%: below 12.5 requests/s nothing waits; above it the k-th request
     waits k times the excess, so that 22 of 24 meet the SLO up to ~15 requests/s and no
-    more than 10 of 24 at 20. Two identical arms, compared in the sweep's report."""
+    more than 10 of 24 at 20. Two identical arms, compared in the sweep's report.
+
+    A loaded machine only slows the server: its requests take longer than 80 ms, so the
+    capacity falls and never rises. The assertions hold for requests of up to ~130 ms (4
+    and 8 requests/s still pass) and at any slowness above 20 requests/s; a slowed server
+    can fail 12 requests/s (CI saw it), so nothing is asserted between 8 and 20."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--at-once", "1")
     result = run_cli(
         "-m",
@@ -137,7 +142,7 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     for job in jobs:
         metrics = job.data.metrics
         assert Metric.capacity_rps in metrics, result.stdout[-4000:]
-        assert 11 < metrics[Metric.capacity_rps] < 20, metrics
+        assert 8 < metrics[Metric.capacity_rps] < 20, metrics
         low, high = (
             metrics.get(Metric.capacity_ci_low_rps),
             metrics.get(Metric.capacity_ci_high_rps),
@@ -146,7 +151,7 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
         searched = capacity_points(job.data.tags)
         # Doubled until it failed; each point at the rate the client offered (sent).
         assert [p.rate for p in searched[:3]] == pytest.approx([4, 8, 16], rel=0.15)
-        assert all(p.attainment >= 0.9 for p in searched if p.rate <= 12)
+        assert all(p.attainment >= 0.9 for p in searched if p.rate <= 9)
         assert all(p.attainment < 0.9 for p in searched if p.rate >= 20)
         assert Tag.capacity_points in job.data.tags
     parent = sweep_parent(runs)
