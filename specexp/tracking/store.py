@@ -20,12 +20,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from urllib.parse import urlparse
 
-try:
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
-except ModuleNotFoundError:  # a node without MLflow: runs go to the offline journal
-    MlflowClient = None  # type: ignore[assignment,misc]
-
 from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
 from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.report import SweepReport
@@ -247,8 +241,12 @@ class TrackingStore:
     def __init__(self, uri: Optional[str], experiment: str, create: bool = True):
         _client_defaults()
         self.uri, artifact_root = tracking_uri(uri)
-        if MlflowClient is None:
-            raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow")
+        # Imported here, not with the module: the commands that write no run (help, usage
+        # errors, dry runs, the doctor) start 0.8 s sooner without MLflow.
+        try:
+            from mlflow.tracking import MlflowClient  # noqa: PLC0415 (DEFERRED)
+        except ModuleNotFoundError:  # a node without MLflow: runs go to the offline journal
+            raise ModuleNotFoundError("No module named 'mlflow'", name="mlflow") from None
         problem = uri_problem(self.uri)
         if problem:
             raise ConfigError(problem)
@@ -502,6 +500,8 @@ class RunLog:
         self.client, self.uri = store.client, store.uri
 
     def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param  # noqa: PLC0415 (DEFERRED)
+
         batch = [Param(k, str(v)[:_MAX_PARAM]) for k, v in sorted(params.items())]
         for i in range(0, len(batch), 100):  # MLflow caps params per batch at 100
             self.client.log_batch(self.run_id, params=batch[i : i + 100])
@@ -510,6 +510,8 @@ class RunLog:
         self, metrics: dict[str, float], step: int = 0, timestamp_ms: Optional[int] = None
     ) -> None:
         """``timestamp_ms``: when the metrics were measured (a journal's replay), else now."""
+        from mlflow.entities import Metric  # noqa: PLC0415 (DEFERRED)
+
         at = timestamp_ms or self.store.metric_time_ms or now_ms()
         batch = [
             Metric(k, float(v), at, step) for k, v in metrics.items() if v is not None and v == v
@@ -518,6 +520,8 @@ class RunLog:
             self.client.log_batch(self.run_id, metrics=batch[i : i + 1000])
 
     def set_tags(self, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag  # noqa: PLC0415 (DEFERRED)
+
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
