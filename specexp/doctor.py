@@ -16,12 +16,13 @@ import os
 import sys
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from hydra import compose, initialize_config_dir
-from omegaconf import open_dict
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.types import RunMode
 from rich.table import Table
 
 from specexp import hydra_app
-from specexp.core.schemas import AllreduceBackend, ConfigError, RunConfig, ServerSettings
+from specexp.core.schemas import AllreduceBackend, RunConfig, ServerSettings
 from specexp.engines.records import Check, CheckStatus, LaunchSpec
 from specexp.engines.resolution import ChoosingEngine, ResolvingEngine, resolve
 from specexp.engines.stack import last_line, run_in_stack, run_with_stack_env, stack_python
@@ -29,7 +30,7 @@ from specexp.host import capture
 from specexp.host.capture import Hardware
 from specexp.host.job import Job
 from specexp.output.terminal import console
-from specexp.sweep.plan import expand_overrides
+from specexp.sweep.plan import Plan, compose_jobs
 
 PASS, FAIL, SKIP, NOTE = (
     CheckStatus.passed,
@@ -282,15 +283,16 @@ def _links_check(hardware: dict[str, str], declared: Optional[str]) -> Check:
     return Check("GPU links", PASS if measured == "nvlink" else NOTE, detail)
 
 
-def sweep_jobs(overrides: list[str]) -> list[list[str]]:
-    """The jobs a sweep with these overrides would run (its +sweep params included)."""
-    first = compose(
-        config_name="config",
-        overrides=[o for o in overrides if "," not in o],
-        return_hydra_config=True,
+def sweep_plan(overrides: list[str]) -> Plan:
+    """The jobs a sweep with these overrides would run (its +sweep params included), composed
+    and checked as the sweeper composes them."""
+    loader = GlobalHydra.instance().config_loader()
+    master = loader.load_configuration(
+        "config", [o for o in overrides if "," not in o], RunMode.MULTIRUN
     )
-    params = [f"{k}={v}" for k, v in (first.hydra.sweeper.params or {}).items()]
-    return expand_overrides(overrides + params)
+    params = [f"{k}={v}" for k, v in (master.hydra.sweeper.params or {}).items()]
+    jobs = hydra_app.sweep_jobs(loader, overrides, params, list(master.concurrency.levels))
+    return compose_jobs(hydra_app.sweep_composer(loader, master), jobs)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -298,15 +300,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     hydra_app.register()
     failed = 0
     with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
-        for job_overrides in sweep_jobs(overrides):
-            cfg = compose(config_name="config", overrides=job_overrides)
-            with open_dict(cfg):
-                cfg.pop("hydra", None)
-            try:
-                checks = check_job(hydra_app.prepare(cfg))
-            except ConfigError as exc:
-                checks = [Check("configuration", FAIL, str(exc))]
-            table = Table(title=" ".join(job_overrides) or "defaults", title_justify="left")
+        plan = sweep_plan(overrides)
+        checked = [(" ".join(j.overrides), check_job(j.job)) for j in plan.jobs]
+        refused = [("", [Check("configuration", FAIL, error)]) for error in plan.errors]
+        for title, checks in checked + refused:
+            table = Table(title=title or "defaults", title_justify="left")
             for column in ("check", "result", "detail"):
                 table.add_column(column)
             for check in checks:

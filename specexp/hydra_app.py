@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TypeVar
 
 from hydra import compose, initialize_config_dir
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, EnumNode, OmegaConf
+from omegaconf import DictConfig, EnumNode, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
@@ -52,6 +53,7 @@ from specexp.run import launchers
 from specexp.run.events import JobObserver
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
+from specexp.sweep.plan import ComposeJob, case_mismatches, expand_overrides, with_levels
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
 from specexp.tracking.store import uri_in_force, uri_problem
 
@@ -143,6 +145,38 @@ def prepare(cfg: DictConfig) -> Job:
             raise ConfigError(f"model.serve_draft: model={cfg.model.name} has no draft model")
         cfg.model.path = cfg.model.draft_path
     return checked(to_run_config(cfg))
+
+
+def sweep_jobs(
+    loader: ConfigLoader, command_line: Sequence[str], params: Sequence[str], levels: Sequence[int]
+) -> list[list[str]]:
+    """Each job's overrides in a sweep: the command line's, the sweep's own ``params`` after
+    them (expand_overrides says why), and a concurrency option's levels (``concurrency=ramp``)
+    as a sweep of the streams."""
+    given = [*command_line, *params]
+    streams = with_levels(given, levels)[len(given) :]
+    return expand_overrides([*command_line, *streams], loader, params)
+
+
+def sweep_composer(loader: ConfigLoader, master: DictConfig) -> ComposeJob:
+    """One job of a sweep as Hydra composes it for the sweeper, typed once (:func:`prepare`)
+    and checked against its cases: a swept option whose defaults list names a group choice
+    that the job did not get (another config's won) raises ConfigError."""
+
+    def compose_job(overrides: Sequence[str]) -> Job:
+        cfg = loader.load_sweep_config(master, list(overrides))
+        choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items()}
+        with open_dict(cfg):
+            del cfg["hydra"]
+        job = prepare(cfg)
+        factors = job.factors()
+        chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides} - set(factors)
+        problems = case_mismatches(loader.repository, factors, choices, chosen)  # type: ignore[attr-defined]
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return job
+
+    return compose_job
 
 
 def _trained_model_paths(model: DictConfig) -> None:

@@ -7,12 +7,12 @@ on Hydra's public ``Sweeper`` interface; the logic is in :mod:`specexp.sweep`.
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 from hydra.plugins.sweeper import Sweeper
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
 from specexp.core.durable import write_atomic
 
@@ -47,32 +47,23 @@ class SpecexpSweeper(Sweeper):
         # brings MLflow (about a second) that a single run does not need this early.
         from specexp import hydra_app  # noqa: PLC0415
         from specexp.sweep.launch import run_sweep  # noqa: PLC0415
-        from specexp.sweep.plan import expand_overrides, with_levels  # noqa: PLC0415
 
         assert self.hydra_context is not None and self.config is not None, (
             "Hydra calls setup() first"
-        )
-        # A concurrency option with levels (concurrency=ramp) sweeps them.
-        overrides = with_levels(
-            [f"{key}={value}" for key, value in self.params.items()] + list(arguments),
-            list(self.config.concurrency.levels),
         )
         loader, config = self.hydra_context.config_loader, self.config
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
-
-        def compose(job_overrides: Sequence[str]) -> Any:
-            """One job's config as Hydra composes it, typed once (hydra_app.prepare)."""
-            cfg = loader.load_sweep_config(config, list(job_overrides))
-            with open_dict(cfg):
-                del cfg["hydra"]
-            return hydra_app.prepare(cfg)
-
         return run_sweep(
-            compose,
+            hydra_app.sweep_composer(loader, config),
             sweep_dir,
-            expand_overrides(overrides, loader),
+            hydra_app.sweep_jobs(
+                loader,
+                list(arguments),
+                [f"{key}={value}" for key, value in self.params.items()],
+                list(self.config.concurrency.levels),
+            ),
             self.launcher,
             self.max_batch_size,
         )

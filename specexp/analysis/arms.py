@@ -871,6 +871,23 @@ def _stack_of(arm: Arm) -> str:
     return f"{tags.get(Tag.stack, 'unknown')}{release}"
 
 
+_ONE_STACK = (
+    "not judged: both sides ran {stack}, and the claim is about a change of stack (the "
+    "older stack's stand-in did not reach its runs)"
+)
+
+
+def _one_stack_for_two(reference: Any, claim: Any, base: Arm, cand: Arm) -> bool:
+    """The claim's points differ in stack, and its two stand-ins ran the same one."""
+    points = reference.points[claim.baseline], reference.points[claim.candidate]
+    stack = base.run.tags.get(Tag.stack)
+    return (
+        points[0].get("stack") != points[1].get("stack")
+        and stack is not None
+        and stack == cand.run.tags.get(Tag.stack)
+    )
+
+
 def _stand_in_scope(reference: Any, claim: Any, by_point: Mapping[str, Optional[Arm]]) -> str:
     """What a claim's runs on other hardware than the reference's can say of it."""
     base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
@@ -881,6 +898,8 @@ def _stand_in_scope(reference: Any, claim: Any, by_point: Mapping[str, Optional[
         return "not measured: one run stands for both points (nothing here differs as they do)"
     points = reference.points[claim.baseline], reference.points[claim.candidate]
     changed = [s for s in _POINT_SETTINGS if points[0].get(s) != points[1].get(s)]
+    if _one_stack_for_two(reference, claim, base, cand):
+        return _ONE_STACK.format(stack=_stack_of(base))
     direction = "judged by direction only"
     if changed == ["stack"]:
         return (
@@ -1001,12 +1020,18 @@ def reproduce(
         )
         base, cand = by_point.get(claim.baseline), by_point.get(claim.candidate)
         comparison = None
-        text = (
-            claim.text
-            if same_hardware
-            else f"{claim.text}; on this hardware: " + _stand_in_scope(reference, claim, by_point)
+        one_stack = (
+            base is not None
+            and cand is not None
+            and _one_stack_for_two(reference, claim, base, cand)
         )
-        if base and cand and base is not cand:
+        if not same_hardware:
+            text = f"{claim.text}; on this hardware: " + _stand_in_scope(reference, claim, by_point)
+        elif one_stack and base is not None:
+            text = f"{claim.text}; " + _ONE_STACK.format(stack=_stack_of(base))
+        else:
+            text = claim.text
+        if base and cand and base is not cand and not one_stack:
             comparison = compare(
                 base.values,
                 cand.values,

@@ -110,6 +110,16 @@ class Job:
 
     def config_fingerprint(self) -> str:
         """Identity of what a job measures: everything but tracking and planning settings."""
+        return _digest(self._measured())
+
+    def measurement_fingerprint(self) -> str:
+        """Identity of what a job measures, whichever published point it stands in for: two
+        jobs of a sweep with the same one are the same configuration."""
+        data = self._measured()
+        data.pop("reference_point")
+        return _digest(data)
+
+    def _measured(self) -> dict[str, Any]:
         data = _as_recorded(dataclasses.asdict(self.config))
         for key in _NOT_MEASURED:
             data.pop(key)
@@ -125,7 +135,7 @@ class Job:
         # A level measures the same whichever concurrency option swept it there.
         for key in ("name", "levels"):
             data["concurrency"].pop(key)
-        return _digest(data)
+        return data
 
     def server_fingerprint(self) -> str:
         """Identity of the server a job needs: its command (port aside) and environment."""

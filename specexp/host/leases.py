@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -54,8 +55,9 @@ class Lease:
         self._fds, self._paths = [], []
 
 
-def try_lease(lease_dir: Path, names: Sequence[str]) -> Optional[Lease]:
-    """All of ``names`` at once, or None (and nothing held) if any is taken."""
+def try_lease(lease_dir: Path, names: Sequence[str], holder: str = "") -> Optional[Lease]:
+    """All of ``names`` at once, or None (and nothing held) if any is taken. Each lease file
+    says who holds it (this process's id and ``holder``), for those who find it taken."""
     lease_dir.mkdir(parents=True, exist_ok=True)
     held: list[Lease] = []
     for name in names:
@@ -70,8 +72,30 @@ def try_lease(lease_dir: Path, names: Sequence[str]) -> Optional[Lease]:
             os.close(fd)
             Lease.joined(held).release()
             return None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {holder}".encode())
         held.append(Lease([name], [fd], [path]))
     return Lease.joined(held)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a lease: a process, and what it holds it for."""
+
+    pid: Optional[int]  # None: the file did not say (taken between its lock and its write)
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.what or 'a job'} (pid {self.pid if self.pid is not None else 'unknown'})"
+
+
+def holder_of(lease_dir: Path, name: str) -> Holder:
+    try:
+        text = (lease_dir / f"{name}.lock").read_text(errors="replace")
+    except OSError:
+        text = ""
+    pid, _, what = text.partition(" ")
+    return Holder(int(pid) if pid.isdigit() else None, what.strip())
 
 
 def lease_port(
@@ -144,11 +168,14 @@ def lease_devices(
     pool: Sequence[str],
     count: int,
     wait_s: float,
-    on_wait: Callable[[], None] = lambda: None,
+    on_wait: Callable[[str], None] = lambda holders: None,
     poll_s: float = 1.0,
+    holder: str = "",
 ) -> Lease:
     """``count`` devices (``kind`` "gpu" or "cpu" cores) of ``pool`` that no other job of
-    this host holds, waiting up to ``wait_s`` for jobs holding them to finish."""
+    this host holds, waiting up to ``wait_s`` for jobs holding them to finish (``on_wait``
+    is told who holds them). A wait that only this process could end - it holds what is
+    missing itself, and waits in its one thread - fails at once, naming what holds them."""
     check_pool(pool, count, kind)
     deadline = time.monotonic() + wait_s
     waiting = False
@@ -156,21 +183,33 @@ def lease_devices(
         # Take free devices in pool order; if too few are free, give all back (no hold-and-
         # wait, so two jobs each holding half of what they need cannot block each other).
         held: list[Lease] = []
+        taken: dict[str, Holder] = {}
         for device in pool:
-            lease = try_lease(lease_dir, [f"{kind}-{device}"])
-            if lease is not None:
-                held.append(lease)
-                if len(held) == count:
-                    return Lease.joined(held)
+            lease = try_lease(lease_dir, [f"{kind}-{device}"], holder)
+            if lease is None:
+                taken[device] = holder_of(lease_dir, f"{kind}-{device}")
+                continue
+            held.append(lease)
+            if len(held) == count:
+                return Lease.joined(held)
         for lease in held:
             lease.release()
+        holders = "; ".join(f"{kind.upper()} {d}: {h}" for d, h in taken.items())
+        own = [d for d, h in taken.items() if h.pid == os.getpid()]
+        if len(pool) - len(own) < count:
+            raise RuntimeError(
+                f"{count} {kind.upper()}(s) of {','.join(pool)} wanted, and this process holds "
+                f"{len(own)} of them itself ({holders}): waiting could never end. Its sweep "
+                "keeps a server it no longer needs, or one job asks for more than the host "
+                "lends beside another of its own"
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"{count} {kind.upper()}(s) of {','.join(pool)} not free after {wait_s:.0f} s "
-                f"(host.lease_wait_s); other jobs hold them (leases in {lease_dir})"
+                f"(host.lease_wait_s); held by {holders} (leases in {lease_dir})"
             )
         if not waiting:
-            on_wait()
+            on_wait(holders)
             waiting = True
         time.sleep(poll_s)
 
@@ -203,14 +242,17 @@ class ProcessCores:
         pool: Sequence[str],
         count: int,
         wait_s: float,
-        on_wait: Callable[[], None] = lambda: None,
+        on_wait: Callable[[str], None] = lambda holders: None,
+        holder: str = "",
     ) -> tuple[list[str], Lease]:
         """``count`` cores for one more server, and the handle its stop releases."""
         held = list(self.lease.names) if self.lease else []
         if len(held) < count:
             check_pool(pool, count, "cpu")
             free = [c for c in pool if f"cpu-{c}" not in held]
-            more = lease_devices(lease_dir, "cpu", free, count - len(held), wait_s, on_wait)
+            more = lease_devices(
+                lease_dir, "cpu", free, count - len(held), wait_s, on_wait, holder=holder
+            )
             self.lease = Lease.joined([self.lease, more]) if self.lease else more
         self.servers += 1
         assert self.lease is not None

@@ -54,6 +54,9 @@ def _server_for(session: JobSession, label: str, shared: bool) -> tuple[ServerPr
             cfg.engine.ready_timeout_s,
         )
     if session.server is None:
+        # One server at a time in a process: the sweep's shared one, which the jobs before
+        # this one left running, would hold the GPUs this one leases (a wait without end).
+        POOL.close()
         server = session.server = new_server(job, session.log_path, emit)
         _starting(server, label, job, emit).start()
         return server, False, server.wait_ready(cfg.engine.ready_timeout_s)
@@ -173,6 +176,7 @@ def new_server(job: Job, log_path: Path, emit: JobEmitter) -> ServerProcess:
     if cfg.engine.url:
         return ExternalServer(cfg.engine.url, engine.health_path, log_path, job.request_headers())
     host, lease_dir = cfg.engine.host, Path(cfg.host.lease_dir)
+    holder = f"the server of {cfg.multirun.job_label or 'a job'}"
     leases = []
     try:
         port = cfg.engine.port
@@ -189,11 +193,10 @@ def new_server(job: Job, log_path: Path, emit: JobEmitter) -> ServerProcess:
                 host_gpus(cfg.host.gpus),
                 cfg.engine.gpus,
                 cfg.host.lease_wait_s,
-                on_wait=lambda: emit(
-                    Waiting(
-                        f"waiting for {cfg.engine.gpus} GPU(s): other jobs on this host hold them"
-                    )
+                on_wait=lambda holders: emit(
+                    Waiting(f"waiting for {cfg.engine.gpus} GPU(s): held by {holders}")
                 ),
+                holder=holder,
             )
             leases.append(gpus)
             launch.env["CUDA_VISIBLE_DEVICES"] = gpu_ids(gpus)
@@ -207,12 +210,10 @@ def new_server(job: Job, log_path: Path, emit: JobEmitter) -> ServerProcess:
                 pool,
                 count,
                 cfg.host.lease_wait_s,
-                on_wait=lambda: emit(
-                    Waiting(
-                        f"waiting for {count} CPU core(s): other jobs' servers on this host "
-                        "hold them"
-                    )
+                on_wait=lambda holders: emit(
+                    Waiting(f"waiting for {count} CPU core(s): held by {holders}")
                 ),
+                holder=holder,
             )
             leases.append(held)
             engine.pin_cores(launch, cores)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 from hydra.core.config_loader import ConfigLoader
+from hydra.core.default_element import ConfigDefault, GroupDefault
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from specexp.core.schemas import ConfigError, JobOrder
@@ -23,20 +24,83 @@ ComposeJob = Callable[[Sequence[str]], Job]
 
 
 def expand_overrides(
-    overrides: Sequence[str], config_loader: Optional[ConfigLoader] = None
+    overrides: Sequence[str],
+    config_loader: Optional[ConfigLoader] = None,
+    params: Sequence[str] = (),
 ) -> list[list[str]]:
     """Every job of a sweep: the cartesian product of the sweep overrides' values. A key given
-    twice keeps its first place and its last value (a sweep's params, then the command line)."""
-    by_key: dict[str, list[str]] = {}
-    for override in OverridesParser.create(config_loader=config_loader).parse_overrides(
-        list(overrides)
-    ):
-        key = override.get_key_element()
-        if override.is_sweep_override():
-            by_key[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
-        else:
-            by_key[key] = [f"{key}={override.get_value_element_as_str()}"]
-    return [list(job) for job in itertools.product(*by_key.values())]
+    twice keeps its first place and its last value. A sweep's own ``params`` come after the
+    command line's keys, and a key the command line gives too keeps the command line's
+    value: Hydra lets the config added last win a group both choose in their defaults lists,
+    so a case the sweep sweeps (``+cpu_case=cuda-graphs-off``: ``override /stack``) is added
+    after the sweep's file and its choice beats the sweep's own."""
+    parser = OverridesParser.create(config_loader=config_loader)
+
+    def by_key(given: Sequence[str]) -> dict[str, list[str]]:
+        keyed: dict[str, list[str]] = {}
+        for override in parser.parse_overrides(list(given)):
+            key = override.get_key_element()
+            if override.is_sweep_override():
+                keyed[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+            else:
+                keyed[key] = [f"{key}={override.get_value_element_as_str()}"]
+        return keyed
+
+    command_line = by_key(overrides)
+    merged = {**command_line, **{k: v for k, v in by_key(params).items() if k not in command_line}}
+    return [list(job) for job in itertools.product(*merged.values())]
+
+
+def case_mismatches(
+    repository: Any,
+    factors: Mapping[str, str],
+    choices: Mapping[str, str],
+    chosen: Collection[str],
+) -> list[str]:
+    """Where a job did not get what its cases say. A swept option of a config group (the
+    factor ``cpu_case=cuda-graphs-off``) names group choices in its defaults list (``override
+    /stack: llamacpp-cuda-nographs``, also through the configs it includes); ``choices`` are
+    the ones the job was composed with (Hydra's runtime choices). A group in ``chosen`` was
+    set by the command line, which wins by design."""
+    problems = []
+    for group, option in factors.items():
+        if group not in choices:  # a value (concurrency.streams), not a config group
+            continue
+        for named_group, named in _named_choices(repository, f"{group}/{option}").items():
+            got = choices.get(named_group)
+            if named_group not in chosen and got != named:
+                problems.append(
+                    f"{group}={option} names {named_group}={named}, but its job was composed "
+                    f"with {named_group}={got} (another config's defaults list chose it)"
+                )
+    return problems
+
+
+def _named_choices(repository: Any, path: str) -> dict[str, str]:
+    """The group choices a config's defaults list overrides, its own before those of the
+    configs it includes (Hydra lets the including config's override win)."""
+    loaded = repository.load_config(path)
+    named: dict[str, str] = {}
+    included = []
+    here = path.rsplit("/", 1)[0] if "/" in path else ""
+    for default in (loaded.defaults_list or []) if loaded else []:
+        if isinstance(default, GroupDefault) and default.group and default.get_name():
+            group, option = _absolute(default.group, here), str(default.get_name())
+            if default.override:
+                named.setdefault(group, option)
+            else:
+                included.append(f"{group}/{option}")
+        elif isinstance(default, ConfigDefault) and not default.is_self() and default.path:
+            included.append(_absolute(default.path, here))
+    for config in included:
+        for group, option in _named_choices(repository, config).items():
+            named.setdefault(group, option)
+    return named
+
+
+def _absolute(name: str, here: str) -> str:
+    """A defaults-list entry's group or path from the config's own folder, or the root."""
+    return name[1:] if name.startswith("/") else f"{here}/{name}" if here else name
 
 
 def with_levels(overrides: Sequence[str], levels: Sequence[int]) -> list[str]:
@@ -111,7 +175,23 @@ def compose_jobs(compose: ComposeJob, job_overrides: Sequence[Sequence[str]]) ->
                 list(overrides), job, job.config_fingerprint(), job.server_fingerprint(), factors
             )
         )
-    return Plan(jobs, errors)
+    return Plan(jobs, errors + same_configurations(jobs))
+
+
+def same_configurations(jobs: Sequence[PlannedJob]) -> list[str]:
+    """Jobs that the sweep sets apart but that compose to the same measurement: a case that
+    did not change what it names (its choice lost to another config's), which would be
+    measured, and compared, as if it had."""
+    first: dict[str, PlannedJob] = {}
+    errors = []
+    for planned in jobs:
+        earlier = first.setdefault(planned.job.measurement_fingerprint(), planned)
+        if earlier is not planned:
+            errors.append(
+                f"cases {earlier.label} and {planned.label} are the same configuration (the same "
+                "server command and measurement): what sets them apart did not reach the job"
+            )
+    return errors
 
 
 def default_baseline(

