@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 
 from aiohttp import web
 
@@ -31,8 +32,10 @@ def make_app(
     at_once: int = 0,
     event_payload: str = "",
     no_headers: bool = False,
+    abort_above: int = 0,
 ) -> web.Application:
     served = 0
+    in_flight = 0
     free = asyncio.Semaphore(at_once) if at_once else None
 
     async def health(_: web.Request) -> web.Response:
@@ -43,10 +46,19 @@ def make_app(
         return web.json_response({"tokens": [ord(c) for c in (await request.json())["content"]]})
 
     async def completion(request: web.Request) -> web.StreamResponse:
-        if free is None:
-            return await serve(request)
-        async with free:
-            return await serve(request)
+        nonlocal in_flight
+        in_flight += 1
+        if abort_above and in_flight > abort_above:
+            # As llama.cpp ends on a failed assertion: its line on stderr, then SIGABRT.
+            print(f"GGML_ASSERT(in_flight <= {abort_above}) failed", file=sys.stderr, flush=True)
+            os.abort()
+        try:
+            if free is None:
+                return await serve(request)
+            async with free:
+                return await serve(request)
+        finally:
+            in_flight -= 1
 
     async def serve(request: web.Request) -> web.StreamResponse:
         nonlocal served
@@ -119,6 +131,7 @@ def main() -> None:
     parser.add_argument("--at-once", type=int, default=0)
     parser.add_argument("--event", default="")
     parser.add_argument("--no-headers", action="store_true")
+    parser.add_argument("--abort-above", type=int, default=0)
     # Started in llama-server's place, it is given llama-server's flags: only these matter.
     args = parser.parse_known_args()[0]
     web.run_app(
@@ -131,6 +144,7 @@ def main() -> None:
             args.at_once,
             args.event,
             args.no_headers,
+            args.abort_above,
         ),
         host=args.host,
         port=args.port,

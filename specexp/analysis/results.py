@@ -149,6 +149,7 @@ class Metric(StrEnum):
     request_tok_per_s = "request_tok_per_s"  # tok/s one request saw
     decode_tok_per_s = "decode_tok_per_s"  # the same without its TTFT
     requests = "requests"
+    failed_requests = "failed_requests"
     output_tokens = "output_tokens"
     ttft_s = "ttft_s"
     tpot_s = "tpot_s"

@@ -73,7 +73,18 @@ def run_metrics(
 ) -> dict[str, float]:
     """Metrics of one measured run (logged with the run index as step): the client's, and
     beside them what the server's own ``accounting`` (Engine.server_accounting of the run's
-    counter deltas) says of the same run; open-loop rates and goodput against ``slo``."""
+    counter deltas) says of the same run; open-loop rates and goodput against ``slo``. A run
+    with failed requests (a capacity search's rate that ended its server) logs only its
+    counts, time, rates and goodput: its throughput and latencies were not measured."""
+    if result.faults:
+        failed: dict[str, Any] = {
+            Metric.requests: len(result.records),
+            Metric.failed_requests: len(result.faults),
+            Metric.wall_s: result.wall_s,
+            Metric.midpoint_unix: result.midpoint_unix,
+            **slo_metrics(result, slo),
+        }
+        return {k: float(v) for k, v in failed.items() if v is not None}
     metrics: dict[str, Any] = {
         Metric.tok_per_s: result.tok_per_s,
         Metric.request_tok_per_s: result.request_tok_per_s,

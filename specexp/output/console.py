@@ -23,6 +23,7 @@ from specexp.run.events import (
     Preparing,
     RequestDone,
     RunMeasured,
+    ServerDied,
     ServerReady,
     ServerStarting,
     SettingsReadBack,
@@ -53,6 +54,7 @@ class ConsoleObserver:
             SettingsReadBack: self._settings,
             JobFinished: self._finished,
             JobFailed: self._failed,
+            ServerDied: self._server_died,
         }
 
     def notify(self, event: JobEvent) -> None:
@@ -118,6 +120,15 @@ class ConsoleObserver:
     def _finished(self, event: JobFinished) -> None:
         assert self.job is not None, "a job's events begin with JobOpened"
         terminal.print_summary(self.job.config, event.summary, list(event.runs))
+
+    def _server_died(self, event: ServerDied) -> None:
+        terminal.console.print(
+            f"[yellow]server died:[/] {escape(redact_text(event.what))}; the run counts as a "
+            "failed rate, and the search goes on with a new server"
+        )
+        last = "\n".join(event.log_tail.splitlines()[-5:])
+        if last:
+            terminal.console.print(f"[dim]{escape(redact_text(last))}[/]")
 
     def _failed(self, event: JobFailed) -> None:
         terminal.console.print(f"[red]{event.what}:[/] {escape(redact_text(event.why))}")

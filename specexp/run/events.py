@@ -141,6 +141,15 @@ class JobFinished:
 
 
 @dataclass(frozen=True)
+class ServerDied:
+    """The server exited or stopped answering mid-run, in a capacity search, which counts
+    that run as a failed rate and goes on with a new server."""
+
+    what: str  # one line: which process, how it ended, during which run, the log's reason
+    log_tail: str
+
+
+@dataclass(frozen=True)
 class JobFailed:
     """What failed (``what``: "server failed", "run failed"), why in full and in short (the
     reason a store keeps), and the server log's last lines."""
@@ -172,6 +181,7 @@ JobEvent = Union[
     LaunchMeasured,
     SettingsReadBack,
     ServerStopped,
+    ServerDied,
     JobFinished,
     JobFailed,
     JobClosed,

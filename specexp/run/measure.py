@@ -32,6 +32,7 @@ from specexp.run.events import (
     MeasuringStarted,
     RequestDone,
     RunMeasured,
+    ServerDied,
     ServerReady,
     ServerStarting,
     SettingsReadBack,
@@ -61,6 +62,51 @@ def _server_for(session: JobSession, label: str, shared: bool) -> tuple[ServerPr
         _starting(server, label, job, emit).start()
         return server, False, server.wait_ready(cfg.engine.ready_timeout_s)
     return session.server, True, 0.0
+
+
+def _measured(
+    session: JobSession,
+    server: ServerProcess,
+    launch: int,
+    warmups: int,
+    runs: range,
+    label: str,
+    shared: bool,
+) -> tuple[ServerProcess, list[RunResult], Optional[Exception]]:
+    """The runs measured on ``server``: (the server they ended on, the last server's runs,
+    the error that ends the job, if one does). A run ends at its first failed request; a
+    capacity search counts the rate that ended its server as a failed point (its requests
+    met no SLO) and goes on, on a new server."""
+    records = _monitored_runs(session, server, launch, warmups, runs, session.result.runs)
+    session.result.runs += records
+    while records and records[-1].faults:
+        run, failed = records[-1].run, records[-1].faults
+        died = server.death(f"during run {run}")
+        if died is None or session.job.config.concurrency.search is None:
+            return (
+                server,
+                records,
+                died or RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}"),
+            )
+        session.emit(ServerDied(str(died), died.log_tail))
+        left = range(run + 1, runs.stop)
+        if not left:
+            break
+        server, ready_s = _restarted(session, label, shared)
+        session.emit(_ready(server, launch, label, False, ready_s))
+        records = _monitored_runs(session, server, launch, warmups, left, session.result.runs)
+        session.result.runs += records
+    return server, records, None
+
+
+def _restarted(session: JobSession, label: str, shared: bool) -> tuple[ServerProcess, float]:
+    """A new server in place of one that died: (the server, seconds to ready)."""
+    if shared:
+        POOL.close()
+    elif session.server is not None:
+        stop_own_server(session)
+    server, _, ready_s = _server_for(session, label, shared)
+    return server, ready_s
 
 
 def _starting(server: ServerProcess, label: str, job: Job, emit: JobEmitter) -> ServerProcess:
@@ -99,17 +145,15 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         if server.log_path not in session.server_logs or not reused:
             session.server_logs.add(server.log_path)
             emit(_ready(server, launch, label, reused, ready_s))
-        records = _monitored_runs(session, server, launch, warmups, runs, session.result.runs)
-        session.result.runs += records
+        server, records, error = _measured(session, server, launch, warmups, runs, label, shared)
         log = server.log_path.read_text(errors="replace")
         session.effective.update(
             job.launching.effective(job.server, job.command, server.base_url, log, records)
         )
         if last_of_launch:
             emit(SettingsReadBack(dict(session.effective)))
-        failed = [rec for r in records for rec in r.faults]
-        if failed:
-            raise RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}")
+        if error is not None:
+            raise error
     except BaseException:
         if shared:
             POOL.close()  # a failed job's server is not handed to the next one

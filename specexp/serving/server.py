@@ -189,6 +189,37 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def ended(self) -> Optional[str]:
+        """How the server's process ended, once it has (its exit code, or the signal that
+        killed it); None while it runs, or for a server specexp did not start."""
+        code = self.process.poll() if self.process else None
+        if code is None:
+            return None
+        if code >= 0:
+            return f"exited with code {code}"
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+
+    def answers(self) -> bool:
+        return healthy(self.base_url + self.health_path)
+
+    def death(self, during: str) -> Optional[ServerError]:
+        """The error for a server that has exited or stopped answering ``during`` a run, with
+        the log's telling line and tail; None while it runs and answers."""
+        ended = self.ended()
+        if ended is None and self.answers():
+            return None
+        how = ended or "stopped answering its health endpoint"
+        log = tail(self.log_path)
+        reason = reason_from_log(log)
+        name = Path(self.launch.argv[0]).name if self.launch.argv else "the server"
+        pid = f" (pid {self.process.pid})" if self.process else ""
+        return ServerError(
+            f"{name}{pid} {how} {during}: {reason}", reason=f"{how}: {reason}", log_tail=log
+        )
+
     def server_pid(self) -> Optional[int]:
         """The server's own process, for telemetry to count its CPU as the server's."""
         return self.process.pid if self.process else None
@@ -300,6 +331,9 @@ class ExternalServer(ServerProcess):
 
     def alive(self) -> bool:
         return True
+
+    def answers(self) -> bool:
+        return healthy(self.base_url + self.health_path, self.headers)
 
     def server_pid(self) -> Optional[int]:
         """The process listening on the URL's port when the server runs on this host (its

@@ -175,3 +175,51 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     assert all(len(arm["curve"]) == 7 for arm in report["capacity_arms"])
     assert "Capacity under the SLO" in parent.data.tags["mlflow.note.content"]
     assert "capacity under the SLO" in result.stdout
+
+
+@pytest.mark.load_tolerant
+def test_a_capacity_search_goes_on_past_a_rate_that_kills_its_server(tmp_path, tracking_env):
+    """A test server of 80 ms requests that aborts (SIGABRT, after an assertion line on
+    stderr, as llama.cpp does) when a third request is in flight: uniform arrivals at 4, 8
+    and 16/s keep at most two in flight, 32/s three. The rate that kills it is a failed
+    point, said in one line naming the process, its signal and the log's reason; the search
+    goes on with a new server and finds a capacity. A loaded machine slows the server, so it
+    dies at a lower rate, never at none: the search doubles to its 64/s bound before it
+    gives up (capacity_gpu's draft arm died at 13.5 req/s and ended its job)."""
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--abort-above", "2")
+    result = run_cli(
+        *QUICK,
+        f"stack.bin_dir={bin_dir}",
+        "concurrency=capacity",
+        "concurrency.arrival=uniform",
+        "concurrency.search.start_rate=4",
+        "concurrency.search.max_rate=64",
+        "workload.max_tokens=8",
+        "slo=interactive",
+        "slo.ttft_s=0.3",
+        "slo.itl_s=null",
+        "stats.warmup_runs=0",
+        "stats.measured_runs=6",
+        cwd=tmp_path,
+        env=tracking_env,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    died = [line for line in output.splitlines() if line.startswith("server died: ")]
+    assert died, output[-4000:]
+    assert all(
+        "llama-server (pid " in line
+        and "was killed by SIGABRT during run" in line
+        and "GGML_ASSERT(in_flight <= 2) failed" in line
+        for line in died
+    ), died
+    (job,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
+    assert job.info.status == "FINISHED"
+    searched = capacity_points(job.data.tags)
+    assert len(searched) == 6  # every rate of the budget measured, the fatal ones included
+    assert sum(p.attainment < 0.9 for p in searched) >= len(died)
+    assert Metric.capacity_rps in job.data.metrics
+    history = MlflowClient(tracking_env["MLFLOW_TRACKING_URI"]).get_metric_history
+    failed_steps = {m.step for m in history(job.info.run_id, Metric.failed_requests)}
+    measured_steps = {m.step for m in history(job.info.run_id, Metric.tok_per_s)}
+    assert len(failed_steps) >= len(died) and not failed_steps & measured_steps
