@@ -15,7 +15,7 @@ from specexp.analysis.results import (
     percentile_metric,
     server_metric,
 )
-from specexp.core.capacity import Capacity, estimate, rate_points
+from specexp.core.capacity import Capacity, estimate, rate_points, within_completed
 from specexp.core.load_curve import (
     CurvePoint,
     Knee,
@@ -292,7 +292,11 @@ def summarize_job(
     (Engine.server_accounting of :func:`accounting_totals`); ``cores``, the machine's."""
     by_launch = runs_by_launch(measured)
     unit_values = _per_unit(measured, [r.tok_per_s for r in measured])
-    tok = summarize(unit_values, confidence)
+    # A capacity search's runs are each at their own rate: their tok/s are points of a curve,
+    # not repeats of one measurement, and no mean, spread or outlier test of them means
+    # anything.
+    searching = capacity_search and slo is not None and slo.defined
+    tok = None if searching else summarize(unit_values, confidence)
     metrics: dict[str, float] = tok.as_dict(Metric.tok_per_s) if tok else {}
     metrics[Metric.launches] = float(len(by_launch))
     metrics[Metric.measured_runs] = float(len(measured))
@@ -306,7 +310,12 @@ def summarize_job(
     server, server_notes = _server_metrics(measured, accounting)
     metrics.update(machine)
     metrics.update(server)
-    notes = notes_for(unit_values, cv_warn) + tail_notes + machine_notes + server_notes
+    notes = (
+        ([] if searching else notes_for(unit_values, cv_warn))
+        + tail_notes
+        + machine_notes
+        + server_notes
+    )
     stalled = [(r.run, rec) for r in measured for rec in r.records if rec.stalled]
     if stalled:
         notes.append(
@@ -333,10 +342,13 @@ def summarize_job(
     attainment = goodput = capacity = None
     curve: tuple[CurvePoint, ...] = ()
     found_knee = model = None
-    if slo is not None and slo.defined and capacity_search:
-        capacity = estimate(rate_points(measured, slo), slo.target, confidence)
-        metrics.update(_capacity_metrics(capacity))
+    if slo is not None and searching:
         curve = tuple(p for r in measured if (p := curve_point(r)) is not None)
+        capacity = within_completed(
+            estimate(rate_points(measured, slo), slo.target, confidence),
+            max((p.completed_rps for p in curve), default=None),
+        )
+        metrics.update(_capacity_metrics(capacity))
         found_knee, model = knee(curve, confidence), fit_latency_model(curve, confidence)
         metrics.update(_curve_metrics(found_knee, model))
     elif slo is not None and slo.defined:
@@ -398,8 +410,8 @@ def _steady_states(measured: Sequence[RunResult]) -> tuple[dict[int, SteadyState
             notes.append(
                 Note(
                     NoteKind.not_steady,
-                    f"measured run(s) {sorted(flagged)} not steady: {verdict} (e.g. "
-                    f"{worst.describe()})",
+                    f"measured run(s) {sorted(flagged)} not steady, {worst.describe()} "
+                    "(the run furthest from it)",
                 )
             )
     return states, notes

@@ -14,6 +14,7 @@ unbounded - said so, not clipped - when the runs do not pin the slope down.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -203,6 +204,26 @@ def estimate(points: Sequence[RatePoint], target: float, confidence: float = 0.9
         reason=None
         if low is not None and high is not None
         else "the runs do not bound the slope: interval unbounded",
+    )
+
+
+def within_completed(capacity: Capacity, completed_rps: Optional[float]) -> Capacity:
+    """The capacity no higher than the highest rate at which any run completed requests
+    (``completed_rps``): the fit reads it between the last rate that met the target and the
+    first that did not, and may place it above every rate the server was seen to complete -
+    a rate nothing measured shows it can sustain. Capped there, and said why."""
+    if capacity.rate is None or completed_rps is None or capacity.rate <= completed_rps:
+        return capacity
+    said = (
+        f"the fit placed the capacity at {capacity.rate:.3g} req/s, above the highest rate any "
+        f"run completed ({completed_rps:.3g} req/s): capped there"
+    )
+    return dataclasses.replace(
+        capacity,
+        rate=completed_rps,
+        ci_low=None if capacity.ci_low is None else min(capacity.ci_low, completed_rps),
+        ci_high=None if capacity.ci_high is None else min(capacity.ci_high, completed_rps),
+        reason=f"{capacity.reason}; {said}" if capacity.reason else said,
     )
 
 

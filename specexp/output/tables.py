@@ -293,11 +293,23 @@ def claim_rows(claims: Sequence[ClaimCheck]) -> Rows:
 
 
 def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityComparison]) -> Rows:
-    """Each capacity-search arm's capacity under the SLO, and against its baseline the ratio
-    with its interval and what it says."""
+    """Each capacity-search arm's capacity under the SLO, the highest rate its runs completed,
+    its latency model's C1 and C2 and its knee, each with its interval; against its baseline
+    the ratio with its interval and what it says."""
     against = {c.candidate.run_id: c for c in comparisons}
     table = Rows(
-        ["arm", "capacity req/s [CI]", "vs baseline", "ratio CI", "verdict"], marked="verdict"
+        [
+            "arm",
+            "capacity req/s [CI]",
+            "completed req/s",
+            "C1 s [CI]",
+            "C2 ms [CI]",
+            "knee req/s [CI]",
+            "vs baseline",
+            "ratio CI",
+            "verdict",
+        ],
+        marked="verdict",
     )
     for arm in arms:
         compared = against.get(arm.run_id)
@@ -309,8 +321,26 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
             if compared and compared.ratio is not None
             else ("-", "-")
         )
+        model, knee = arm.latency_model, arm.knee
+        completed = max((p.completed_rps for p in arm.curve), default=None)
         verdict = str(compared.verdict) if compared else "-"
-        table.add([arm.label, arm.describe(), *ratio, verdict], verdict)
+        table.add(
+            [
+                arm.label,
+                arm.describe(),
+                f"{completed:.3g}" if completed is not None else "-",
+                f"{model.c1:.3g} {interval_text(*model.c1_ci)}" if model else "-",
+                f"{model.c2 * 1e3:.3g} {interval_text(model.c2_ci[0] * 1e3, model.c2_ci[1] * 1e3)}"
+                if model
+                else "-",
+                f"{knee.rate:.3g} {interval_text(knee.ci_low, knee.ci_high)}"
+                if knee and knee.rate is not None
+                else "-",
+                *ratio,
+                verdict,
+            ],
+            verdict,
+        )
     return table
 
 

@@ -169,6 +169,11 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     assert ratio is not None
     assert (low is None or low < ratio) and (high is None or ratio < high)
     assert len(report["capacity_arms"]) == 2
+    # What the report fits is printed and in the sweep's description, not only in the store.
+    for said in (result.stdout, parent.data.tags["mlflow.note.content"]):
+        assert all(column in said for column in ("C1 s", "C2 ms", "completed", "knee")), said
+    # No tok/s pooled over runs at different rates: no mean, CV warning or outlier.
+    assert "CV" not in result.stdout and "outlier" not in result.stdout
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "goodput")}
     assert plots == {"goodput/attainment.png", "goodput/latency_curve.png"}
     # Each arm's runs as a rate curve, with its knee and latency model where they fit.

@@ -22,7 +22,16 @@ from specexp.analysis.results import (
     capacity_points_tag,
 )
 from specexp.analysis.summary import summarize_job
-from specexp.core.capacity import RatePoint, bracket, estimate, next_rate, rate_points
+from specexp.core.capacity import (
+    Bracket,
+    Capacity,
+    RatePoint,
+    bracket,
+    estimate,
+    next_rate,
+    rate_points,
+    within_completed,
+)
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.schemas import (
     CapacitySearchConfig,
@@ -366,3 +375,13 @@ def test_goodput_that_speculation_loses_at_the_lowest_level_is_said_with_its_int
     )
     assert found.never_pays and found.estimate == 1
     assert "does not pay even at concurrency 1" in found.statement and "-30.0" in found.statement
+
+
+def test_a_capacity_is_never_above_the_highest_rate_a_run_completed():
+    """capacity_gpu's none arm: 18.3 req/s fitted between its last passing and first failing
+    rates, above the 17.75 req/s its runs completed at most."""
+    fitted = Capacity(0.9, 0.95, (), Bracket(17.0, 19.0), rate=18.3, ci_low=17.6, ci_high=18.7)
+    capped = within_completed(fitted, 17.75)
+    assert (capped.rate, capped.ci_low, capped.ci_high) == (17.75, 17.6, 17.75)
+    assert capped.reason is not None and "fit placed the capacity at 18.3 req/s" in capped.reason
+    assert within_completed(fitted, 19.0) is fitted
