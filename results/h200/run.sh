@@ -1,10 +1,22 @@
 #!/usr/bin/env bash
-# What made results/h200: specexp on one H200 (the device tool's nvidia-h200), in steps
-#   bash results/h200/run.sh WHEELS STEP...      (from the checkout's root, on the GPU machine)
+# What made results/h200: specexp on one GPU (the device tool's nvidia-h200 or nvidia-h100-x1),
+# in steps
+#   bash results/h200/run.sh WHEELS STEP...        (from the checkout's root, on the GPU machine)
+#   bash results/h200/run.sh WHEELS start STEP...  the steps detached (setsid): the call returns
+#   bash results/h200/run.sh WHEELS poll [SECONDS] wait up to SECONDS (default 480) for them,
+#                    say how far they got, and copy the store and logs into $OUT (collect);
+#                    exits 3 while they still run, so the next call polls again
+# A step that finished is not run again (h200-store/done/STEP; FORCE=1 runs it anyway), and
+# a sweep cut short resumes where it stopped (specexp's own resume), so a machine lost between
+# calls costs only the step it was in. The fewest calls for prepare capacity reference_gpu
+# (docs/guides/gpu-nodes.md): copy WHEELS out of the carried folder and `start` them, then
+# `poll` until it exits 0 - each poll ends inside a call's 10 minutes, the machine kept warm.
 # WHEELS: scripts/gpu-node.sh download's wheels (of them, those the node lacks) and the
 # llama.cpp source. Steps:
-#   prepare    install them into a site folder, build llama-server for CUDA, generate
-#              model=tiny-pair-gpu (one short run; it is cached after)
+#   prepare    install them into a site folder, build llama-server for CUDA and, beside the
+#              build, generate the pairs the GPU sweeps use (tiny-pair-gpu, and its rejected
+#              draft's target for reference_gpu); skipped when llama-server, the site folder
+#              and both pairs are there
 #   state      benchmarks/engine_state.py: 4 streams after 64 vs after 4 on one server,
 #              for each llama.cpp setting
 #   default    +sweep=gpu_crossover as shipped: the default (interleaved) order, the levels
@@ -40,18 +52,95 @@ site=/tmp/specexp-site
 export PYTHONPATH="$PWD:$site" PYTHONUNBUFFERED=1 MLFLOW_DISABLE_TELEMETRY=true
 # Runs go to the default store (mlruns/, artifacts beside it); step logs to h200-store/.
 logs=$PWD/h200-store/logs
-mkdir -p "$logs"
+done_dir=$PWD/h200-store/done
+mkdir -p "$logs" "$done_dir"
+
+collect() {
+  # The store, the sweeps' folders with every server.log, and the step logs; a server's log
+  # is cut to its last 5,000 lines only where the whole would not come back (16 MiB a file).
+  tar czf "${OUT:?}/h200-store.tar.gz" --exclude='*.gguf' h200-store mlruns
+  if [ "$(stat -c %s "$OUT/h200-store.tar.gz")" -gt 15000000 ]; then
+    find h200-store -name server.log -size +1M | while read -r log; do
+      tail -n 5000 "$log" >"$log.tail" && mv "$log.tail" "$log"
+      echo "$log: cut to its last 5000 lines to come back" >>"$logs/collect.txt"
+    done
+    tar czf "$OUT/h200-store.tar.gz" --exclude='*.gguf' h200-store mlruns
+  fi
+}
+
+pair_ready() {
+  # The generated pair a configuration serves, made if missing (exit 1 if it was missing).
+  python3 - "$@" <<'PY'
+import sys
+from specexp.core.tinymodels import ensure_pair, pair_paths
+from specexp.hydra_app import compose_config, prepare
+job = prepare(compose_config(sys.argv[2:]))
+spec, model_format = job.config.model.generate, job.engine.model_format
+ready = pair_paths(spec, model_format).target.is_file()
+if sys.argv[1] == "make":
+    ensure_pair(spec, model_format)
+sys.exit(0 if ready else 1)
+PY
+}
+
+pairs=("model=tiny-pair-gpu" "+sweep=reference_gpu +cpu_case=draft-costs")
+pairs_ready() {
+  for pair in "${pairs[@]}"; do
+    # shellcheck disable=SC2086  # a pair's overrides, one word each
+    pair_ready check $pair 2>/dev/null || return 1
+  done
+}
+
+case "${1:-}" in
+  start)
+    shift
+    setsid nohup bash "$0" "$wheels" "$@" >>"$logs/run.out" 2>&1 </dev/null &
+    echo $! >"$logs/run.pid"
+    echo "started: $* (pid $!, log h200-store/logs/run.out)"
+    exit 0
+    ;;
+  poll)
+    limit=${2:-480}
+    pid=$(cat "$logs/run.pid" 2>/dev/null || echo 0)
+    deadline=$((SECONDS + limit))
+    while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 5; done
+    cat "$logs/steps.txt" 2>/dev/null || true
+    tail -n 8 "$logs/run.out" 2>/dev/null || true
+    collect
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "still running: poll again"
+      exit 3
+    fi
+    echo "finished"
+    exit 0
+    ;;
+esac
 sweep=(+sweep=gpu_crossover engine.threads=4)
 surface=("${sweep[@]}" workload.prompt_tokens=128,2048,6144 'concurrency.levels=[1,8]'
   engine.parallel_slots=8 workload.max_tokens=128 stats.measured_runs=3)
 for step in "$@"; do
   start=$(date +%s)
+  if [ -e "$done_dir/$step" ] && [ "${FORCE:-0}" != 1 ] && [ "$step" != collect ]; then
+    echo "$step: done already ($(cat "$done_dir/$step")), skipped"
+    continue
+  fi
   case "$step" in
     prepare)
-      bash scripts/gpu-node.sh install "$wheels" --site "$site" 2>&1 | tail -3
-      python3 -m specexp stack=llamacpp-cuda engine.gpus=1 model=tiny-pair-gpu workload=short \
-        workload.max_tokens=16 stats.warmup_runs=0 stats.measured_runs=1 tracking=off \
-        hydra.run.dir=/tmp/specexp-prepare >"$logs/prepare.log" 2>&1
+      if [ -x .engines/llama.cpp-cuda/build/bin/llama-server ] && [ -d "$site/specexp" ] &&
+        pairs_ready; then
+        echo "prepare: llama-server, the site folder and the pairs are there, skipped"
+      else
+        bash scripts/gpu-node.sh install "$wheels" --site "$site" >"$logs/prepare.log" 2>&1 &
+        build=$!
+        # The pairs (3.3 GB each, CPU-bound) beside the CUDA build, once the packages are in.
+        until [ -d "$site/specexp" ] || ! kill -0 "$build" 2>/dev/null; do sleep 2; done
+        for pair in "${pairs[@]}"; do
+          # shellcheck disable=SC2086
+          pair_ready make $pair >>"$logs/pairs.log" 2>&1 || true
+        done
+        wait "$build"
+        tail -3 "$logs/prepare.log"
+      fi
       ;;
     state)
       python3 benchmarks/engine_state.py --model tiny-pair-gpu --large 64 --small 4 \
@@ -124,10 +213,10 @@ for step in "$@"; do
       python3 -m specexp -m +sweep=gemma_gpu speculative=none,draft,draft_alone 'concurrency.levels=[1,8]' \
         hydra.sweep.dir=h200-store/gemma_cost >"$logs/gemma_cost.log" 2>&1 || true
       ;;
-    collect)
-      tar czf "${OUT:?}/h200-store.tar.gz" --exclude='server.log' --exclude='*.gguf' h200-store mlruns
-      ;;
+    collect) collect ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
-  echo "$step: $(($(date +%s) - start)) s" | tee -a "$logs/steps.txt"
+  took="$(($(date +%s) - start)) s"
+  [ "$step" = collect ] || echo "$took, $(date -u +%H:%M:%S)" >"$done_dir/$step"
+  echo "$step: $took" | tee -a "$logs/steps.txt"
 done
