@@ -56,16 +56,22 @@ done_dir=$PWD/h200-store/done
 mkdir -p "$logs" "$done_dir"
 
 collect() {
-  # The store, the sweeps' folders with every server.log, and the step logs; a server's log
-  # is cut to its last 5,000 lines only where the whole would not come back (16 MiB a file).
-  tar czf "${OUT:?}/h200-store.tar.gz" --exclude='*.gguf' h200-store mlruns
-  if [ "$(stat -c %s "$OUT/h200-store.tar.gz")" -gt 15000000 ]; then
-    find h200-store -name server.log -size +1M | while read -r log; do
-      tail -n 5000 "$log" >"$log.tail" && mv "$log.tail" "$log"
-      echo "$log: cut to its last 5000 lines to come back" >>"$logs/collect.txt"
+  # The store, the sweeps' folders with every server.log, and the step logs, split in parts
+  # of 15 MB (what comes back from a call is 16 MiB a file, 8 files): cat them to unpack.
+  # Where the whole is over 100 MB, each server's log goes in as its last 5,000 lines
+  # (server.last5000.log; the logs on the machine are never cut: a live server writes on).
+  local archive=/tmp/h200-store.tar.gz cut=/tmp/h200-logs-cut
+  tar czf "$archive" --exclude='*.gguf' h200-store mlruns
+  if [ "$(stat -c %s "$archive")" -gt 100000000 ]; then
+    rm -rf "$cut" && mkdir -p "$cut"
+    find h200-store -name server.log | while read -r log; do
+      mkdir -p "$cut/$(dirname "$log")" && tail -n 5000 "$log" >"$cut/${log%.log}.last5000.log"
     done
-    tar czf "$OUT/h200-store.tar.gz" --exclude='*.gguf' h200-store mlruns
+    tar czf "$archive" --exclude='*.gguf' --exclude=server.log h200-store mlruns -C "$cut" h200-store
+    echo "server logs cut to their last 5000 lines to come back" >>"$logs/collect.txt"
   fi
+  rm -f "${OUT:?}"/h200-store.tar.gz.*
+  split -b 15000000 -d "$archive" "$OUT/h200-store.tar.gz."
 }
 
 pair_ready() {
