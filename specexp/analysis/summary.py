@@ -251,7 +251,8 @@ def _server_metrics(
     """The server's own accounting over all measured runs, beside the client's figures; a
     token count that differs from the client's is a note."""
     metrics = {server_metric(SERVER_ACCOUNTING[k][1]): v for k, v in accounting.items()}
-    client_tokens = sum(r.output_tokens for r in measured)
+    # A run whose server died has no counters to read after it: set beside the rest only.
+    client_tokens = sum(r.output_tokens for r in measured if r.accounting_deltas)
     notes = []
     if "output_tokens" in accounting and accounting["output_tokens"] != client_tokens:
         notes.append(

@@ -312,6 +312,8 @@ def sweep_markdown(report: SweepReport, metric: str) -> str:
     body = (
         comparison_markdown(report.arms, report.comparisons, report.caveats, metric)
         if report.arms
+        else ""
+        if report.capacity_arms
         else "No finished runs.\n"
     )
     checks = "".join("\n" + switch_off_markdown(c) for c in report.checks)

@@ -172,6 +172,7 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     # What the report fits is printed and in the sweep's description, not only in the store.
     for said in (result.stdout, parent.data.tags["mlflow.note.content"]):
         assert all(column in said for column in ("C1 s", "C2 ms", "completed", "knee")), said
+    assert "No finished runs" not in parent.data.tags["mlflow.note.content"]
     # No tok/s pooled over runs at different rates: no mean, CV warning or outlier.
     assert "CV" not in result.stdout and "outlier" not in result.stdout
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "goodput")}
