@@ -252,7 +252,7 @@ def _server_metrics(
     token count that differs from the client's is a note."""
     metrics = {server_metric(SERVER_ACCOUNTING[k][1]): v for k, v in accounting.items()}
     # A run whose server died has no counters to read after it: set beside the rest only.
-    client_tokens = sum(r.output_tokens for r in measured if r.accounting_deltas)
+    client_tokens = sum(r.output_tokens for r in measured if r.accounting_deltas or not r.faults)
     notes = []
     if "output_tokens" in accounting and accounting["output_tokens"] != client_tokens:
         notes.append(
