@@ -217,7 +217,9 @@ class ServerProcess:
         name = Path(self.launch.argv[0]).name if self.launch.argv else "the server"
         pid = f" (pid {self.process.pid})" if self.process else ""
         return ServerError(
-            f"{name}{pid} {how} {during}: {reason}", reason=f"{how}: {reason}", log_tail=log
+            f"{name}{pid} {how} {during}: {reason}",
+            reason=f"{how} {during}: {reason}",
+            log_tail=log,
         )
 
     def server_pid(self) -> Optional[int]:
