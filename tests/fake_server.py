@@ -33,6 +33,7 @@ def make_app(
     event_payload: str = "",
     no_headers: bool = False,
     abort_above: int = 0,
+    slots: int = 0,
 ) -> web.Application:
     served = 0
     in_flight = 0
@@ -47,6 +48,9 @@ def make_app(
 
     async def completion(request: web.Request) -> web.StreamResponse:
         nonlocal in_flight
+        pinned = (await request.json()).get("id_slot", -1)
+        if slots and pinned >= slots:
+            return web.Response(status=400, text=f"id_slot {pinned}: this server has {slots} slots")
         in_flight += 1
         if abort_above and in_flight > abort_above:
             # As llama.cpp ends on a failed assertion: its line on stderr, then SIGABRT.
@@ -132,6 +136,7 @@ def main() -> None:
     parser.add_argument("--event", default="")
     parser.add_argument("--no-headers", action="store_true")
     parser.add_argument("--abort-above", type=int, default=0)
+    parser.add_argument("--slots", type=int, default=0)
     # Started in llama-server's place, it is given llama-server's flags: only these matter.
     args = parser.parse_known_args()[0]
     web.run_app(
@@ -145,6 +150,7 @@ def main() -> None:
             args.event,
             args.no_headers,
             args.abort_above,
+            args.slots,
         ),
         host=args.host,
         port=args.port,

@@ -293,7 +293,10 @@ class LoadClient:
         timer = StreamTimer(self.engine, record, start, expected, workload.prompt_tokens)
         try:
             path, body = self.engine.completion_request(self.server, workload, self.prompt(record))
-            body.update(self.engine.stream_fields(self.server, record.stream))
+            if due is None:
+                # A stream's fields (llama.cpp: its slot). An open-loop arrival has no stream:
+                # pinned by its number, it would wait for that slot while others were free.
+                body.update(self.engine.stream_fields(self.server, record.stream))
             # sock_read bounds each read: a stream that goes quiet is a stall, however long it ran.
             timeout = aiohttp.ClientTimeout(total=None, sock_read=stall)
             try:

@@ -205,3 +205,23 @@ def test_a_server_dying_mid_stream_fails_the_request_with_partial_timings():
     assert (
         record.ttft_s is not None and len(record.itl_s) == 4
     )  # five tokens arrived before it died
+
+
+@pytest.mark.no_engine_server
+def test_open_loop_arrivals_are_not_pinned_to_slots_and_streams_are():
+    """A server of 4 slots that refuses a slot it does not have: 24 Poisson arrivals over 4
+    streams all succeed (at 2d2eba0 arrival k asked for slot k: llama.cpp b11434 served it on
+    slot k mod 4, waiting for that slot while others were free), and 4 closed-loop streams
+    keep their slots 0-3."""
+    process, url = fake_server("--slots", "4")
+    try:
+        opened = run_against(
+            url, "concurrency=poisson", "concurrency.rate=50", "concurrency.arrivals=24",
+            "concurrency.streams=4", "workload.max_tokens=4",
+        )  # fmt: skip
+        closed = run_against(url, "concurrency.streams=4", "workload.max_tokens=4")
+    finally:
+        process.kill()
+        process.wait()
+    assert len(opened.records) == 24 and all(r.ok for r in opened.records)
+    assert len(closed.records) >= 4 and all(r.ok for r in closed.records)
