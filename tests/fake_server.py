@@ -136,7 +136,8 @@ def main() -> None:
     parser.add_argument("--event", default="")
     parser.add_argument("--no-headers", action="store_true")
     parser.add_argument("--abort-above", type=int, default=0)
-    parser.add_argument("--slots", type=int, default=0)
+    # Not "--slots": llama-server's own flag of that name (no value) is in its command.
+    parser.add_argument("--slot-count", type=int, default=0)
     # Started in llama-server's place, it is given llama-server's flags: only these matter.
     args = parser.parse_known_args()[0]
     web.run_app(
@@ -150,7 +151,7 @@ def main() -> None:
             args.event,
             args.no_headers,
             args.abort_above,
-            args.slots,
+            args.slot_count,
         ),
         host=args.host,
         port=args.port,

@@ -81,7 +81,7 @@ def _measured(
     session.result.runs += records
     while records and records[-1].faults:
         run, failed = records[-1].run, records[-1].faults
-        died = server.death(f"during run {run}")
+        died = server.death(f"during run {run}", failed[0].error or "")
         if died is None or session.job.config.concurrency.search is None:
             return (
                 server,

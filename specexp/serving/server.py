@@ -205,15 +205,18 @@ class ServerProcess:
     def answers(self) -> bool:
         return healthy(self.base_url + self.health_path)
 
-    def death(self, during: str) -> Optional[ServerError]:
-        """The error for a server that has exited or stopped answering ``during`` a run, with
-        the log's telling line and tail; None while it runs and answers."""
+    def death(self, during: str, request_error: str = "") -> Optional[ServerError]:
+        """The error for a server that has exited or stopped answering ``during`` a run: how
+        it ended and its log's telling line, or - alive but silent - the request's own error
+        (``request_error``); with the log's tail. None while it runs and answers."""
         ended = self.ended()
         if ended is None and self.answers():
             return None
-        how = ended or "stopped answering its health endpoint"
         log = tail(self.log_path)
-        reason = reason_from_log(log)
+        if ended is None:
+            how, reason = "stopped answering, its health endpoint too,", request_error
+        else:
+            how, reason = ended, reason_from_log(log)
         name = Path(self.launch.argv[0]).name if self.launch.argv else "the server"
         pid = f" (pid {self.process.pid})" if self.process else ""
         return ServerError(

@@ -213,7 +213,7 @@ def test_open_loop_arrivals_are_not_pinned_to_slots_and_streams_are():
     streams all succeed (at 2d2eba0 arrival k asked for slot k: llama.cpp b11434 served it on
     slot k mod 4, waiting for that slot while others were free), and 4 closed-loop streams
     keep their slots 0-3."""
-    process, url = fake_server("--slots", "4")
+    process, url = fake_server("--slot-count", "4")
     try:
         opened = run_against(
             url, "concurrency=poisson", "concurrency.rate=50", "concurrency.arrivals=24",
