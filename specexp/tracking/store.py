@@ -212,6 +212,15 @@ def uploaded(journal: Path) -> Path:
     return journal.with_name(journal.name.replace(".json", ".uploaded.json"))
 
 
+def journals_under(directories: Sequence[Path]) -> dict[Artifact, list[Path]]:
+    """The journals under ``directories`` not uploaded yet, by kind: jobs' runs first (a
+    sweep's report is read back from its jobs' runs), then sweeps' reports."""
+    return {
+        name: [j for d in directories for j in sorted(d.rglob(str(name)))]
+        for name in (Artifact.offline_journal, Artifact.report_journal)
+    }
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict):
         items: dict[str, Any] = {}

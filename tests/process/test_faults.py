@@ -525,30 +525,50 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     assert server_pids() == set()
 
 
-STORE_DOWN_AT_THE_REPORT = (
-    "import sys\n"
-    "import specexp.tracking.store as store\n"
-    "def down(*args, **kwargs):\n"
-    "    raise ConnectionError('Connection refused: the tracking server is down')\n"
-    "store.TrackingStore.job_prompts = down  # read by the report only\n"
-    "from specexp.__main__ import main\n"
-    "sys.exit(main())\n"
-)
+STORE_DOWN_AT = {
+    # The store fails at the report's first read of job prompts (the report's alone)...
+    "report": "store.TrackingStore.job_prompts = down\n",
+    # ... or at the first job's summary: the rest of that job goes to its journal.
+    "job": (
+        "logged = store.RunLog.log_metrics\n"
+        "def summary_down(self, metrics, *args, **kwargs):\n"
+        "    if 'tok_per_s_mean' in metrics and not hasattr(store, 'failed'):\n"
+        "        store.failed = True\n"
+        "        down()\n"
+        "    return logged(self, metrics, *args, **kwargs)\n"
+        "store.RunLog.log_metrics = summary_down\n"
+    ),
+}
+
+
+def store_down_at(step: str) -> str:
+    return (
+        "import sys\n"
+        "import specexp.tracking.store as store\n"
+        "def down(*args, **kwargs):\n"
+        "    raise ConnectionError('Connection refused: the tracking server is down')\n"
+        f"{STORE_DOWN_AT[step]}"
+        "from specexp.__main__ import main\n"
+        "sys.exit(main())\n"
+    )
 
 
 @pytest.mark.load_tolerant
-def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env):
+@pytest.mark.parametrize("step", ["report", "job"])
+def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env, step):
     """Issue 45: the store down when a sweep ends gave ~60 lines of traceback, exit 1 and a
     parent RUNNING with no report, which came back only by re-running the whole sweep. Now
     one line says so and gives the upload command, the report is journaled beside the jobs,
-    and `specexp.upload` publishes it under the same parent, which it ends."""
+    and `specexp.upload` publishes it under the same parent, which it ends. Issue 52: that
+    sweep exited 0, as did one whose job's record went to its journal (the store down at its
+    summary); a script never learned to upload. Now both exit 75, the upload command last."""
     uri = tracking_env["MLFLOW_TRACKING_URI"]
     sweep_dir = tmp_path / "sweep"
     result = subprocess.run(
         [
             sys.executable,
             "-c",
-            STORE_DOWN_AT_THE_REPORT,
+            store_down_at(step),
             "-m",
             *TINY,
             "replicate=0,1",
@@ -561,25 +581,33 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
         timeout=600,
     )
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
+    assert result.returncode == failure.NOT_IN_STORE, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
-    (line,) = [line for line in output.splitlines() if "failed at the sweep's end" in line]
-    assert "ConnectionError: Connection refused" in line
-    assert f"python -m specexp.upload {sweep_dir}" in " ".join(output.split())
-    assert (sweep_dir / "mlflow_offline_report.json").exists()
-    (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
-    assert Tag.failed_jobs not in parent.data.tags
+    assert output.splitlines()[-1].split() == [
+        *"python -m specexp.upload".split(),
+        str(sweep_dir),
+        "[--tracking-uri",
+        "URI]",
+    ]
+    name = {"report": "mlflow_offline_report.json", "job": "mlflow_offline.json"}[step]
+    (journal,) = sweep_dir.rglob(name)
+    if step == "report":
+        (line,) = [line for line in output.splitlines() if "failed at the sweep's end" in line]
+        assert "ConnectionError: Connection refused" in line
+        (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
+        assert Tag.failed_jobs not in parent.data.tags
 
     upload = run_cli(str(sweep_dir), cwd=tmp_path, env=tracking_env, module="specexp.upload")
     assert upload.returncode == 0, upload.stdout + upload.stderr
-    assert f"on run {parent.info.run_id}" in upload.stdout
     runs = runs_in(uri)
     (published,) = [r for r in runs if is_sweep(r)]
-    assert published.info.run_id == parent.info.run_id and published.info.status == "FINISHED"
+    assert published.info.status == "FINISHED"
     assert published.data.tags[Tag.failed_jobs] == "0"
     assert "replicate" in published.data.tags["mlflow.note.content"]
     assert sorted(r.info.status for r in runs if not is_sweep(r)) == ["FINISHED", "FINISHED"]
-    assert (sweep_dir / "mlflow_offline_report.uploaded.json").exists()
+    assert journal.with_name(name.replace(".json", ".uploaded.json")).exists()
+    if step == "report":
+        assert f"on run {published.info.run_id}" in upload.stdout
 
 
 def full_disk_at(size: int) -> None:
