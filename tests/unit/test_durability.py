@@ -31,7 +31,7 @@ from specexp.core.records import structure, unstructure
 from specexp.core.schemas import ConfigError, SpeculativeConfig, StatsConfig
 from specexp.host import failure, owner
 from specexp.output import terminal
-from specexp.output.files import set_aside_earlier_attempt
+from specexp.output.files import RUN_FILE, set_aside_earlier_attempt
 from specexp.run.events import Emitter, JobClosed, JobEvent
 from specexp.run.session import JobResult, JobSession, close_session
 from specexp.sweep.launch import _launch
@@ -428,11 +428,15 @@ def test_a_reused_pid_is_not_the_process_that_owned_the_run():
 
 
 def test_an_earlier_attempts_files_are_set_aside_whole(tmp_path):
+    """Issue 52: the killed attempt's run.json (which run its files are) was written over
+    by the next attempt's; it goes with them."""
     (tmp_path / Artifact.requests).write_text("old\n")
     (tmp_path / Artifact.offline_journal).write_text("{}")
+    (tmp_path / RUN_FILE).write_text('{"run_id": "killed"}')
     (tmp_path / "specexp.log").write_text("log")
     assert set_aside_earlier_attempt(tmp_path) == tmp_path / "attempt-1"
     assert (tmp_path / "attempt-1" / Artifact.requests).read_text() == "old\n"
+    assert (tmp_path / "attempt-1" / RUN_FILE).read_text() == '{"run_id": "killed"}'
     assert not (tmp_path / Artifact.requests).exists() and (tmp_path / "specexp.log").exists()
     (tmp_path / Artifact.requests).write_text("second\n")
     assert set_aside_earlier_attempt(tmp_path) == tmp_path / "attempt-2"
