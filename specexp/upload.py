@@ -18,7 +18,7 @@ from specexp.core.redaction import REDACTED
 from specexp.host import failure
 from specexp.output.terminal import console
 from specexp.sweep.report import replay_sweep_end
-from specexp.tracking.store import replay, uploaded, uri_problem
+from specexp.tracking.store import journals_under, replay, uploaded, uri_problem
 
 
 def _requests_note(directory: Path) -> str:
@@ -57,10 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         console.print(f"[red]{escape(problem)}[/]")
         return 2
-    found = {
-        name: [j for d in args.directories for j in sorted(d.rglob(str(name)))]
-        for name in (Artifact.offline_journal, Artifact.report_journal)
-    }
+    found = journals_under(args.directories)
     if not any(found.values()):
         console.print(
             f"[red]no {Artifact.offline_journal} or {Artifact.report_journal} under "
@@ -68,7 +65,6 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     unreadable = 0
-    # The jobs first: a sweep's report is read back from its jobs' runs.
     for name, journals in found.items():
         for journal in journals:
             try:

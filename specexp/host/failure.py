@@ -14,6 +14,9 @@ RUN_FAILED = 1  # a job's run failed (its server, its requests); its record says
 STORE_DOWN = 69  # EX_UNAVAILABLE: the tracking store could not be reached, nothing launched
 BUG = 70  # EX_SOFTWARE: an error specexp did not expect
 DISK = 74  # EX_IOERR: specexp's own files could not be written (disk full, I/O error)
+# EX_TEMPFAIL: a sweep's report or a job's record is in a journal, not in the store yet:
+# `specexp upload SWEEP_DIR` (the command printed last) puts it there.
+NOT_IN_STORE = 75
 
 # Errors of the disk under specexp's files, not of its logic (EFBIG: a file-size limit).
 _DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS, errno.EFBIG)

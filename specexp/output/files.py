@@ -38,6 +38,10 @@ JOB_FILES = (
     Artifact.speculation_profile,
 )
 
+# Where a tracked job's output directory says which run it is (the MLflow observer writes
+# it, specexp.api.load reads it).
+RUN_FILE = "run.json"
+
 
 def redacted_config(cfg: RunConfig) -> dict:
     """The config as plain data, with secret-looking environment values replaced."""
@@ -60,9 +64,12 @@ def redact_file(path: Path) -> None:
 
 def set_aside_earlier_attempt(output_dir: Path) -> Optional[Path]:
     """The files an earlier attempt of this job left in ``output_dir`` (it was killed, and
-    a resumed sweep runs it again in its place), moved whole into ``attempt-N/`` there: never
-    written over or appended to. Where they went, if anywhere."""
+    a resumed sweep runs it again in its place), moved whole into ``attempt-N/`` there, its
+    ``run.json`` (which run they are) with them: never written over or appended to. Where
+    they went, if anywhere."""
     earlier = [output_dir / a for a in Artifact if (output_dir / a).exists()]
+    if earlier and (output_dir / RUN_FILE).exists():
+        earlier.append(output_dir / RUN_FILE)
     if not earlier:
         return None
     number = 1

@@ -12,7 +12,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import IO, Any, Callable, Iterator, Optional, Sequence
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -100,18 +100,46 @@ console = _Console(
 )
 
 
+class _LogFile:
+    """A log file that stops taking lines at its first write error (a full disk): the job
+    goes on, and the terminal has said each line."""
+
+    def __init__(self, path: Path):
+        self.file: Optional[IO[str]] = path.open("a", encoding="utf-8")
+
+    def _try(self, call: Callable[[IO[str]], Any]) -> None:
+        if self.file is not None:
+            try:
+                call(self.file)
+            except OSError:
+                broken, self.file = self.file, None
+                with contextlib.suppress(OSError):
+                    broken.close()
+
+    def write(self, text: str) -> int:
+        self._try(lambda file: file.write(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._try(lambda file: file.flush())
+
+    def close(self) -> None:
+        self._try(lambda file: file.close())
+
+
 @contextlib.contextmanager
 def logged_to(path: Path) -> Iterator[None]:
     """What the console prints, and tracebacks (:func:`log_traceback`), also appended to
-    ``path`` while the context lasts."""
+    ``path`` while the context lasts (while its disk takes them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as file:
-        log = Console(file=file, width=WIDTH, no_color=True, highlight=False, soft_wrap=True)
-        console.logs.append(log)
-        try:
-            yield
-        finally:
-            console.logs.remove(log)
+    file = _LogFile(path)
+    log = Console(file=file, width=WIDTH, no_color=True, highlight=False, soft_wrap=True)  # type: ignore[arg-type]
+    console.logs.append(log)
+    try:
+        yield
+    finally:
+        console.logs.remove(log)
+        file.close()
 
 
 def log_traceback() -> None:
@@ -152,8 +180,9 @@ VERBOSE = "SPECEXP_VERBOSE"
 
 
 def quiet_libraries() -> None:
-    """Third-party loggers at WARNING unless $SPECEXP_VERBOSE is set (``specexp -v``); jobs
-    in other processes inherit the choice through the environment."""
+    """Third-party loggers at WARNING unless $SPECEXP_VERBOSE is set (``specexp -v``), and
+    log files that fail silent; jobs in other processes inherit the choice through the
+    environment."""
     verbose = bool(os.environ.get(VERBOSE))
     if not verbose:
         os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -161,6 +190,13 @@ def quiet_libraries() -> None:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     for name in THIRD_PARTY:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    # A store's database error, logged with its traceback as it is raised: specexp says
+    # it in one line (the journal takes the run), the traceback goes to the log file.
+    logging.getLogger("mlflow.store.db.utils").setLevel(
+        logging.INFO if verbose else logging.CRITICAL
+    )
+    # A log file the disk no longer takes is skipped, not reported with a traceback each line.
+    logging.raiseExceptions = False
 
 
 def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]) -> None:

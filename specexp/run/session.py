@@ -11,6 +11,7 @@ from typing import Optional
 
 from specexp.analysis.results import Artifact, RunStatus
 from specexp.analysis.summary import JobSummary
+from specexp.core.durable import release_space, reserve_space
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
@@ -134,6 +135,7 @@ def open_session(job: Job, output_dir: Path, emit: JobEmitter) -> JobSession:
     result = JobResult(status=RunStatus.failed, output_dir=output_dir)
     session = JobSession(job, emit, result, log_path, {log_path})
     try:
+        reserve_space(output_dir)
         emit(JobOpened(job, output_dir))
     except BaseException:
         close_session(session)
@@ -151,7 +153,8 @@ def stop_own_server(session: JobSession) -> None:
 
 def close_session(session: JobSession) -> None:
     """Stop the job's own server if it still runs, then say the job is closed (its observers
-    log its files and end its run) whatever the stop did; the first error raised after."""
+    log its files and end its run) whatever the stop did, then give back the space it set
+    aside; the first error raised after."""
     errors = []
     if session.server is not None:
         try:
@@ -162,5 +165,7 @@ def close_session(session: JobSession) -> None:
         session.emit(JobClosed(session.result.status, tuple(sorted(session.server_logs))))
     except Exception as exc:
         errors.append(exc)
+    if session.result.output_dir is not None:
+        release_space(session.result.output_dir)
     if errors:
         raise errors[0]

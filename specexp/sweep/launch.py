@@ -39,6 +39,7 @@ from specexp.sweep.observer import (
     SweepPlanned,
     SweepTracker,
     publish_left_report,
+    say_left_to_upload,
     say_refused,
 )
 from specexp.sweep.plan import (
@@ -61,7 +62,7 @@ from specexp.sweep.sequential import (
     sequential_summary,
     with_launch_budget,
 )
-from specexp.tracking.store import TrackingStore, uri_in_force, uri_problem
+from specexp.tracking.store import TrackingStore, journals_under, uri_in_force, uri_problem
 
 
 def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
@@ -166,10 +167,14 @@ def run_sweep(
     tracker = SweepTracker(store, sweep_dir, first.multirun.order, terminal.console.print)
     emit: Emitter[SweepEvent] = Emitter([SweepConsole(), tracker])
     schedule = _schedule(plan, first, baseline, launcher, tracker, emit, compose)
-    returns = _launch_all(launcher, plan, schedule, tracker, emit, max_batch_size)
-    failed = failed_jobs(returns)
-    if failed:
-        sys.exit(1)  # the console said which
+    returns, stopped_with = _launch_all(launcher, plan, schedule, tracker, emit, max_batch_size)
+    journals = [j for kind in journals_under([sweep_dir]).values() for j in kind] if store else []
+    if journals:
+        say_left_to_upload(sweep_dir, journals)
+    # A failure first (the console said which), then what is left to upload.
+    status = stopped_with or (failure.RUN_FAILED if failed_jobs(returns) else 0)
+    if status or journals:
+        sys.exit(status or failure.NOT_IN_STORE)
     return [returns]
 
 
@@ -250,9 +255,10 @@ def _launch_all(
     tracker: SweepTracker,
     emit: Emitter[SweepEvent],
     max_batch_size: Optional[int],
-) -> list[Any]:
+) -> tuple[list[Any], int]:
     """Every step, then the sequential comparisons round by round; the sweep's end said
-    whatever stopped it (a failure exits with its status, a kill is raised on)."""
+    whatever stopped it (a kill is raised on). The jobs' returns, and the exit status of
+    the failure that stopped it (0: none did)."""
     kind = launcher_kind(launcher)
     batch = 1 if kind == LauncherKind.in_process else max_batch_size or len(schedule.steps) or 1
     store = tracker.store
@@ -300,9 +306,7 @@ def _launch_all(
                     len(plan.to_run),
                 )
             )
-    if failed_with:
-        sys.exit(failed_with)
-    return returns
+    return returns, failed_with
 
 
 def failed_jobs(returns: Sequence[JobReturn]) -> list[str]:

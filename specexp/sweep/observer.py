@@ -30,7 +30,7 @@ from specexp.sweep.report import (
     sweep_view,
 )
 from specexp.sweep.sequential import BudgetPower
-from specexp.tracking.store import RunLog, TrackingStore, now_ms
+from specexp.tracking.store import RunLog, TrackingStore, journals_under, now_ms
 
 
 @dataclass(frozen=True)
@@ -173,13 +173,22 @@ def publish_end(
     """The report and the parent's end in the store, journaled beside the jobs' directories
     first: kept there when the store fails now or the sweep is killed while publishing, for
     `python -m specexp.upload` (or the sweep resumed here) to publish later (``say`` tells
-    where)."""
+    where). A job whose record went to its journal holds the report back with it: the
+    upload publishes the report once that record is in the store, so that it counts the job
+    as it ended, not as an open run ended FAILED."""
     at_ms = now_ms()
     try:
         journal = journal_sweep_end(sweep_dir, store, facts, status, end_children, at_ms)
     except OSError as exc:  # a full disk: the store may still take the report
         failure.log_traceback(exc)
         journal = None
+    held_by = journals_under([sweep_dir])[Artifact.offline_journal]
+    if journal is not None and held_by:
+        say(
+            f"[bold yellow]{len(held_by)} job record(s) of the sweep are in journals[/] (the "
+            f"store failed during them): the report waits for them in {journal}"
+        )
+        return
     try:
         end_sweep(store, parent, facts, status, end_children, at_ms)
     except Exception as exc:  # whatever the store's failure, the sweep's results are kept
@@ -219,6 +228,17 @@ def publish_left_report(store: TrackingStore, sweep_dir: Path, say: Callable[[st
         )
         return
     say(f"published the report an earlier run of this sweep left unpublished, on run {parent}")
+
+
+def say_left_to_upload(sweep_dir: Path, journals: Sequence[Path]) -> None:
+    """What of the sweep did not reach its store, and the command that puts it there (the
+    sweep's last line)."""
+    kinds = sorted({j.name for j in journals})
+    terminal.console.print(
+        f"[bold yellow]not in the MLflow store:[/] {len(journals)} journal(s) under "
+        f"{escape(str(sweep_dir))} ({', '.join(kinds)}); put them there with:\n"
+        f"  python -m specexp.upload {escape(str(sweep_dir))} [--tracking-uri URI]"
+    )
 
 
 def say_refused(plan: Plan, errors: Sequence[str], jobs: int) -> None:

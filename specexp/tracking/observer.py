@@ -39,7 +39,7 @@ from specexp.core.slo import run_goodput
 from specexp.host import capture, owner
 from specexp.host.job import Job
 from specexp.host.leases import command_output
-from specexp.output.files import JOB_FILES, redact_file, redacted_config
+from specexp.output.files import JOB_FILES, RUN_FILE, redact_file, redacted_config
 from specexp.run.events import (
     JobClosed,
     JobEvent,
@@ -61,9 +61,6 @@ from specexp.tracking.store import (
     flatten,
     uri_in_force,
 )
-
-# Where a tracked job's output directory says which run it is (specexp.api.load reads it).
-RUN_FILE = "run.json"
 
 
 class TrackedRun(Protocol):

@@ -212,6 +212,15 @@ def uploaded(journal: Path) -> Path:
     return journal.with_name(journal.name.replace(".json", ".uploaded.json"))
 
 
+def journals_under(directories: Sequence[Path]) -> dict[Artifact, list[Path]]:
+    """The journals under ``directories`` not uploaded yet, by kind: jobs' runs first (a
+    sweep's report is read back from its jobs' runs), then sweeps' reports."""
+    return {
+        name: [j for d in directories for j in sorted(d.rglob(str(name)))]
+        for name in (Artifact.offline_journal, Artifact.report_journal)
+    }
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(tree, dict):
         items: dict[str, Any] = {}
@@ -551,8 +560,9 @@ class OfflineRun:
         parent_run_id: Optional[str] = None,
         continues: Optional[str] = None,
     ):
-        """A new run (``run_name``, ``tags``, ``parent_run_id``), or the rest of the run
-        ``continues`` that the store stopped taking mid-run."""
+        """A new run (``run_name``, ``tags``, ``parent_run_id``), its journal written now, or
+        the rest of the run ``continues`` that the store stopped taking mid-run, written with
+        its first call (so that a full disk at that write leaves it taking the calls after)."""
         self.path, self.uri = journal, uri
         self.journal: dict[str, Any] = {
             "tracking_uri": uri,
@@ -568,7 +578,8 @@ class OfflineRun:
         }
         if continues:
             self.run_id = continues
-        self._write()
+        else:
+            self._write()
 
     def _write(self) -> None:
         write_atomic(self.path, json.dumps(self.journal, indent=1, default=str))
@@ -599,12 +610,13 @@ class FailoverRun:
     """A run's log that outlives its store: the first call the store fails (a tracking server
     killed mid-run) and every call after it go to a journal beside the measurements that
     continues the run, and ``python -m specexp.upload DIR`` completes it. ``on_failover`` is
-    told why, once."""
+    told why, once, when the journal holds a call (a full disk may refuse the first one)."""
 
     def __init__(self, run: RunLog, journal: Path, on_failover: Callable[[str], None]):
         self.run, self.journal, self.on_failover = run, journal, on_failover
         self.run_id, self.uri = run.run_id, run.uri
         self.offline: Optional[OfflineRun] = None
+        self._untold: Optional[str] = None  # why it failed over, until it is said
 
     def _call(self, name: str, *args: Any) -> None:
         if self.offline is None:
@@ -612,16 +624,22 @@ class FailoverRun:
                 getattr(self.run, name)(*args)
                 return
             except Exception as exc:  # whatever the store's failure, the run goes on
-                reason = redact_text(str(exc).splitlines()[0][:500]) if str(exc) else repr(exc)
+                self._untold = (
+                    redact_text(str(exc).splitlines()[0][:500]) if str(exc) else repr(exc)
+                )
                 self.offline = OfflineRun(
                     self.journal,
                     redact_text(self.uri),
                     self.run.store.experiment_name,
-                    reason,
+                    self._untold,
                     continues=self.run_id,
                 )
+        try:
+            getattr(self.offline, name)(*args)
+        finally:
+            if self._untold is not None and self.journal.exists():
+                reason, self._untold = self._untold, None
                 self.on_failover(reason)
-        getattr(self.offline, name)(*args)
 
     def log_params(self, params: dict[str, Any]) -> None:
         self._call("log_params", params)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from hydra.errors import HydraException
@@ -527,30 +530,50 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     assert server_pids() == set()
 
 
-STORE_DOWN_AT_THE_REPORT = (
-    "import sys\n"
-    "import specexp.tracking.store as store\n"
-    "def down(*args, **kwargs):\n"
-    "    raise ConnectionError('Connection refused: the tracking server is down')\n"
-    "store.TrackingStore.job_prompts = down  # read by the report only\n"
-    "from specexp.__main__ import main\n"
-    "sys.exit(main())\n"
-)
+STORE_DOWN_AT = {
+    # The store fails at the report's first read of job prompts (the report's alone)...
+    "report": "store.TrackingStore.job_prompts = down\n",
+    # ... or at the first job's summary: the rest of that job goes to its journal.
+    "job": (
+        "logged = store.RunLog.log_metrics\n"
+        "def summary_down(self, metrics, *args, **kwargs):\n"
+        "    if 'tok_per_s_mean' in metrics and not hasattr(store, 'failed'):\n"
+        "        store.failed = True\n"
+        "        down()\n"
+        "    return logged(self, metrics, *args, **kwargs)\n"
+        "store.RunLog.log_metrics = summary_down\n"
+    ),
+}
+
+
+def store_down_at(step: str) -> str:
+    return (
+        "import sys\n"
+        "import specexp.tracking.store as store\n"
+        "def down(*args, **kwargs):\n"
+        "    raise ConnectionError('Connection refused: the tracking server is down')\n"
+        f"{STORE_DOWN_AT[step]}"
+        "from specexp.__main__ import main\n"
+        "sys.exit(main())\n"
+    )
 
 
 @pytest.mark.load_tolerant
-def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env):
+@pytest.mark.parametrize("step", ["report", "job"])
+def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env, step):
     """Issue 45: the store down when a sweep ends gave ~60 lines of traceback, exit 1 and a
     parent RUNNING with no report, which came back only by re-running the whole sweep. Now
     one line says so and gives the upload command, the report is journaled beside the jobs,
-    and `specexp.upload` publishes it under the same parent, which it ends."""
+    and `specexp.upload` publishes it under the same parent, which it ends. Issue 52: that
+    sweep exited 0, as did one whose job's record went to its journal (the store down at its
+    summary); a script never learned to upload. Now both exit 75, the upload command last."""
     uri = tracking_env["MLFLOW_TRACKING_URI"]
     sweep_dir = tmp_path / "sweep"
     result = subprocess.run(
         [
             sys.executable,
             "-c",
-            STORE_DOWN_AT_THE_REPORT,
+            store_down_at(step),
             "-m",
             *TINY,
             "replicate=0,1",
@@ -563,25 +586,33 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
         timeout=600,
     )
     output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
+    assert result.returncode == failure.NOT_IN_STORE, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
-    (line,) = [line for line in output.splitlines() if "failed at the sweep's end" in line]
-    assert "ConnectionError: Connection refused" in line
-    assert f"python -m specexp.upload {sweep_dir}" in " ".join(output.split())
-    assert (sweep_dir / "mlflow_offline_report.json").exists()
-    (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
-    assert Tag.failed_jobs not in parent.data.tags
+    assert output.splitlines()[-1].split() == [
+        *"python -m specexp.upload".split(),
+        str(sweep_dir),
+        "[--tracking-uri",
+        "URI]",
+    ]
+    name = {"report": "mlflow_offline_report.json", "job": "mlflow_offline.json"}[step]
+    (journal,) = sweep_dir.rglob(name)
+    if step == "report":
+        (line,) = [line for line in output.splitlines() if "failed at the sweep's end" in line]
+        assert "ConnectionError: Connection refused" in line
+        (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
+        assert Tag.failed_jobs not in parent.data.tags
 
     upload = run_cli(str(sweep_dir), cwd=tmp_path, env=tracking_env, module="specexp.upload")
     assert upload.returncode == 0, upload.stdout + upload.stderr
-    assert f"on run {parent.info.run_id}" in upload.stdout
     runs = runs_in(uri)
     (published,) = [r for r in runs if is_sweep(r)]
-    assert published.info.run_id == parent.info.run_id and published.info.status == "FINISHED"
+    assert published.info.status == "FINISHED"
     assert published.data.tags[Tag.failed_jobs] == "0"
     assert "replicate" in published.data.tags["mlflow.note.content"]
     assert sorted(r.info.status for r in runs if not is_sweep(r)) == ["FINISHED", "FINISHED"]
-    assert (sweep_dir / "mlflow_offline_report.uploaded.json").exists()
+    assert journal.with_name(name.replace(".json", ".uploaded.json")).exists()
+    if step == "report":
+        assert f"on run {published.info.run_id}" in upload.stdout
 
 
 def full_disk_at(size: int) -> None:
@@ -643,6 +674,91 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
         )
     )
     assert stored.read_bytes() == (job_dir / "requests.jsonl").read_bytes()
+    assert server_pids() == set()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real filesystem of 8 MiB (tmpfs), unmounted after; mounting it needs root, as on a
+    CI machine: elsewhere the test is skipped, saying why."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)],
+            capture_output=True,
+            text=True,
+        )
+        if os.geteuid() == 0 and shutil.which("mount")
+        else None
+    )
+    if mounted is None or mounted.returncode:
+        pytest.skip(
+            "a small real filesystem needs `mount -t tmpfs` as root"
+            + (f": {mounted.stderr.strip()}" if mounted else "")
+        )
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(path: Path) -> None:
+    """Fill ``path``'s filesystem to its last block."""
+    with path.open("wb", buffering=0) as filler:
+        for chunk in (1 << 20, 1 << 12):
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.write(bytes(chunk))
+
+
+@pytest.mark.no_engine_server
+def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
+    tmp_path, small_disk
+):
+    """Issue 52: a 40 MB tmpfs holding the run and its SQLite store, filled after the
+    warm-up's record, gave 799 lines with 38 tracebacks (the journal, the log writers, the
+    console's log file in turn), a run RUNNING for good, no journal, and run 0 shown on the
+    screen but not in requests.jsonl. Now: one line naming the file and the space it needed,
+    exit 74, every run shown kept whole, and the run ended FAILED - in the store, or by the
+    upload of its journal once there is room."""
+    job = compose_job(*TINY)
+    assert job.config.model.generate is not None
+    ensure_pair(job.config.model.generate, job.engine.model_format)  # not made on the disk
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
+    uri = f"sqlite:///{small_disk / 'mlflow.db'}"
+    process = start_cli(
+        *TINY,
+        f"stack.bin_dir={bin_dir}",
+        "stats.warmup_runs=1",
+        "stats.measured_runs=300",
+        cwd=small_disk,
+        env={"MLFLOW_TRACKING_URI": uri},
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 300
+    while not any(p.stat().st_size for p in small_disk.glob("outputs/*/*/requests.jsonl")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+    fill(small_disk / "filler")
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == failure.DISK, output[-3000:]
+    assert "Traceback" not in output and "Logging error" not in output, output[-3000:]
+    (line,) = [line for line in output.splitlines() if "disk full:" in line]
+    assert str(small_disk) in line and "needed" in line, line
+    assert len(output.splitlines()) < 20, output
+    (job_dir,) = small_disk.glob("outputs/*/*")
+    requests = read_json_lines(job_dir / "requests.jsonl")
+    shown = {int(n) for n in re.findall(r"^run (\d+):", output, re.MULTILINE)}
+    assert not requests.torn and shown
+    assert shown <= {r["run"] for r in requests.records if not r["warmup"]}
+    (small_disk / "filler").unlink()  # room again
+    journal = job_dir / "mlflow_offline.json"
+    if journal.exists():  # the store failed before the journal's write: the next command
+        upload = run_cli(str(job_dir), cwd=small_disk, module="specexp.upload")
+        assert upload.returncode == 0, upload.stdout + upload.stderr
+    (run,) = runs_in(uri)
+    assert run.info.status == "FAILED" and "disk full:" in run.data.tags[Tag.failure]
     assert server_pids() == set()
 
 

@@ -30,7 +30,8 @@ from specexp.core.durable import append_whole, read_json_lines, write_atomic
 from specexp.core.records import structure, unstructure
 from specexp.core.schemas import ConfigError, SpeculativeConfig, StatsConfig
 from specexp.host import failure, owner
-from specexp.output.files import set_aside_earlier_attempt
+from specexp.output import terminal
+from specexp.output.files import RUN_FILE, set_aside_earlier_attempt
 from specexp.run.events import Emitter, JobClosed, JobEvent
 from specexp.run.session import JobResult, JobSession, close_session
 from specexp.sweep.launch import _launch
@@ -198,6 +199,115 @@ def test_a_store_and_journal_both_failing_raise_rather_than_lose_silently(tmp_pa
 
 
 @pytest.fixture
+def full_disk(tmp_path, monkeypatch) -> Path:
+    """A disk that is full while the space ``tmp_path``'s job set aside is held: every sync
+    fails with ENOSPC until the reserve is given back (issue 52)."""
+    real_fsync = os.fsync
+    reserve = tmp_path / durable.RESERVE_FILE
+
+    def fsync(fd: int) -> None:
+        if reserve.exists():
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    durable.reserve_space(tmp_path)
+    assert reserve.stat().st_size == durable.RESERVE_BYTES
+    monkeypatch.setattr(durable.os, "fsync", fsync)
+    return reserve
+
+
+@pytest.mark.parametrize("writer", ["append", "replace"])
+def test_the_first_write_on_a_full_disk_is_made_in_the_space_set_aside_and_ends_the_job(
+    tmp_path, full_disk, writer
+):
+    """Issue 52: a full disk lost the run it was writing. The first write that finds the disk
+    full is made in the space the job set aside, whole, then raises one line naming the file
+    and the space it needed (exit 74); the writes after it (closing the job) have the rest."""
+    path = tmp_path / (Artifact.requests if writer == "append" else Artifact.offline_journal)
+    line = '{"run": 0}\n'
+    with pytest.raises(durable.DiskFull) as raised:
+        append_whole(path, [line]) if writer == "append" else write_atomic(path, line)
+    message = failure.one_line(raised.value)
+    assert str(path) in message and "needed 11 B" in message and "set aside" in message
+    assert failure.exit_status(raised.value) == failure.DISK
+    assert path.read_text() == line and not full_disk.exists()
+    append_whole(tmp_path / "after", ["x\n"])  # closing the job: room left
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, "after"])
+
+
+def test_a_full_disk_without_space_set_aside_writes_nothing_and_says_so(tmp_path, full_disk):
+    durable.release_space(tmp_path)
+    (tmp_path / durable.RESERVE_FILE).write_text("")  # the disk still full
+    path = tmp_path / Artifact.requests
+    with pytest.raises(durable.DiskFull, match="not written"):
+        append_whole(path, ['{"run": 0}\n'])
+    assert path.read_text() == ""
+
+
+def test_an_io_error_keeps_the_space_set_aside(tmp_path, monkeypatch):
+    durable.reserve_space(tmp_path)
+
+    def fail(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(durable.os, "fsync", fail)
+    with pytest.raises(OSError) as raised:
+        append_whole(tmp_path / Artifact.requests, ["x\n"])
+    assert raised.value.errno == errno.EIO and not isinstance(raised.value, durable.DiskFull)
+    assert (tmp_path / durable.RESERVE_FILE).exists()
+    durable.release_space(tmp_path)
+
+
+def test_a_journal_whose_first_write_finds_the_disk_full_keeps_the_calls_after(tmp_path, full_disk):
+    """Issue 52: the store failing on a full disk, the journal's first write failed too, and
+    the run's later calls went back to the store. The first call is written in the space
+    set aside, the user told once, and every later call goes to the journal."""
+
+    class FullStore:
+        run_id, uri = "r1", "sqlite:///full.db"
+        store = type("S", (), {"experiment_name": "specexp"})()
+        calls: list[str] = []
+
+        def set_tags(self, tags: object) -> None:
+            self.calls.append("set_tags")
+            raise OSError("database or disk is full")
+
+        def end(self, status: str) -> None:
+            self.calls.append("end")
+
+    told: list[str] = []
+    store = FullStore()
+    run = FailoverRun(store, tmp_path / Artifact.offline_journal, told.append)  # type: ignore[arg-type]
+    with pytest.raises(durable.DiskFull):
+        run.set_tags({Tag.energy_source: "not measured"})
+    run.set_tags({Tag.failure: "disk full"})
+    run.end(RunStatus.failed)
+    kept = json.loads((tmp_path / Artifact.offline_journal).read_text())
+    assert [name for name, _ in kept["calls"]] == ["set_tags", "set_tags", "end"]
+    assert kept["continues"] == "r1" and store.calls == ["set_tags"] and len(told) == 1
+
+
+def test_a_log_file_the_disk_refuses_is_dropped_without_a_traceback(tmp_path, capsys, monkeypatch):
+    """Issue 52: the log writers failed in turn on a full disk, each with its traceback on
+    the terminal (the console's log file at its flush, the logging handlers at each line)."""
+    monkeypatch.setattr(logging, "raiseExceptions", True)
+    terminal.quiet_libraries()
+    handler = logging.FileHandler(tmp_path / "hydra.log")
+    logging.getLogger().addHandler(handler)
+    try:
+        with disk_full_past(100), terminal.logged_to(tmp_path / "specexp.log"):
+            terminal.console.print("x" * 300)
+            terminal.console.print("the one line")
+            failure.log_traceback(OSError(errno.ENOSPC, "No space left on device"))
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    captured = capsys.readouterr()
+    assert "the one line" in captured.out and captured.err == ""
+    assert "Traceback" not in captured.out
+
+
+@pytest.fixture
 def store_uri(tmp_path) -> str:
     return store_env(tmp_path)["MLFLOW_TRACKING_URI"]
 
@@ -318,11 +428,15 @@ def test_a_reused_pid_is_not_the_process_that_owned_the_run():
 
 
 def test_an_earlier_attempts_files_are_set_aside_whole(tmp_path):
+    """Issue 52: the killed attempt's run.json (which run its files are) was written over
+    by the next attempt's; it goes with them."""
     (tmp_path / Artifact.requests).write_text("old\n")
     (tmp_path / Artifact.offline_journal).write_text("{}")
+    (tmp_path / RUN_FILE).write_text('{"run_id": "killed"}')
     (tmp_path / "specexp.log").write_text("log")
     assert set_aside_earlier_attempt(tmp_path) == tmp_path / "attempt-1"
     assert (tmp_path / "attempt-1" / Artifact.requests).read_text() == "old\n"
+    assert (tmp_path / "attempt-1" / RUN_FILE).read_text() == '{"run_id": "killed"}'
     assert not (tmp_path / Artifact.requests).exists() and (tmp_path / "specexp.log").exists()
     (tmp_path / Artifact.requests).write_text("second\n")
     assert set_aside_earlier_attempt(tmp_path) == tmp_path / "attempt-2"
