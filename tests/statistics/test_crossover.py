@@ -401,3 +401,33 @@ def test_the_switch_off_check_of_single_launches_uses_a_calibration_that_applies
             caught += outcomes[16] == outcomes[32] == "behind"
     assert false_alarms / 100 <= 0.05 and refused / 100 <= 0.25
     assert caught / 100 >= 0.9
+
+
+def test_a_flat_gain_keeps_no_crossover_in_its_interval_and_no_stopping_point_is_said():
+    """Seeded Monte Carlo through crossover.analyse, the report's path: a flat x1.02 gain at
+    every level, stats.launches=3 (2% launch offset per launch), 5 runs, at 1% and 2% run
+    noise, 500 sweeps each (n = 1,000). "No crossover in range" left outside the interval
+    (ci_high set): 0 of 1,000; "stops paying at" said: 0 of 1,000. Asserted at most 3% each
+    (SE of a 3% rate at n = 1,000: 0.54%). A real crossing at 6 is still said to stop
+    paying in 93 of 100 sweeps (asserted at least 85%).
+
+    Mutation: crossover.stops_in_range turned off (``lambda draws, tail: True``, the first
+    crossing of the draws alone): "no crossover" left out in 10.4% (104 of 1,000), 7.6 SE
+    of that rate (0.97%) above the 3% bound, and the test fails."""
+    rng = np.random.default_rng(61)
+    left_out = said = 0
+    for run_cv in (0.01, 0.02):
+        for _ in range(500):
+            found = crossover_of(sweep(rng, lambda c: 1.02, launches=3, run_cv=run_cv))
+            left_out += found.ci_high is not None
+            said += "stops paying at" in found.statement
+    assert left_out / 1000 <= 0.03 and said / 1000 <= 0.03, (left_out, said)
+    crossing = 6.0
+    stops = sum(
+        "stops paying at"
+        in crossover_of(
+            sweep(rng, lambda c: math.exp(0.08 * math.log2(crossing / c)), launches=3)
+        ).statement
+        for _ in range(100)
+    )
+    assert stops / 100 >= 0.85, stops
