@@ -486,7 +486,9 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
     assert metrics["ttft_s_p50_ci_low"] <= metrics["ttft_s_p50"] <= metrics["ttft_s_p50_ci_high"]
     assert "ttft_s_p99" not in metrics and "ttft_s_p99_ci_high" not in metrics
     (few,) = [n for n in summary.notes if n.kind == NoteKind.few_requests]
-    assert few.message.startswith("too few values for p90, p95, p99 of TTFT: 6 values")
+    assert few.message.startswith(
+        "too few values for p90, p95, p99 of TTFT: 6 values from 6 requests"
+    )
     assert "368 for p99" in few.message
     per_run = run_metrics(runs[0], {"output_tokens": 100.0})
     assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100
