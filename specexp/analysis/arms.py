@@ -58,6 +58,10 @@ CALIBRATION_MAX_AGE_H = 7 * 24.0
 # false verdicts 5.1% where the calibration measured half the truth, 8.2% without it; 1.95%
 # where it is right, the interval 1.5x as wide at 2% launch and run spread).
 LAUNCH_VARIANCE_MARGIN = 2.5
+# The multiple where no earlier launch of the arm's configuration can test the calibration
+# (:func:`launch_test`): a launch spread grown since is then not even looked for (A/A false
+# verdicts at a calibration of a quarter of the truth 1.9%, 3.6% at LAUNCH_VARIANCE_MARGIN).
+UNCHECKED_LAUNCH_VARIANCE_MARGIN = 5.0
 # The test of a calibration's launch variance against the spread of an arm's configuration's
 # own launches (its earlier single-launch runs in the store): one-sided at this level, since
 # a refusal costs the comparison its verdict, never a false one.
@@ -366,15 +370,17 @@ class Calibration:
         """Variance of one launch's offset, as calibrated (what plans and budgets assume)."""
         return max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
 
-    @property
-    def offset_var(self) -> float:
-        """Variance of one launch's offset, as single launches are tested with it:
-        LAUNCH_VARIANCE_MARGIN times the calibrated (they cannot show their own)."""
-        return LAUNCH_VARIANCE_MARGIN * self.between_var
+    def offset_var(self, checked: bool) -> float:
+        """Variance of one launch's offset, as single launches are tested with it (they
+        cannot show their own): LAUNCH_VARIANCE_MARGIN times the calibrated where earlier
+        launches of the arm's configuration ``checked`` it, UNCHECKED_LAUNCH_VARIANCE_MARGIN
+        times where none could."""
+        margin = LAUNCH_VARIANCE_MARGIN if checked else UNCHECKED_LAUNCH_VARIANCE_MARGIN
+        return margin * self.between_var
 
-    def mean_var(self, runs: int) -> float:
+    def mean_var(self, runs: int, checked: bool) -> float:
         """Variance of the mean of one launch with ``runs`` measured runs."""
-        return self.offset_var + self.within_var / runs
+        return self.offset_var(checked) + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
@@ -540,6 +546,11 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
     otherwise than the calibration's, a run-to-run spread that is not the calibration's
     (two-sided F test on log values at ``alpha``), or launches of the arm's configuration
     that spread more than it predicts (:func:`launch_test`); None when it applies."""
+    if calibration.between_var <= 0:
+        return (
+            "its launch means spread no more than their runs do (launch-to-launch variance "
+            "measured 0), so it bounds no launch offset: calibrate with more launches"
+        )
     hours = _age_h(calibration, run)
     if hours is None:
         return f"its age against {run.name} is unknown (no measurement times)"
@@ -639,7 +650,11 @@ def account_for_launches(
                 "stats.launches=3 or more",
             )
             continue
-        var_base, var_arm = first.mean_var(len(base.values)), second.mean_var(len(arm.values))
+        tests = [launch_test(cal, run) for cal, run in ((first, base), (second, arm))]
+        var_base, var_arm = (
+            cal.mean_var(len(run.values), test is not None)
+            for cal, run, test in zip((first, second), (base, arm), tests, strict=True)
+        )
         if first is second:  # one estimate for both arms: its own degrees of freedom
             df = first.df
         else:
@@ -651,18 +666,25 @@ def account_for_launches(
             f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
             f"({_age(first, base)}, within {CALIBRATION_MAX_AGE_H / 24:.0f} days; its stack and "
             "run-to-run spread checked against the arms'); against each arm's launches: "
-            + "; ".join(_launch_finding(cal, run) for cal, run in ((first, base), (second, arm))),
+            + "; ".join(
+                _launch_finding(run, test) for run, test in zip((base, arm), tests, strict=True)
+            ),
         )
 
 
-def _launch_finding(calibration: Calibration, run: JobRun) -> str:
-    """What the launches of ``run``'s configuration say of the calibration's launch variance,
-    and the multiple it is used at all the same (one launch per arm cannot show it grew)."""
-    test = launch_test(calibration, run)
-    margin = f"the calibration's launch variance is taken x{LAUNCH_VARIANCE_MARGIN:g}"
+def _launch_finding(run: JobRun, test: Optional[LaunchTest]) -> str:
+    """What the launches of ``run``'s configuration say of the calibration's launch variance
+    (``test``; None without an earlier launch), and the multiple it is used at all the same
+    (one launch per arm cannot show it grew)."""
     if test is None:
-        return f"{run.name} not tested: no earlier launch of this configuration; {margin}"
-    return f"{run.name} {test.describe()}; {margin}"
+        return (
+            f"{run.name} not tested: no earlier launch of this configuration, so the "
+            f"calibration's launch variance is taken x{UNCHECKED_LAUNCH_VARIANCE_MARGIN:g}"
+        )
+    return (
+        f"{run.name} {test.describe()}; the calibration's launch variance is taken "
+        f"x{LAUNCH_VARIANCE_MARGIN:g}"
+    )
 
 
 def compare_arms(

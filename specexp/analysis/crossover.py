@@ -42,6 +42,7 @@ from specexp.analysis.arms import (
     Selector,
     account_for_launches,
     family_key,
+    launch_test,
     same_server,
     why_not_applicable,
 )
@@ -558,7 +559,8 @@ def launch_offsets(
         ):
             return None
         shared = all(same_server(a, b) for a, b in pairwise(runs))
-        found.append((LaunchOffset(known.offset_var, known.df, shared), known.runs))
+        checked = all(launch_test(known, run) is not None for run in runs)
+        found.append((LaunchOffset(known.offset_var(checked), known.df, shared), known.runs))
     names = sorted({r[:8] for _, runs in found for r in runs})
     return (found[0][0], found[1][0]), f"calibration runs {', '.join(names)}"
 

@@ -326,9 +326,10 @@ def test_a_crossover_of_single_launches_carries_a_calibrations_launch_variance()
     its levels on one server, 2% launch offset per arm, 2% run noise, 5 runs. Where the
     calibration applies (its run-spread check refuses 12 of 150 sweeps, which then hold for
     their launches only and recommend nothing), the interval covers the true crossover at 6
-    in 0.986 of sweeps (136 of 138, SE at 0.95: 0.019): the launch variance enters at
-    LAUNCH_VARIANCE_MARGIN (2.5) times the calibrated, as for comparisons, which widens the
-    interval (median high/low 5.2 against 3.0 at the calibrated value, which covered 0.949).
+    in 138 of 138 sweeps (SE at 0.95: 0.019): with no earlier launch of the configurations
+    the launch variance enters at UNCHECKED_LAUNCH_VARIANCE_MARGIN (5) times the calibrated,
+    as for comparisons, which widens the interval (at 2.5 times it covered 136 of 138, at
+    the calibrated value 0.949).
     A flat x1.02 gain: a setting recommended in 0 of 300 sweeps and "does not pay even at
     concurrency 1" in 0 of 300 (SE at the 5% bound: 1.3%)."""
     rng = np.random.default_rng(43)
@@ -377,9 +378,11 @@ def test_the_switch_off_check_of_single_launches_uses_a_calibration_that_applies
     launch offset, levels on one server) and the server family's calibration (launch
     variance known from 20 degrees of freedom): the comparisons are tested against it as
     comparisons are. The correct switch-off is called behind at some level in 0 of 100
-    sweeps (SE at the 5% bound 2.2%); the late one is caught behind at 16 and 32 in 93 of
-    100 (the rest mostly where the calibration was refused); the run-spread check refuses
-    the calibration for the correct one (its rows then inconclusive) in 10 of 100."""
+    sweeps (SE at the 5% bound 2.2%); the late one is caught behind at 16 and 32 in 76 of
+    100 (93 before no earlier launch of a configuration meant the wider
+    UNCHECKED_LAUNCH_VARIANCE_MARGIN; the rest mostly where the calibration was refused);
+    the run-spread check refuses the calibration for the correct one (its rows then
+    inconclusive) in 10 of 100."""
     rng = np.random.default_rng(53)
     false_alarms = caught = refused = 0
     for run_cv in (0.01, 0.03):
@@ -400,7 +403,7 @@ def test_the_switch_off_check_of_single_launches_uses_a_calibration_that_applies
             outcomes = dict(zip(late.levels, late.outcomes, strict=True))
             caught += outcomes[16] == outcomes[32] == "behind"
     assert false_alarms / 100 <= 0.05 and refused / 100 <= 0.25
-    assert caught / 100 >= 0.9
+    assert caught / 100 >= 0.7
 
 
 def test_a_flat_gain_keeps_no_crossover_in_its_interval_and_no_stopping_point_is_said():
