@@ -364,6 +364,10 @@ class Calibration:
     # The family's single-launch runs in the store, by config fingerprint: the launches a
     # configuration has had, which its launch variance is tested against (:func:`launch_test`).
     launches: Mapping[str, tuple[JobRun, ...]] = field(default_factory=dict)
+    # Mean seconds from a launch to ready, and of one measured run, over its runs (NaN where
+    # they did not record them): what a budget's launches cost on this family.
+    launch_s: float = math.nan
+    run_s: float = math.nan
 
     @property
     def between_var(self) -> float:
@@ -537,6 +541,8 @@ def _pooled(runs: Sequence[JobRun], newest: float) -> Calibration:
         within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
         measured_unix=newest if math.isfinite(newest) else math.nan,
         stack=stack,
+        launch_s=float(np.mean([run.metrics.get(Metric.server_ready_s, math.nan) for run in runs])),
+        run_s=float(np.mean([run.metrics.get(Metric.wall_s, math.nan) for run in runs])),
     )
 
 
