@@ -178,30 +178,76 @@ def pick_baseline(arms: Sequence[Arm], selector: Selector) -> Arm:
     return matches[0]
 
 
+# What a run was measured on beside its sweep's factors: a baseline is paired only with
+# runs that share all of it, and the sweep they ran in (tags of each job run).
+SETTINGS = (Tag.engine, Tag.model, Tag.workload, Tag.stack, Tag.hardware, Tag.parent)
+
+
+def _settings(arm: Arm, factor: str) -> tuple[tuple[str, str], ...]:
+    """The arm's factors without ``factor``, with what it was measured on and the sweep it
+    ran in (none of it ``factor`` itself): what a partner arm must share."""
+    root = factor.split(".", 1)[0]
+    measured_on = tuple((t.value, arm.run.tags.get(t, "")) for t in SETTINGS if t.value != root)
+    return (*arm.others(factor), *measured_on)
+
+
+def _groups(arms: Sequence[Arm], factor: str) -> list[tuple[list[Arm], list[Arm]]]:
+    """(baselines, arms) of each group of arms that share their settings (:func:`_settings`),
+    baselines the arms whose ``factor`` is the selector's value, latest first."""
+    grouped: dict[tuple, list[Arm]] = {}
+    for arm in arms:
+        grouped.setdefault(_settings(arm, factor), []).append(arm)
+    return [(sorted(group, key=_latest, reverse=True), group) for group in grouped.values()]
+
+
+def _latest(arm: Arm) -> float:
+    return max(arm.run.times, default=-math.inf)
+
+
 def baseline_pairs(arms: Sequence[Arm], selector: Selector) -> list[tuple[Arm, Arm]]:
     """(baseline, candidate) pairs. When the selector is FACTOR=VALUE and the arms vary that
-    factor, each arm is compared with the baseline that shares all its other factors - e.g.
-    speculative=draft at concurrency 8 against speculative=none at concurrency 8. Otherwise
-    one baseline run is compared with every other arm."""
+    factor, each arm is compared with the baseline that shares all its other factors, what
+    it was measured on (engine, model, workload, stack, hardware) and its sweep - e.g.
+    speculative=draft at concurrency 8 against speculative=none at concurrency 8 of the same
+    sweep; where several such baselines were measured, the latest (:func:`pairing_said`
+    says so). Otherwise one baseline run is compared with every other arm."""
     factor = selector.factor
     if factor is None or not any(factor in a.factors for a in arms):
         baseline = pick_baseline(arms, selector)
         return [(baseline, a) for a in arms if a is not baseline]
-    groups: dict[tuple, list[Arm]] = {}
-    for arm in arms:
-        groups.setdefault(arm.others(factor), []).append(arm)
     pairs = []
-    for group in groups.values():
-        bases = [a for a in group if a.factors.get(factor) == selector.value]
-        if len(bases) > 1:
-            raise SelectionError(
-                f"baseline {selector.text!r} matches several runs with the same settings: "
-                f"{', '.join(a.run_id[:8] for a in bases)}; choose one by run id"
-            )
-        pairs += [(bases[0], a) for a in group if bases and a is not bases[0]]
+    for ordered, group in _groups(arms, factor):
+        bases = [a for a in ordered if a.factors.get(factor) == selector.value]
+        pairs += [(bases[0], a) for a in group if bases and a.factors.get(factor) != selector.value]
     if not pairs:
         raise SelectionError(f"baseline {selector.text!r} matched no run")
     return pairs
+
+
+def pairing_said(arms: Sequence[Arm], selector: Selector) -> list[str]:
+    """What :func:`baseline_pairs` decided beyond the named factor, one line each: the
+    groups it compared within when the runs differ in more than their factors, and the
+    baseline it took where several matched."""
+    factor = selector.factor
+    if factor is None or not any(factor in a.factors for a in arms):
+        return []
+    said = []
+    groups = [(o, g) for o, g in _groups(arms, factor) if len(g) > 1]
+    if len(groups) > 1:
+        said.append(
+            f"compared within {len(groups)} groups of runs that share their other factors, "
+            "engine, model, workload, stack, hardware and sweep: runs that differ in more than "
+            f"{factor} are not set against one baseline"
+        )
+    for ordered, _ in groups:
+        bases = [a for a in ordered if a.factors.get(factor) == selector.value]
+        if len(bases) > 1:
+            said.append(
+                f"baseline {selector.text!r} matches several runs with the same settings "
+                f"({', '.join(a.run_id[:8] for a in bases)}): the latest measured, "
+                f"{bases[0].run_id[:8]}, is the baseline"
+            )
+    return said
 
 
 def shared_timeline(base: JobRun, arm: JobRun) -> bool:
