@@ -35,6 +35,7 @@ from specexp.analysis.arms import (
     compare_arms,
     hardware_matches,
     make_arms,
+    pairing_said,
     reproduce,
     with_launches,
 )
@@ -85,6 +86,8 @@ class ComparisonReport:
     caveats: list[Caveat]
     skipped: list[str]
     reproduction: Optional[Reproduction] = None
+    # How the arms were paired beyond the named factor (analysis.arms.pairing_said).
+    pairing: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON document ``--json`` prints and the run logs."""
@@ -97,6 +100,7 @@ class ComparisonReport:
             "arms": [a.to_json() for a in self.arms],
             "comparisons": [c.to_json() for c in self.comparisons],
             "skipped": self.skipped,
+            "pairing": self.pairing,
             "caveats": [dataclasses.asdict(c) for c in self.caveats],
         }
         if self.reproduction is not None:
@@ -190,6 +194,7 @@ def compare_runs(
         caveats(comparisons),
         skipped,
         reproduction,
+        pairing_said(arms, selector) if selector else [],
     )
 
 
@@ -243,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
         terminal.print_comparison(
             report.arms, report.comparisons, report.caveats, report.skipped, report.metric
         )
+        for line in report.pairing:
+            terminal.console.print(f"note: {line}", markup=False)
         if report.reproduction is not None:
             r = report.reproduction
             terminal.print_reproduction(

@@ -58,6 +58,10 @@ CALIBRATION_MAX_AGE_H = 7 * 24.0
 # false verdicts 5.1% where the calibration measured half the truth, 8.2% without it; 1.95%
 # where it is right, the interval 1.5x as wide at 2% launch and run spread).
 LAUNCH_VARIANCE_MARGIN = 2.5
+# The multiple where no earlier launch of the arm's configuration can test the calibration
+# (:func:`launch_test`): a launch spread grown since is then not even looked for (A/A false
+# verdicts at a calibration of a quarter of the truth 1.9%, 3.6% at LAUNCH_VARIANCE_MARGIN).
+UNCHECKED_LAUNCH_VARIANCE_MARGIN = 5.0
 # The test of a calibration's launch variance against the spread of an arm's configuration's
 # own launches (its earlier single-launch runs in the store): one-sided at this level, since
 # a refusal costs the comparison its verdict, never a false one.
@@ -174,30 +178,76 @@ def pick_baseline(arms: Sequence[Arm], selector: Selector) -> Arm:
     return matches[0]
 
 
+# What a run was measured on beside its sweep's factors: a baseline is paired only with
+# runs that share all of it, and the sweep they ran in (tags of each job run).
+SETTINGS = (Tag.engine, Tag.model, Tag.workload, Tag.stack, Tag.hardware, Tag.parent)
+
+
+def _settings(arm: Arm, factor: str) -> tuple[tuple[str, str], ...]:
+    """The arm's factors without ``factor``, with what it was measured on and the sweep it
+    ran in (none of it ``factor`` itself): what a partner arm must share."""
+    root = factor.split(".", 1)[0]
+    measured_on = tuple((t.value, arm.run.tags.get(t, "")) for t in SETTINGS if t.value != root)
+    return (*arm.others(factor), *measured_on)
+
+
+def _groups(arms: Sequence[Arm], factor: str) -> list[tuple[list[Arm], list[Arm]]]:
+    """(baselines, arms) of each group of arms that share their settings (:func:`_settings`),
+    baselines the arms whose ``factor`` is the selector's value, latest first."""
+    grouped: dict[tuple, list[Arm]] = {}
+    for arm in arms:
+        grouped.setdefault(_settings(arm, factor), []).append(arm)
+    return [(sorted(group, key=_latest, reverse=True), group) for group in grouped.values()]
+
+
+def _latest(arm: Arm) -> float:
+    return max(arm.run.times, default=-math.inf)
+
+
 def baseline_pairs(arms: Sequence[Arm], selector: Selector) -> list[tuple[Arm, Arm]]:
     """(baseline, candidate) pairs. When the selector is FACTOR=VALUE and the arms vary that
-    factor, each arm is compared with the baseline that shares all its other factors - e.g.
-    speculative=draft at concurrency 8 against speculative=none at concurrency 8. Otherwise
-    one baseline run is compared with every other arm."""
+    factor, each arm is compared with the baseline that shares all its other factors, what
+    it was measured on (engine, model, workload, stack, hardware) and its sweep - e.g.
+    speculative=draft at concurrency 8 against speculative=none at concurrency 8 of the same
+    sweep; where several such baselines were measured, the latest (:func:`pairing_said`
+    says so). Otherwise one baseline run is compared with every other arm."""
     factor = selector.factor
     if factor is None or not any(factor in a.factors for a in arms):
         baseline = pick_baseline(arms, selector)
         return [(baseline, a) for a in arms if a is not baseline]
-    groups: dict[tuple, list[Arm]] = {}
-    for arm in arms:
-        groups.setdefault(arm.others(factor), []).append(arm)
     pairs = []
-    for group in groups.values():
-        bases = [a for a in group if a.factors.get(factor) == selector.value]
-        if len(bases) > 1:
-            raise SelectionError(
-                f"baseline {selector.text!r} matches several runs with the same settings: "
-                f"{', '.join(a.run_id[:8] for a in bases)}; choose one by run id"
-            )
-        pairs += [(bases[0], a) for a in group if bases and a is not bases[0]]
+    for ordered, group in _groups(arms, factor):
+        bases = [a for a in ordered if a.factors.get(factor) == selector.value]
+        pairs += [(bases[0], a) for a in group if bases and a.factors.get(factor) != selector.value]
     if not pairs:
         raise SelectionError(f"baseline {selector.text!r} matched no run")
     return pairs
+
+
+def pairing_said(arms: Sequence[Arm], selector: Selector) -> list[str]:
+    """What :func:`baseline_pairs` decided beyond the named factor, one line each: the
+    groups it compared within when the runs differ in more than their factors, and the
+    baseline it took where several matched."""
+    factor = selector.factor
+    if factor is None or not any(factor in a.factors for a in arms):
+        return []
+    said = []
+    groups = [(o, g) for o, g in _groups(arms, factor) if len(g) > 1]
+    if len(groups) > 1:
+        said.append(
+            f"compared within {len(groups)} groups of runs that share their other factors, "
+            "engine, model, workload, stack, hardware and sweep: runs that differ in more than "
+            f"{factor} are not set against one baseline"
+        )
+    for ordered, _ in groups:
+        bases = [a for a in ordered if a.factors.get(factor) == selector.value]
+        if len(bases) > 1:
+            said.append(
+                f"baseline {selector.text!r} matches several runs with the same settings "
+                f"({', '.join(a.run_id[:8] for a in bases)}): the latest measured, "
+                f"{bases[0].run_id[:8]}, is the baseline"
+            )
+    return said
 
 
 def shared_timeline(base: JobRun, arm: JobRun) -> bool:
@@ -360,21 +410,27 @@ class Calibration:
     # The family's single-launch runs in the store, by config fingerprint: the launches a
     # configuration has had, which its launch variance is tested against (:func:`launch_test`).
     launches: Mapping[str, tuple[JobRun, ...]] = field(default_factory=dict)
+    # Mean seconds from a launch to ready, and of one measured run, over its runs (NaN where
+    # they did not record them): what a budget's launches cost on this family.
+    launch_s: float = math.nan
+    run_s: float = math.nan
 
     @property
     def between_var(self) -> float:
         """Variance of one launch's offset, as calibrated (what plans and budgets assume)."""
         return max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
 
-    @property
-    def offset_var(self) -> float:
-        """Variance of one launch's offset, as single launches are tested with it:
-        LAUNCH_VARIANCE_MARGIN times the calibrated (they cannot show their own)."""
-        return LAUNCH_VARIANCE_MARGIN * self.between_var
+    def offset_var(self, checked: bool) -> float:
+        """Variance of one launch's offset, as single launches are tested with it (they
+        cannot show their own): LAUNCH_VARIANCE_MARGIN times the calibrated where earlier
+        launches of the arm's configuration ``checked`` it, UNCHECKED_LAUNCH_VARIANCE_MARGIN
+        times where none could."""
+        margin = LAUNCH_VARIANCE_MARGIN if checked else UNCHECKED_LAUNCH_VARIANCE_MARGIN
+        return margin * self.between_var
 
-    def mean_var(self, runs: int) -> float:
+    def mean_var(self, runs: int, checked: bool) -> float:
         """Variance of the mean of one launch with ``runs`` measured runs."""
-        return self.offset_var + self.within_var / runs
+        return self.offset_var(checked) + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
@@ -531,6 +587,8 @@ def _pooled(runs: Sequence[JobRun], newest: float) -> Calibration:
         within_df=sum(e[3] + 1 for e in entries) * (weighted(2) - 1),
         measured_unix=newest if math.isfinite(newest) else math.nan,
         stack=stack,
+        launch_s=float(np.mean([run.metrics.get(Metric.server_ready_s, math.nan) for run in runs])),
+        run_s=float(np.mean([run.metrics.get(Metric.wall_s, math.nan) for run in runs])),
     )
 
 
@@ -540,6 +598,11 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
     otherwise than the calibration's, a run-to-run spread that is not the calibration's
     (two-sided F test on log values at ``alpha``), or launches of the arm's configuration
     that spread more than it predicts (:func:`launch_test`); None when it applies."""
+    if calibration.between_var <= 0:
+        return (
+            "its launch means spread no more than their runs do (launch-to-launch variance "
+            "measured 0), so it bounds no launch offset: calibrate with more launches"
+        )
     hours = _age_h(calibration, run)
     if hours is None:
         return f"its age against {run.name} is unknown (no measurement times)"
@@ -639,7 +702,11 @@ def account_for_launches(
                 "stats.launches=3 or more",
             )
             continue
-        var_base, var_arm = first.mean_var(len(base.values)), second.mean_var(len(arm.values))
+        tests = [launch_test(cal, run) for cal, run in ((first, base), (second, arm))]
+        var_base, var_arm = (
+            cal.mean_var(len(run.values), test is not None)
+            for cal, run, test in zip((first, second), (base, arm), tests, strict=True)
+        )
         if first is second:  # one estimate for both arms: its own degrees of freedom
             df = first.df
         else:
@@ -651,18 +718,25 @@ def account_for_launches(
             f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
             f"({_age(first, base)}, within {CALIBRATION_MAX_AGE_H / 24:.0f} days; its stack and "
             "run-to-run spread checked against the arms'); against each arm's launches: "
-            + "; ".join(_launch_finding(cal, run) for cal, run in ((first, base), (second, arm))),
+            + "; ".join(
+                _launch_finding(run, test) for run, test in zip((base, arm), tests, strict=True)
+            ),
         )
 
 
-def _launch_finding(calibration: Calibration, run: JobRun) -> str:
-    """What the launches of ``run``'s configuration say of the calibration's launch variance,
-    and the multiple it is used at all the same (one launch per arm cannot show it grew)."""
-    test = launch_test(calibration, run)
-    margin = f"the calibration's launch variance is taken x{LAUNCH_VARIANCE_MARGIN:g}"
+def _launch_finding(run: JobRun, test: Optional[LaunchTest]) -> str:
+    """What the launches of ``run``'s configuration say of the calibration's launch variance
+    (``test``; None without an earlier launch), and the multiple it is used at all the same
+    (one launch per arm cannot show it grew)."""
     if test is None:
-        return f"{run.name} not tested: no earlier launch of this configuration; {margin}"
-    return f"{run.name} {test.describe()}; {margin}"
+        return (
+            f"{run.name} not tested: no earlier launch of this configuration, so the "
+            f"calibration's launch variance is taken x{UNCHECKED_LAUNCH_VARIANCE_MARGIN:g}"
+        )
+    return (
+        f"{run.name} {test.describe()}; the calibration's launch variance is taken "
+        f"x{LAUNCH_VARIANCE_MARGIN:g}"
+    )
 
 
 def compare_arms(

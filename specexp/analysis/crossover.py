@@ -11,7 +11,11 @@ error, n - 1 degrees of freedom - what a percentile bootstrap of 3-5 values
 underestimates); a draw that never crosses counts as beyond the highest level, one that
 does not pay at the lowest as at or below it, so the interval is taken over all draws.
 Over noise 2-5%, 3-5 runs per level and crossovers mid-range and near the edge it covers
-the true crossover at least 95% of the time (tests/statistics/test_crossover.py).
+the true crossover at least 95% of the time (tests/statistics/test_crossover.py). The
+interval's high end is "beyond the highest level" - no crossover in range - unless some
+level's gain is shown at or below 0 (one-sided, Bonferroni over the levels,
+:func:`stops_in_range`): a flat x1.02 gain dips below 1 at one of seven levels by noise,
+and "stops paying at c" is said only where the interval ends in range.
 
 Launch-to-launch variance enters as each value carries it: with several launches per level
 each value is a launch's mean; with one launch per arm the calibration of the server
@@ -38,6 +42,7 @@ from specexp.analysis.arms import (
     Selector,
     account_for_launches,
     family_key,
+    launch_test,
     same_server,
     why_not_applicable,
 )
@@ -194,6 +199,16 @@ def _crossings(levels: Sequence[int], gain: np.ndarray) -> np.ndarray:
     return found
 
 
+def stops_in_range(draws: np.ndarray, tail: float) -> bool:
+    """Whether the draws (draws x levels of the gain) reject "no crossover in range" at
+    ``tail``, one-sided: some level's gain is above 0 in fewer than tail / levels of the
+    draws (Bonferroni over the levels). The first crossing of the draws alone does not:
+    a flat small gain dips below 0 at one of many levels by noise, and so would place a
+    crossover in most draws (a flat x1.02 over 7 levels and 3 launches each: "no crossover"
+    outside the interval in 9-12% of sweeps)."""
+    return bool((draws > 0).mean(axis=0).min() < tail / draws.shape[1])
+
+
 def _mean_draws(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Draws of the mean of ``values`` from its Student-t distribution (a constant when the
     values do not vary: goodput that is 0 in every run)."""
@@ -293,7 +308,9 @@ def find_crossover(
         low = np.quantile(earliest, tail, method="inverted_cdf")
         high = np.quantile(found, 1 - tail, method="inverted_cdf")
         result.ci_low = float(low)
-        result.ci_high = None if math.isinf(high) else float(high)
+        result.ci_high = (
+            float(high) if not math.isinf(high) and stops_in_range(draws, tail) else None
+        )
         result.no_crossing_share = float(np.mean(np.isinf(found)))
         effect_low, effect_high = from_gain(np.quantile(draws[:, 0], [tail, 1 - tail]))
         result.lowest_effect_ci = (float(effect_low), float(effect_high))
@@ -336,12 +353,20 @@ def _statement(result: Crossover, confidence: float) -> str:
             f"measured, nor to cost ({lowest_text}: the interval holds "
             f"{result.describe_effect(result.scale.no_effect)})"
         )
+    elif result.ci_low is not None and result.ci_high is None:
+        lowest_at = int(np.argmin(result.effect))
+        finding = (
+            f"{candidate} is not shown to stop paying in {span}: its effect is lowest at "
+            f"concurrency {levels[lowest_at]} ({result.describe_effect(result.effect[lowest_at])}"
+            f", a crossing at {result.estimate:.1f} as measured), but the {percent} CI "
+            f"{result.ci_low:.1f}..beyond {levels[-1]} holds no crossover in range "
+            f"({result.no_crossing_share:.0%} of draws saw none)"
+        )
     else:
         if result.ci_low is None:
             interval = "no interval: a level has fewer than 2 values or no spread"
         else:
-            high = f"{result.ci_high:.1f}" if result.ci_high is not None else f"beyond {levels[-1]}"
-            interval = f"{percent} CI {result.ci_low:.1f}..{high}"
+            interval = f"{percent} CI {result.ci_low:.1f}..{result.ci_high:.1f}"
         where = f"at concurrency {result.estimate:.1f}"
         if result.estimate in result.collapsed:
             before = levels[levels.index(int(result.estimate)) - 1]
@@ -534,7 +559,8 @@ def launch_offsets(
         ):
             return None
         shared = all(same_server(a, b) for a, b in pairwise(runs))
-        found.append((LaunchOffset(known.offset_var, known.df, shared), known.runs))
+        checked = all(launch_test(known, run) is not None for run in runs)
+        found.append((LaunchOffset(known.offset_var(checked), known.df, shared), known.runs))
     names = sorted({r[:8] for _, runs in found for r in runs})
     return (found[0][0], found[1][0]), f"calibration runs {', '.join(names)}"
 

@@ -45,6 +45,7 @@ class RunStatus(StrEnum):
 
 class Tag(StrEnum):
     kind = "specexp.kind"
+    parent = "mlflow.parentRunId"  # the sweep a job ran in
     process = "specexp.process"  # the process that owns a run: HOST PID START (host.owner)
     factors = "specexp.factors"  # JSON {factor: value} of the settings the sweep varied
     config_fingerprint = "config_fingerprint"

@@ -104,8 +104,7 @@ def run_metrics(
     for name, value in accounting.items():
         metrics[server_metric(SERVER_ACCOUNTING[name][0])] = value
     metrics.update(result.telemetry)
-    itl = [x for r in result.records if r.ok for x in r.itl_s]
-    for found in percentile_estimates(itl):
+    for found in percentile_estimates([r.itl_s for r in result.records if r.ok]):
         for suffix, value in _percentile_figures(found).items():
             metrics[percentile_metric(Metric.itl_s, found.name + suffix, per_run=True)] = value
     metrics.update(slo_metrics(result, slo))
@@ -183,10 +182,11 @@ def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], li
         (Metric.e2e_s_mean, [r.e2e_s_mean for r in measured]),
     ):
         metrics[name] = _mean([v for v in per_run if v is not None])
-    series_values: dict[Metric, list[float]] = {
-        Metric.ttft_s: [rec.ttft_s for rec in ok if rec.ttft_s is not None and rec.ttft_s],
-        Metric.itl_s: [x for rec in ok for x in rec.itl_s],
-        Metric.chunk_gaps_s: [x for rec in ok for x in rec.chunk_gaps_s],
+    # Each series as its requests' values, in order: values of one request move together.
+    series_values: dict[Metric, list[Sequence[float]]] = {
+        Metric.ttft_s: [[rec.ttft_s] for rec in ok if rec.ttft_s is not None and rec.ttft_s],
+        Metric.itl_s: [rec.itl_s for rec in ok if rec.itl_s],
+        Metric.chunk_gaps_s: [rec.chunk_gaps_s for rec in ok if rec.chunk_gaps_s],
     }
     notes = []
     for series, observed in series_values.items():
@@ -202,10 +202,18 @@ def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], li
             notes.append(
                 Note(
                     NoteKind.few_requests,
-                    f"too few values for {', '.join(e.name for e in missing)} of "
-                    f"{_SERIES_NAMES[series]}: {found[0].n} values, "
-                    f"{found[0].n_eff:.0f} effective (autocorrelation counted); a 95% interval "
-                    f"needs {', '.join(f'{e.needed} for {e.name}' for e in missing)} - not reported",
+                    f"too few {'requests' if found[0].requests_bound else 'values'} for "
+                    f"{', '.join(e.name for e in missing)} of {_SERIES_NAMES[series]}: "
+                    f"{found[0].n} values from {found[0].requests} requests, "
+                    f"{found[0].n_eff:.0f} effective ("
+                    + (
+                        "the values of one request move together: more requests, not longer "
+                        "ones, give more"
+                        if found[0].requests_bound
+                        else "autocorrelation counted"
+                    )
+                    + f"); a 95% interval needs "
+                    f"{', '.join(f'{e.needed} for {e.name}' for e in missing)} - not reported",
                 )
             )
     metrics[Metric.output_tokens_total] = float(sum(r.output_tokens for r in measured))

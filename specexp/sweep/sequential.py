@@ -40,7 +40,7 @@ from specexp.core.sequential import (
     crossing_probability,
     plan_runs,
 )
-from specexp.core.stats import minimum_detectable_effect
+from specexp.core.stats import minimum_detectable_effect, t_isf
 from specexp.output import terminal
 from specexp.run.job_run import OpenJobs
 from specexp.run.session import JobSession
@@ -91,22 +91,37 @@ class Spreads:
 ASSUMED = Spreads(0.02, 0.02, "assuming 2% launch-to-launch and 2% run-to-run spread")
 
 
-def sequential_detectable(design: SequentialDesign, launch_var: float) -> float:
-    """Smallest relative effect a sequence finds with ``design.power`` when one launch's
-    mean varies by ``launch_var``: its looks after every round from ``min_launches`` to
-    ``max_launches``, with their Lan-DeMets boundaries (the exact crossing probability),
-    read on Student's t at the last look; never below the design effect, since the
-    sequence stops once it has the launches that effect needs."""
-    launches = range(design.min_launches, design.max_launches + 1)
-    fractions = [n / design.max_launches for n in launches]
-    criticals = critical_values(fractions, design.alpha, design.spending)
-    drift = optimize.brentq(
-        lambda d: crossing_probability(fractions, criticals, d) - design.power, 0.0, 40.0
-    )
+def sequential_power(
+    design: SequentialDesign, launch_var: float, effect: float, launches: int
+) -> float:
+    """Power of a sequence against a relative ``effect`` when one launch's mean varies by
+    ``launch_var`` and it can afford ``launches`` per arm (its budget of server time may
+    stop it before ``design.max_launches``): its looks after every round, each at the
+    boundary its Lan-DeMets spending gives it, the last spending what is left (as the
+    sequence does when out of time); the exact crossing probability on the information the
+    launches carry, the drift read on Student's t at the last look; 0 when they do not
+    reach the first look."""
+    if launches < design.min_launches:
+        return 0.0
+    looks = range(design.min_launches, launches + 1)
+    carried = [n / design.max_launches for n in looks]
+    spent_on = [*carried[:-1], 1.0]
+    criticals = critical_values(spent_on, design.alpha, design.spending)
     last = criticals[-1]
-    df = design.max_launches - 1
-    widen = float(scipy_stats.t.isf(scipy_stats.norm.sf(last), df)) / last
-    found = math.expm1(drift * widen * math.sqrt(2 * launch_var / design.max_launches))
+    widen = t_isf(float(scipy_stats.norm.sf(last)), looks[-1] - 1) / last
+    drift = math.log1p(effect) / (widen * math.sqrt(2 * launch_var / design.max_launches))
+    return crossing_probability(carried, criticals, drift)
+
+
+def sequential_detectable(design: SequentialDesign, launch_var: float) -> float:
+    """Smallest relative effect a sequence of up to ``max_launches`` finds with
+    ``design.power`` (:func:`sequential_power`); never below the design effect, since the
+    sequence stops once it has the launches that effect needs."""
+    found = optimize.brentq(
+        lambda e: sequential_power(design, launch_var, e, design.max_launches) - design.power,
+        0.0,
+        10.0,
+    )
     return max(found, design.design_effect)
 
 
@@ -117,6 +132,20 @@ class Design(StrEnum):
     launches = "fixed launches"
     one_server = "runs on one shared server"
     single_launches = "one launch per arm"
+
+
+@dataclass(frozen=True)
+class Affordable:
+    """What a sequence's server time buys at its family's measured launch and run times
+    (``source``): launches per arm, and the power they have at the printed effect and at
+    the threshold (:func:`sequential_power`)."""
+
+    launches: int
+    costs: Costs
+    source: str
+    at_effect: float
+    at_threshold: float
+    minutes_needed: float  # server-minutes the design's max_launches take, both arms
 
 
 @dataclass(frozen=True)
@@ -132,11 +161,17 @@ class BudgetPower:
     runs: int  # per launch, as configured
     spreads: Spreads
     server_minutes: Optional[float] = None  # a sequence's server-time budget
+    affordable: Optional[Affordable] = None  # what that budget buys, where costs are known
 
     @property
     def short(self) -> bool:
-        """The budget cannot find a difference of the threshold's size."""
-        return self.detectable is None or self.detectable > self.threshold
+        """The budget cannot find a difference of the threshold's size, or its server time
+        does not buy the power it states."""
+        return (
+            self.detectable is None
+            or self.detectable > self.threshold
+            or (self.affordable is not None and self.affordable.at_effect < self.power)
+        )
 
     @property
     def statement(self) -> str:
@@ -158,8 +193,24 @@ class BudgetPower:
                 f"({self.design}, at most {self.launches} launch(es) x {self.runs} runs per "
                 f"arm{allowed}; {self.spreads.source})"
             )
-        if self.short and self.detectable is not None:
+        if self.detectable is not None and self.detectable > self.threshold:
             line += f"; it cannot find the {self.threshold:.1%} threshold"
+        bought = self.affordable
+        if bought is not None and self.detectable is not None:
+            line += (
+                f"; {self.server_minutes:g} server-min allow {bought.launches} launch(es) per "
+                f"arm at {bought.costs.launch_s:.0f} s a launch and {bought.costs.run_s:.0f} s "
+                f"a run ({bought.source}): power {bought.at_effect:.2f} at "
+                f"{self.detectable:.1%}, {bought.at_threshold:.2f} at the "
+                f"{self.threshold:.1%} threshold"
+            )
+            if bought.at_effect < self.power:
+                line += (
+                    f" - below {self.power:g}: {self.launches} launches per arm take "
+                    f"stats.sequential.max_server_minutes={math.ceil(bought.minutes_needed)}"
+                )
+        elif self.server_minutes is not None:
+            line += "; launch and run times not measured for this server family yet"
         return line
 
 
@@ -235,6 +286,38 @@ def known_spreads(
     )
 
 
+def affordable(
+    job: PlannedJob,
+    design: SequentialDesign,
+    spreads: Spreads,
+    effect: float,
+    known: Mapping[tuple[str, ...], Calibration],
+    hardware: str,
+) -> Optional[Affordable]:
+    """What the sequence's server-minutes buy at the launch and run times calibration runs
+    of the job's family measured (both arms alike; a round is one launch of each, stopped
+    before a round would pass the budget, as :func:`run_sequences` does); None where no
+    calibration recorded them."""
+    config = job.job.config
+    found = known.get((job.job.engine.name, config.model.name, config.stack.name, hardware))
+    if found is None or not (math.isfinite(found.launch_s) and math.isfinite(found.run_s)):
+        return None
+    costs = Costs(found.launch_s, found.run_s, config.stats.warmup_runs)
+    runs = config.stats.measured_runs
+    round_s = 2 * costs.launch(runs)
+    budget_s = config.stats.sequential.max_server_minutes * 60
+    launches = min(design.max_launches, int(budget_s // round_s))
+    launch_var = spreads.launch_var(runs)
+    return Affordable(
+        launches,
+        costs,
+        f"measured by calibration runs {', '.join(r[:8] for r in found.runs)}",
+        sequential_power(design, launch_var, effect, launches),
+        sequential_power(design, launch_var, design.threshold, launches),
+        design.max_launches * round_s / 60,
+    )
+
+
 def budget_power(
     plan: Plan,
     baseline: Optional[str],
@@ -256,19 +339,18 @@ def budget_power(
         settings = stats.sequential
         if (id(base), id(job)) in in_sequence:
             design = design_for(job, len(sequential))
-            detectable: Optional[float] = sequential_detectable(
-                design, spreads.launch_var(stats.measured_runs)
-            )
+            effect = sequential_detectable(design, spreads.launch_var(stats.measured_runs))
             found.append(
                 BudgetPower(
                     Design.sequential,
-                    detectable,
+                    effect,
                     stats.threshold,
                     stats.power,
                     settings.max_launches,
                     stats.measured_runs,
                     spreads,
                     settings.max_server_minutes,
+                    affordable(base, design, spreads, effect, known, hardware),
                 )
             )
             continue

@@ -52,7 +52,7 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # A run's or experiment's description, in markdown.
 NOTE = "mlflow.note.content"
 # MLflow's own tag of a child run (mlflow.utils.mlflow_tags, named here: MLflow is optional).
-PARENT_RUN_ID = "mlflow.parentRunId"
+PARENT_RUN_ID = Tag.parent
 # The experiment description's section that `python -m specexp.history --describe` rewrites.
 HISTORY_HEADING = "\n\n## History (`python -m specexp.history`)\n\n"
 # Runs-table views the UI lists by name and opens from a link (?viewStateShareKey=ID): the

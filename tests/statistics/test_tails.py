@@ -1,7 +1,8 @@
 """Latency tails with honest intervals: percentiles of a time-ordered series with their
 order-statistic (binomial) intervals on the effective number of values, seeded. Latencies
-are log-normal; within a run they wander as AR(1) (a queue that builds and drains), which
-the naive interval - n values taken as independent - does not cover at its level."""
+are log-normal; within a run they wander as AR(1) (a queue that builds and drains), and
+each request has its own level (its prompt, its place in the batch): the naive interval -
+n values taken as independent - covers neither at its level."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def coverage(rng, trials: int, n: int, rho: float, percentile: float) -> tuple[f
     truth = math.exp(0.5 * scipy_stats.norm.ppf(percentile / 100))
     covered = reported = 0
     for values in series(rng, trials, n, rho):
-        (found,) = percentile_estimates(values.tolist(), (percentile,), CONFIDENCE)
+        (found,) = percentile_estimates([[v] for v in values], (percentile,), CONFIDENCE)
         if found.ci_low is None or found.ci_high is None:
             continue
         reported += 1
@@ -70,9 +71,60 @@ def test_autocorrelated_values_keep_the_level_with_their_effective_number(rho):
 
 def test_too_few_values_give_no_p99_but_say_how_many_it_needs():
     rng = np.random.default_rng(90)
-    found = {e.name: e for e in percentile_estimates(series(rng, 1, 300, 0.0)[0].tolist())}
+    found = {e.name: e for e in percentile_estimates(series(rng, 1, 300, 0.0).T.tolist())}
     assert found["p99"].value is None and found["p99"].needed == 368
     assert found["p95"].value is not None and found["p50"].value is not None
     # 2,000 values at rho 0.8 are 222 effective ones: too few for p99 as well.
-    wandering = percentile_estimates(series(rng, 1, 2000, 0.8)[0].tolist(), (99,))[0]
+    wandering = percentile_estimates(series(rng, 1, 2000, 0.8).T.tolist(), (99,))[0]
     assert wandering.value is None and wandering.n_eff < 368
+    assert not wandering.requests_bound
+
+
+def requests(rng, trials: int, count: int, values: int, icc: float, rho: float) -> np.ndarray:
+    """``trials`` runs of ``count`` requests x ``values`` log-normal latencies (ITL): each
+    request has its own level, a share ``icc`` of the log variance, and its values wander
+    as AR(1) with ``rho`` about it; the marginal is log-normal(0, 0.5) as in :func:`series`."""
+    levels = rng.normal(0.0, math.sqrt(icc), (trials, count, 1))
+    own = series(rng, trials * count, values, rho).reshape(trials, count, values)
+    return np.exp(levels * 0.5 + np.log(own) * math.sqrt(1 - icc))
+
+
+@pytest.mark.parametrize(
+    ("count", "icc", "rho"),
+    [(30, 0.1, 0.0), (30, 0.3, 0.0), (30, 0.5, 0.0), (30, 0.0, 0.8), (120, 0.1, 0.0)],
+)
+def test_values_of_one_request_count_once_with_its_level(count, icc, rho):
+    """Seeded Monte Carlo: ``count`` requests x 47 gaps, each request with its own level
+    (intraclass correlation 0.1-0.5 of the log latency) or its gaps AR(1) at 0.8, 400 runs
+    each. Coverage of the true p50/p95/p99 by the reported intervals, measured: 0.978-0.988
+    at p50 (n = 400 each), 0.998-1.0 at p95 and 1.0 at p99 where reported (30 requests at
+    ICC 0.5 are some 55 effective values: p95 in 21 runs of 400, p99 in none; 120 requests
+    at ICC 0.1, about 1,000: p99 in all 400); asserted at least 0.93 at every percentile
+    reported in 100 runs or more (SE of a 0.95 coverage at n = 400: 0.011).
+
+    Mutation: the requests as clusters turned off (stats.request_effective_values returning
+    inf: the lag-1 rule alone): coverage at p50 0.748, 0.620, 0.613 at ICC 0.1, 0.3, 0.5
+    and 0.735 at 120 requests (n = 400; SE 0.022-0.024, 8 SE and more below the bound), at
+    p95 0.75-0.89, at p99 0.92-0.96: the ICC cases fail; AR(1) alone, which the lag-1 rule
+    counts, passes (0.985)."""
+    rng = np.random.default_rng(100 + count + int(10 * icc) + int(10 * rho))
+    runs = requests(rng, 400, count, 47, icc, rho)
+    for percentile in (50, 95, 99):
+        truth = math.exp(0.5 * scipy_stats.norm.ppf(percentile / 100))
+        found = [percentile_estimates(run.tolist(), (percentile,))[0] for run in runs]
+        reported = [f for f in found if f.ci_low is not None and f.ci_high is not None]
+        covered = sum(f.ci_low <= truth <= f.ci_high for f in reported)
+        if len(reported) >= 100:
+            assert covered / len(reported) >= 0.93, (percentile, covered, len(reported))
+
+
+def test_too_few_requests_say_so():
+    """Ten requests of 200 gaps each at intraclass correlation 0.3: 2,000 values, but the
+    requests set the effective number (about 25), too few for p95 and p99; the summary's
+    note says it is the requests that are too few."""
+    run = requests(np.random.default_rng(95), 1, 10, 200, 0.3, 0.0)[0]
+    found = {e.name: e for e in percentile_estimates(run.tolist())}
+    assert found["p50"].value is not None
+    assert found["p95"].value is None and found["p99"].value is None
+    assert found["p95"].requests_bound and found["p95"].requests == 10
+    assert found["p95"].n == 2000 and found["p95"].n_eff < 72

@@ -32,7 +32,8 @@ def test_the_default_sequential_budget_says_what_it_finds_and_that_it_misses_the
     line = capsys.readouterr().out.strip()
     assert line.startswith("budget: finds a 3.4% difference with power 0.8 (measured until")
     assert "assuming 2% launch-to-launch and 2% run-to-run spread" in line
-    assert line.endswith("it cannot find the 1.0% threshold") and "\n" not in line
+    assert "; it cannot find the 1.0% threshold;" in line and "\n" not in line
+    assert line.endswith("launch and run times not measured for this server family yet")
 
 
 def test_a_larger_budget_finds_its_design_effect():
@@ -73,3 +74,30 @@ def test_a_calibration_of_the_server_family_replaces_the_assumed_spreads():
     assert budget.detectable == pytest.approx(0.02)  # the design effect: the budget suffices
     elsewhere = budget_power(plan, BASELINE, pairs, {key: calm}, "1x other")
     assert elsewhere is not None and "assuming 2% launch-to-launch" in elsewhere.statement
+
+
+def test_the_budget_line_works_out_what_its_server_minutes_buy(capsys):
+    """600 s launches and 25 s runs measured by the family's calibration runs: 120
+    server-minutes buy 4 launches per arm, not the 12 the detectable effect is read at; the
+    line says so with the power those 4 have, and warns (tests/statistics/test_budget.py
+    checks that power against whole simulated sequences)."""
+    plan = Plan([planned(f"speculative={s}") for s in ("none", "draft")])
+    order_jobs(plan, JobOrder.interleaved)
+    pairs = sequential_pairs(plan, BASELINE, JobOrder.interleaved, True)
+    config = plan.jobs[0].job.config
+    key = (plan.jobs[0].job.engine.name, config.model.name, config.stack.name, "1x cpu")
+    slow = Calibration(
+        0.02**2 + 0.02**2 / 5, 0.02**2, 5.0, 10.0, ("abcdef123456",), launch_s=600.0, run_s=25.0
+    )
+    budget = budget_power(plan, BASELINE, pairs, {key: slow}, "1x cpu")
+    assert budget is not None and budget.affordable is not None
+    assert budget.affordable.launches == 4 and budget.short
+    assert budget.affordable.at_effect < 0.3 and budget.affordable.at_threshold < 0.1
+    terminal.print_budget(budget.statement, budget.short)
+    line = " ".join(capsys.readouterr().out.split())
+    assert "120 server-min allow 4 launch(es) per arm at 600 s a launch and 25 s a run" in line
+    assert "measured by calibration runs abcdef12" in line
+    assert "- below 0.8: 12 launches per arm take stats.sequential.max_server_minutes=" in line
+    unmeasured = sweep()
+    assert unmeasured is not None and unmeasured.affordable is None
+    assert "launch and run times not measured for this server family yet" in unmeasured.statement

@@ -19,6 +19,7 @@ from specexp.analysis.arms import (
     compare_arms,
     drift,
     make_arms,
+    pairing_said,
     with_launches,
 )
 from specexp.analysis.crossover import Crossover, find_crossover
@@ -138,16 +139,26 @@ def test_each_arm_is_paired_with_the_baseline_sharing_its_other_factors():
     assert [a.run_id for _, a in baseline_pairs(arms, Selector("replicate=0"))] == ["1", "2"]
 
 
-def test_ambiguous_or_missing_baselines_are_errors_that_name_the_runs():
+def test_an_ambiguous_baseline_is_the_latest_said_in_a_line_and_a_missing_one_an_error():
     arms, _ = arms_of(
-        job_run("aaaa1111", {"speculative": "none"}), job_run("bbbb2222", {"speculative": "none"})
+        job_run("aaaa1111", {"speculative": "none"}),
+        job_run("bbbb2222", {"speculative": "none"}),
+        job_run("cccc3333", {"speculative": "draft"}),
     )
-    with pytest.raises(
-        SelectionError, match="matches several runs with the same settings: aaaa1111, bbbb2222"
-    ):
-        baseline_pairs(arms, Selector("speculative=none"))
+    arms = [
+        dataclasses.replace(a, run=dataclasses.replace(a.run, times=(t,) * len(a.run.values)))
+        for a, t in zip(arms, (2.0, 1.0, 3.0), strict=True)
+    ]
+    selector = Selector("speculative=none")
+    assert [(b.run_id, a.run_id) for b, a in baseline_pairs(arms, selector)] == [
+        ("aaaa1111", "cccc3333")
+    ]
+    assert pairing_said(arms, selector) == [
+        "baseline 'speculative=none' matches several runs with the same settings "
+        "(aaaa1111, bbbb2222): the latest measured, aaaa1111, is the baseline"
+    ]
     with pytest.raises(SelectionError, match="matched: none"):
-        baseline_pairs(arms, Selector("cccc"))
+        baseline_pairs(arms, Selector("dddd"))
 
 
 def test_unfinished_and_empty_runs_are_skipped_with_the_reason():
@@ -381,8 +392,8 @@ def test_a_calibration_is_tested_against_the_earlier_launches_of_each_arms_confi
     untested, notes = judged()
     assert not untested.launches_only
     assert (
-        "b not tested: no earlier launch of this configuration; the calibration's launch "
-        "variance is taken x2.5" in notes[NoteKind.launch_variance]
+        "b not tested: no earlier launch of this configuration, so the calibration's launch "
+        "variance is taken x5" in notes[NoteKind.launch_variance]
     )
     consistent, notes = judged(101.0, 99.0)  # three launches of a within 1%
     assert not consistent.launches_only
@@ -486,7 +497,9 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
     assert metrics["ttft_s_p50_ci_low"] <= metrics["ttft_s_p50"] <= metrics["ttft_s_p50_ci_high"]
     assert "ttft_s_p99" not in metrics and "ttft_s_p99_ci_high" not in metrics
     (few,) = [n for n in summary.notes if n.kind == NoteKind.few_requests]
-    assert few.message.startswith("too few values for p90, p95, p99 of TTFT: 6 values")
+    assert few.message.startswith(
+        "too few values for p90, p95, p99 of TTFT: 6 values from 6 requests"
+    )
     assert "368 for p99" in few.message
     per_run = run_metrics(runs[0], {"output_tokens": 100.0})
     assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100
@@ -504,3 +517,26 @@ def test_a_yes_or_no_tag_reads_back_as_the_boolean_it_was_written_from():
     assert [tag_flag(flag_tag(v)) for v in (True, False)] == [True, False]
     assert (flag_tag(False), flag_tag(True)) == ("false", "true")  # as earlier runs hold it
     assert tag_flag(None) is None
+
+
+def test_runs_of_another_model_or_sweep_are_not_set_against_one_baseline():
+    """The README's order of steps: the default Gemma run, then the tiny pair's sweep; both
+    say speculative=none. Paired by what they were measured on and their sweep, the draft
+    of the sweep meets the sweep's baseline only, and the report says how it grouped."""
+
+    def tagged(run_id, speculative, model, parent):
+        run = job_run(run_id, {"speculative": speculative})
+        tags = {**run.tags, Tag.model: model, Tag.parent: parent}
+        return dataclasses.replace(run, tags=tags)
+
+    arms, _ = arms_of(
+        tagged("gemma000", "none", "gemma-3-270m", ""),
+        tagged("gemma001", "draft", "gemma-3-270m", ""),
+        tagged("tiny0000", "none", "tiny", "sweep1"),
+        tagged("tiny0001", "draft", "tiny", "sweep1"),
+    )
+    selector = Selector("speculative=none")
+    pairs = sorted((b.run_id, a.run_id) for b, a in baseline_pairs(arms, selector))
+    assert pairs == [("gemma000", "gemma001"), ("tiny0000", "tiny0001")]
+    (grouped,) = pairing_said(arms, selector)
+    assert grouped.startswith("compared within 2 groups of runs that share their other factors")
