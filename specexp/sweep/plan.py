@@ -30,10 +30,11 @@ def expand_overrides(
 ) -> list[list[str]]:
     """Every job of a sweep: the cartesian product of the sweep overrides' values. A key given
     twice keeps its first place and its last value. A sweep's own ``params`` come after the
-    command line's keys, and a key the command line gives too keeps the command line's
-    value: Hydra lets the config added last win a group both choose in their defaults lists,
-    so a case the sweep sweeps (``+cpu_case=cuda-graphs-off``: ``override /stack``) is added
-    after the sweep's file and its choice beats the sweep's own."""
+    configs the command line adds (``+sweep=X``, which declares them) and before its other
+    keys, and a key the command line gives too keeps the command line's value: Hydra lets the
+    config added last win a group both choose in their defaults lists, so a case the sweep
+    sweeps (``+cpu_case=cuda-graphs-off``: ``override /stack``) is added after the sweep's
+    file and its choice beats the sweep's own; the jobs' labels read params first."""
     parser = OverridesParser.create(config_loader=config_loader)
 
     def by_key(given: Sequence[str]) -> dict[str, list[str]]:
@@ -47,7 +48,12 @@ def expand_overrides(
         return keyed
 
     command_line = by_key(overrides)
-    merged = {**command_line, **{k: v for k, v in by_key(params).items() if k not in command_line}}
+    added = {k: v for k, v in command_line.items() if k.startswith("+") and len(v) == 1}
+    merged = {
+        **added,
+        **{k: v for k, v in by_key(params).items() if k not in command_line},
+        **command_line,
+    }
     return [list(job) for job in itertools.product(*merged.values())]
 
 

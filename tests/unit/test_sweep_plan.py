@@ -38,10 +38,23 @@ def test_expansion_is_the_product_and_a_later_value_of_a_key_wins_in_its_first_p
             "concurrency.streams=1,4",
         ]
     )
+    # A config the command line adds (+sweep=x) goes first: what its params add comes after.
     assert jobs == [
-        [f"speculative={s}", f"concurrency.streams={c}", "+sweep=x"]
+        ["+sweep=x", f"speculative={s}", f"concurrency.streams={c}"]
         for s in ("none", "draft")
         for c in ("1", "4")
+    ]
+
+
+def test_a_sweeps_params_follow_the_config_that_declares_them_and_lose_to_the_command_line():
+    jobs = expand_overrides(
+        ["+sweep=x", "concurrency.streams=1,2", "speculative=draft"],
+        params=["+cpu_case=a,b", "speculative=none,draft"],
+    )
+    assert jobs == [
+        ["+sweep=x", f"+cpu_case={case}", f"concurrency.streams={c}", "speculative=draft"]
+        for case in ("a", "b")
+        for c in ("1", "2")
     ]
 
 
