@@ -163,7 +163,9 @@ def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, track
     output = process.communicate(timeout=120)[0]
     assert process.returncode == 1
     said = [line for line in output.splitlines() if "stopped answering, its health" in line]
-    assert said and "StallError: no data for 2 s (workload.stall_timeout_s)" in said[0], output
+    # Stopped mid-stream or between requests: no data, or no response headers.
+    assert said and "StallError: no " in said[0], output
+    assert "for 2 s (workload.stall_timeout_s)" in said[0]
     assert server_pids() == set()  # the stopped server was woken and stopped
 
 
@@ -789,7 +791,12 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
     goes with it, and the next specexp command ends the abandoned run KILLED, saying why."""
     uri = tracking_env["MLFLOW_TRACKING_URI"]
     process = start_cli(
-        *TINY, "stats.warmup_runs=20", cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT
+        # Warm-ups enough to outlast the wait below on a quiet machine (20 took under 2 s).
+        *TINY,
+        "stats.warmup_runs=500",
+        cwd=tmp_path,
+        env=tracking_env,
+        stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 180
     while not (
