@@ -562,8 +562,10 @@ def rich_table(title: str, rows: Rows) -> Group:
         widths = {c: natural[c] for c in columns}
         # Narrow the widest column that can be narrowed, one character at a time.
         while _drawn(list(widths.values()), range(len(widths))) > console.width:
-            widest = max((c for c in columns if widths[c] > least[c]), key=widths.__getitem__)
-            widths[widest] -= 1
+            narrowable = [c for c in columns if widths[c] > least[c]]
+            if not narrowable:  # words wider than the console: it overflows, nothing is cut
+                break
+            widths[max(narrowable, key=widths.__getitem__)] -= 1
         tables.append(_table(title if i == 0 else "", rows, widths))
     return Group(*tables)
 

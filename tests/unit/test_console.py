@@ -24,7 +24,7 @@ from specexp.core.measurements import RequestRecord
 from specexp.core.sequential import SequentialDesign, SequentialRecord
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, sweep_markdown
-from specexp.output.tables import capacity_rows, comparison_rows, launches_needed
+from specexp.output.tables import Rows, capacity_rows, comparison_rows, launches_needed
 from specexp.sweep.launch import failed_jobs
 from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
@@ -284,3 +284,12 @@ def test_a_sequences_launches_needed_name_the_cap_it_stops_at_when_they_exceed_i
     assert launches_needed(record) == "747 (cap 20)"
     assert launches_needed(SequentialRecord(design, planned_launches=8)) == "8"
     assert launches_needed(SequentialRecord(design)) == "-"
+
+
+def test_a_table_whose_words_do_not_fit_the_console_overflows_instead_of_failing():
+    """A sweep's report raised ValueError (max() of an empty sequence) when no column could
+    be narrowed further: the sweep then journaled its report as if the store had failed and
+    exited 75 (test_drift's A/A, 5 December)."""
+    rows = Rows(["configuration", "verdict"])
+    rows.add(["x" * (terminal.console.width + 10), "inconclusive"])
+    assert len(terminal.rich_table("wide", rows).renderables) == 1  # one table, overflowing
