@@ -75,20 +75,24 @@ def reason_from_log(log: str) -> str:
     return candidates[-1] if candidates else (log.strip().splitlines() or [""])[-1]
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: Optional[int] = None) -> None:
     """In the server, before exec (Linux): SIGTERM it when the process that started it dies,
     even by SIGKILL - a job killed at its time limit or cancelled by its launcher must not
-    leave a server holding the GPUs. Elsewhere a no-op."""
+    leave a server holding the GPUs. Elsewhere a no-op. ``parent``, the starting process's
+    id: one that died before the signal was set (killed while the server started) would
+    never send it, so the server does not start at all."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
-def before_exec(cores: Optional[Sequence[str]]) -> None:
+def before_exec(cores: Optional[Sequence[str]], parent: Optional[int] = None) -> None:
     """In the server, before exec: :func:`die_with_parent`, and the server, with every
     process and thread it starts, kept on its leased cores."""
-    die_with_parent()
+    die_with_parent(parent)
     if cores:
         os.sched_setaffinity(0, [int(c) for c in cores])
 
@@ -149,7 +153,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, so stop() reaches every child
-                preexec_fn=functools.partial(before_exec, self.cores),
+                preexec_fn=functools.partial(before_exec, self.cores, os.getpid()),
             )
             self.started_at = time.time()
         except OSError as exc:
