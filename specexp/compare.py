@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from specexp import options
@@ -34,6 +35,7 @@ from specexp.analysis.arms import (
     calibrations,
     compare_arms,
     hardware_matches,
+    judge_sequences,
     make_arms,
     pairing_said,
     reproduce,
@@ -43,6 +45,7 @@ from specexp.analysis.report import Caveat, caveats
 from specexp.analysis.results import Metric, RunKind, RunStatus, Tag
 from specexp.core.records import unstructure
 from specexp.core.schemas import StatsConfig, TrackingConfig
+from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, reproduction_markdown
@@ -169,13 +172,11 @@ def compare_runs(
         calibrations(store.calibration_runs(metric=metric)),
         store.configuration_runs(runs, metric=metric),
     )
-    comparisons = (
-        compare_arms(
-            baseline_pairs(arms, selector), **settings, factor=selector.factor, calibration=known
-        )
-        if selector
-        else []
-    )
+    comparisons: list[Comparison] = []
+    if selector:
+        pairs = baseline_pairs(arms, selector)
+        comparisons = compare_arms(pairs, **settings, factor=selector.factor, calibration=known)
+        judge_sequences(pairs, comparisons, _sequences_of(store, arms))
     reproduction = None
     if reference:
         loaded = load_reference(reference)
@@ -196,6 +197,18 @@ def compare_runs(
         reproduction,
         pairing_said(arms, selector) if selector else [],
     )
+
+
+def _sequences_of(store: TrackingStore, arms: Sequence[Arm]) -> dict[str, list[SequentialComparison]]:
+    """The comparisons each sweep among the arms' parents measured until decided, as its
+    report recorded them (a sweep whose report is missing measured none that can be read)."""
+    found = {}
+    for sweep in sorted({p for a in arms if (p := a.run.tags.get(Tag.parent))}):
+        try:
+            found[sweep] = list(store.sweep_report(sweep).sequences)
+        except (OSError, MlflowException, ValueError, KeyError):
+            continue
+    return found
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

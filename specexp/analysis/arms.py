@@ -20,7 +20,7 @@ from scipy import stats as scipy_stats
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas import JobOrder
-from specexp.core.sequential import SequentialRecord, StopReason
+from specexp.core.sequential import SequentialComparison, SequentialRecord, StopReason
 from specexp.core.stats import (
     MACHINE_SERIES,
     MACHINE_STEP_MIN,
@@ -899,6 +899,26 @@ def use_sequence(c: Comparison, record: SequentialRecord) -> None:
         + ". The interval is repeated over the looks "
         f"({design.spending} spending of {design.alpha:.3g}), so it holds whichever look stopped",
     )
+
+
+def judge_sequences(
+    pairs: Sequence[tuple[Arm, Arm]],
+    comparisons: Sequence[Comparison],
+    sequences: Mapping[str, Sequence[SequentialComparison]],
+) -> None:
+    """Each comparison whose two runs a sweep measured until decided judged as that sweep
+    judged them (:func:`use_sequence`): launches gathered until an interval decided, then
+    tested as if their number had been fixed, would claim what the sequence did not.
+    ``sequences``: by sweep (parent run id), the comparisons it measured sequentially,
+    matched by the two runs' config fingerprints within that sweep."""
+    for (base, arm), comparison in zip(pairs, comparisons, strict=True):
+        sweep = base.run.tags.get(Tag.parent)
+        if sweep is None or arm.run.tags.get(Tag.parent) != sweep:
+            continue
+        key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
+        for sequence in sequences.get(sweep, ()):
+            if (sequence.baseline, sequence.candidate) == key:
+                use_sequence(comparison, sequence.record)
 
 
 # Reproduction of published results ---------------------------------------------------------

@@ -22,7 +22,7 @@ from specexp.analysis.arms import (
     baseline_pairs,
     compare_arms,
     make_arms,
-    use_sequence,
+    judge_sequences,
 )
 from specexp.analysis.capacity import (
     ArmCapacity,
@@ -359,11 +359,7 @@ def _compare_with_baseline(
         )
     report.efficiencies = _efficiencies(pairs, report.comparisons, report.arms, facts)
     report.sequences = list(facts.sequences)
-    records = {(s.baseline, s.candidate): s.record for s in facts.sequences}
-    for (base, arm), comparison in zip(pairs, report.comparisons, strict=True):
-        key = tuple(a.run.tags.get(Tag.config_fingerprint) for a in (base, arm))
-        if key in records:
-            use_sequence(comparison, records[key])
+    judge_sequences(pairs, report.comparisons, {facts.parent_run_id: facts.sequences})
     report.prompt_comparisons = [
         limited_as(
             overall,

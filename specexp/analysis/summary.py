@@ -162,6 +162,20 @@ def _percentile_figures(found: PercentileEstimate) -> dict[str, float]:
     return {"": found.value, "_ci_low": found.ci_low, "_ci_high": found.ci_high}
 
 
+def _too_few(series: str, first: PercentileEstimate, missing: list[PercentileEstimate]) -> str:
+    """A series' percentiles without an interval, what they rest on and what they need."""
+    why = (
+        "the values of one request move together: more requests, not longer ones, give more"
+        if first.requests_bound
+        else "autocorrelation counted"
+    )
+    return (
+        f"{', '.join(e.name for e in missing)} of {series} ({first.n} values from "
+        f"{first.requests} requests, {first.n_eff:.0f} effective, {why}; needs "
+        f"{', '.join(f'{e.needed} for {e.name}' for e in missing)})"
+    )
+
+
 def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], list[Note]]:
     """Means and percentiles (with their intervals) of the client's per-run and per-request
     figures; a note for each latency series too short for some of its percentiles."""
@@ -188,7 +202,7 @@ def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], li
         Metric.itl_s: [rec.itl_s for rec in ok if rec.itl_s],
         Metric.chunk_gaps_s: [rec.chunk_gaps_s for rec in ok if rec.chunk_gaps_s],
     }
-    notes = []
+    short: list[str] = []
     for series, observed in series_values.items():
         if not observed:
             continue
@@ -199,23 +213,19 @@ def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], li
         metrics[percentile_metric(series, "n_eff")] = found[0].n_eff
         missing = [e for e in found if e.value is None]
         if missing:
-            notes.append(
-                Note(
-                    NoteKind.few_requests,
-                    f"too few {'requests' if found[0].requests_bound else 'values'} for "
-                    f"{', '.join(e.name for e in missing)} of {_SERIES_NAMES[series]}: "
-                    f"{found[0].n} values from {found[0].requests} requests, "
-                    f"{found[0].n_eff:.0f} effective ("
-                    + (
-                        "the values of one request move together: more requests, not longer "
-                        "ones, give more"
-                        if found[0].requests_bound
-                        else "autocorrelation counted"
-                    )
-                    + f"); a 95% interval needs "
-                    f"{', '.join(f'{e.needed} for {e.name}' for e in missing)} - not reported",
-                )
+            short.append(_too_few(_SERIES_NAMES[series], found[0], missing))
+    # One line for every series: what a run of few requests cannot have, not a doubt.
+    notes = (
+        [
+            Note(
+                NoteKind.few_requests,
+                "percentiles not reported, too few values for a 95% interval: "
+                + "; ".join(short),
             )
+        ]
+        if short
+        else []
+    )
     metrics[Metric.output_tokens_total] = float(sum(r.output_tokens for r in measured))
     return {k: v for k, v in metrics.items() if v is not None}, notes
 

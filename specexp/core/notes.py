@@ -53,10 +53,21 @@ class NoteKind(StrEnum):
     not_steady = "not steady"  # an open-loop run failed Little's law in its steady window
 
 
+# What a run could not have (not what makes its figures doubtful): said as a note, not a
+# warning.
+_INFORMATIONAL = frozenset({NoteKind.few_requests})
+
+
 @dataclass(frozen=True)
 class Note:
     kind: NoteKind
     message: str
+
+    @property
+    def doubtful(self) -> bool:
+        """The note casts doubt on the figures (a warning), rather than saying what they
+        lack."""
+        return self.kind not in _INFORMATIONAL
 
     def __str__(self) -> str:
         return self.message

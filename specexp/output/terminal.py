@@ -405,7 +405,9 @@ def print_summary(cfg: RunConfig, job: JobSummary, runs: list[RunResult]) -> Non
     _print_service_levels(cfg, job)
     console.print(energy_line(job, runs))
     for note in job.notes:
-        console.print(f"[yellow]warning:[/] {note.message}")
+        console.print(
+            f"[yellow]warning:[/] {note.message}" if note.doubtful else f"note: {note.message}"
+        )
     _print_accounting(job)
     if job.prompts:
         console.print(_categories_table(job.prompts))

@@ -366,9 +366,9 @@ class MlflowObserver:
             tracker.set_tags({Tag.steady_state: steady_state_tag(summary.steady)})
         if event.trace_metrics:
             tracker.log_metrics(dict(event.trace_metrics))
-        if summary.notes:
-            warnings = " | ".join(n.message for n in summary.notes)
-            tracker.set_tags({Tag.warnings: warnings[:MAX_TAG]})
+        doubts = [n.message for n in summary.notes if n.doubtful]
+        if doubts:
+            tracker.set_tags({Tag.warnings: " | ".join(doubts)[:MAX_TAG]})
         self.say(f"MLflow: run {tracker.run_id} in {redact_text(tracker.uri)}")
 
     def _failed(self, event: JobFailed) -> None:

@@ -473,6 +473,7 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
             e2e_s=1.0,
             output_tokens=tokens,
             prompt_tokens=8,
+            itl_s=[0.01, 0.012, 0.011],
         )
         return RunResult(index, False, 1.0 + index / 100, [record], launch=launch)
 
@@ -493,14 +494,15 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
     assert metrics["server_ttft_s_mean"] == 0.2 and metrics["ttft_s_mean"] == pytest.approx(0.1)
     (mismatch,) = [n for n in summary.notes if n.kind == NoteKind.token_count]
     assert "counted 590 tokens" in mismatch.message and "received 600" in mismatch.message
-    # Six TTFTs: a median with its interval; no tail percentile without one, and a note why.
+    # Six TTFTs: a median with its interval; no tail percentile without one. What neither
+    # series can have is one note for both, which is no warning.
     assert metrics["ttft_s_p50_ci_low"] <= metrics["ttft_s_p50"] <= metrics["ttft_s_p50_ci_high"]
     assert "ttft_s_p99" not in metrics and "ttft_s_p99_ci_high" not in metrics
     (few,) = [n for n in summary.notes if n.kind == NoteKind.few_requests]
-    assert few.message.startswith(
-        "too few values for p90, p95, p99 of TTFT: 6 values from 6 requests"
-    )
-    assert "368 for p99" in few.message
+    assert few.message.startswith("percentiles not reported, too few values for a 95% interval:")
+    assert "p90, p95, p99 of TTFT (6 values from 6 requests" in few.message
+    assert "of ITL (18 values from 6 requests" in few.message and "368 for p99" in few.message
+    assert not few.doubtful and mismatch.doubtful
     per_run = run_metrics(runs[0], {"output_tokens": 100.0})
     assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100
 
