@@ -164,21 +164,18 @@ def _percentile_figures(found: PercentileEstimate) -> dict[str, float]:
 
 def _too_few(series: str, first: PercentileEstimate, missing: list[PercentileEstimate]) -> str:
     """A series' percentiles without an interval, what they rest on and what they need."""
-    why = (
-        "the values of one request move together: more requests, not longer ones, give more"
-        if first.requests_bound
-        else "autocorrelation counted"
+    rests_on = f"{first.n_eff:.0f} effective of {first.n}" + (
+        f" from {first.requests} requests" if first.n != first.requests else ""
     )
     return (
-        f"{', '.join(e.name for e in missing)} of {series} ({first.n} values from "
-        f"{first.requests} requests, {first.n_eff:.0f} effective, {why}; needs "
-        f"{', '.join(f'{e.needed} for {e.name}' for e in missing)})"
+        f"{series} {', '.join(e.name for e in missing)} ({rests_on}; "
+        f"need{'s' if len(missing) == 1 else ''} {', '.join(str(e.needed) for e in missing)})"
     )
 
 
 def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], list[Note]]:
     """Means and percentiles (with their intervals) of the client's per-run and per-request
-    figures; a note for each latency series too short for some of its percentiles."""
+    figures; one note for the latency series too short for some of their percentiles."""
     ok = [rec for r in measured for rec in r.records if rec.ok]
     metrics: dict[str, Optional[float]] = {
         Metric.ttft_s_mean: _mean([rec.ttft_s for rec in ok if rec.ttft_s]),
@@ -203,6 +200,7 @@ def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], li
         Metric.chunk_gaps_s: [rec.chunk_gaps_s for rec in ok if rec.chunk_gaps_s],
     }
     short: list[str] = []
+    requests_bound = False
     for series, observed in series_values.items():
         if not observed:
             continue
@@ -214,18 +212,23 @@ def _client_metrics(measured: Sequence[RunResult]) -> tuple[dict[str, float], li
         missing = [e for e in found if e.value is None]
         if missing:
             short.append(_too_few(_SERIES_NAMES[series], found[0], missing))
+            requests_bound = requests_bound or found[0].requests_bound
     # One line for every series: what a run of few requests cannot have, not a doubt.
-    notes = (
-        [
+    notes: list[Note] = []
+    if short:
+        notes.append(
             Note(
                 NoteKind.few_requests,
-                "percentiles not reported, too few values for a 95% interval: "
-                + "; ".join(short),
+                "percentiles left out, too few values for a 95% interval: "
+                + "; ".join(short)
+                + (
+                    " - the values of one request move together: more requests, not longer "
+                    "ones, give more"
+                    if requests_bound
+                    else ""
+                ),
             )
-        ]
-        if short
-        else []
-    )
+        )
     metrics[Metric.output_tokens_total] = float(sum(r.output_tokens for r in measured))
     return {k: v for k, v in metrics.items() if v is not None}, notes
 

@@ -66,3 +66,15 @@ def test_an_a_a_on_separate_launches_is_never_faster_or_slower(tmp_path, trackin
     assert all(r.data.metrics["launches"] == record.looks[-1].launches_baseline for r in jobs)
     (comparison,) = document["comparisons"]
     assert comparison["verdict"] == record.verdict
+    # `specexp compare` on the same launches judges them as the sweep did (issue 50, item 5):
+    # its sequence's last look, not a fixed-sample test of launches gathered until decided.
+    compared = run_cli(
+        "--baseline", "replicate=0", "--json", "--no-log", cwd=tmp_path, env=tracking_env,
+        module="specexp.compare",
+    )
+    assert compared.returncode == 0, compared.stderr[-2000:]
+    (again,) = json.loads(compared.stdout)["comparisons"]
+    last = record.looks[-1]
+    assert again["verdict"] == record.verdict
+    assert (again["ci_low"], again["ci_high"]) == (last.ci_low, last.ci_high)
+    assert any("measured until decided" in n["message"] for n in again["notes"])

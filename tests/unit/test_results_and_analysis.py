@@ -499,9 +499,9 @@ def test_a_job_summary_is_computed_from_its_runs_alone():
     assert metrics["ttft_s_p50_ci_low"] <= metrics["ttft_s_p50"] <= metrics["ttft_s_p50_ci_high"]
     assert "ttft_s_p99" not in metrics and "ttft_s_p99_ci_high" not in metrics
     (few,) = [n for n in summary.notes if n.kind == NoteKind.few_requests]
-    assert few.message.startswith("percentiles not reported, too few values for a 95% interval:")
-    assert "p90, p95, p99 of TTFT (6 values from 6 requests" in few.message
-    assert "of ITL (18 values from 6 requests" in few.message and "368 for p99" in few.message
+    assert few.message.startswith("percentiles left out, too few values for a 95% interval:")
+    assert "TTFT p90, p95, p99 (6 effective of 6; need 36, 72, 368)" in few.message
+    assert "ITL p90, p95, p99 (18 effective of 18 from 6 requests; need" in few.message
     assert not few.doubtful and mismatch.doubtful
     per_run = run_metrics(runs[0], {"output_tokens": 100.0})
     assert per_run["server_output_tokens"] == 100 and per_run["tok_per_s"] == 100
