@@ -199,7 +199,9 @@ def compare_runs(
     )
 
 
-def _sequences_of(store: TrackingStore, arms: Sequence[Arm]) -> dict[str, list[SequentialComparison]]:
+def _sequences_of(
+    store: TrackingStore, arms: Sequence[Arm]
+) -> dict[str, list[SequentialComparison]]:
     """The comparisons each sweep among the arms' parents measured until decided, as its
     report recorded them (a sweep whose report is missing measured none that can be read)."""
     found = {}

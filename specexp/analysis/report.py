@@ -21,8 +21,8 @@ from specexp.analysis.arms import (
     Selector,
     baseline_pairs,
     compare_arms,
-    make_arms,
     judge_sequences,
+    make_arms,
 )
 from specexp.analysis.capacity import (
     ArmCapacity,

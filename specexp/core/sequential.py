@@ -406,6 +406,10 @@ class Outcome:
     stop: StopReason
     launches: int  # per arm
     server_s: float  # both arms
+    # The sequence's looks, and each arm's launch means (baseline's, candidate's): what a
+    # sweep's report and its runs would hold.
+    record: Optional[SequentialRecord] = None
+    means: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
 
 
 def simulate(
@@ -451,7 +455,14 @@ def simulate(
             plan_runs(record, means, within, runs, costs)
             runs = record.runs_per_launch or runs
     assert record.stop is not None
-    return Outcome(record.verdict, record.stop, len(means[0]), server_s)
+    return Outcome(
+        record.verdict,
+        record.stop,
+        len(means[0]),
+        server_s,
+        record,
+        (tuple(means[0]), tuple(means[1])),
+    )
 
 
 def plan_runs(

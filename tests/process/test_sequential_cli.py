@@ -69,7 +69,12 @@ def test_an_a_a_on_separate_launches_is_never_faster_or_slower(tmp_path, trackin
     # `specexp compare` on the same launches judges them as the sweep did (issue 50, item 5):
     # its sequence's last look, not a fixed-sample test of launches gathered until decided.
     compared = run_cli(
-        "--baseline", "replicate=0", "--json", "--no-log", cwd=tmp_path, env=tracking_env,
+        "--baseline",
+        "replicate=0",
+        "--json",
+        "--no-log",
+        cwd=tmp_path,
+        env=tracking_env,
         module="specexp.compare",
     )
     assert compared.returncode == 0, compared.stderr[-2000:]
