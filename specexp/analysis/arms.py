@@ -20,7 +20,12 @@ from scipy import stats as scipy_stats
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas import JobOrder
-from specexp.core.sequential import SequentialComparison, SequentialRecord, StopReason
+from specexp.core.sequential import (
+    SequentialComparison,
+    SequentialRecord,
+    StopReason,
+    reversed_record,
+)
 from specexp.core.stats import (
     MACHINE_SERIES,
     MACHINE_STEP_MIN,
@@ -919,6 +924,8 @@ def judge_sequences(
         for sequence in sequences.get(sweep, ()):
             if (sequence.baseline, sequence.candidate) == key:
                 use_sequence(comparison, sequence.record)
+            elif (sequence.candidate, sequence.baseline) == key:  # compared the other way
+                use_sequence(comparison, reversed_record(sequence.record))
 
 
 # Reproduction of published results ---------------------------------------------------------

@@ -21,6 +21,7 @@ alike to both arms.
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -245,6 +246,29 @@ class SequentialRecord:
     @property
     def verdict(self) -> Verdict:
         return self.looks[-1].verdict if self.looks else Verdict.cannot_test
+
+
+def reversed_record(record: SequentialRecord) -> SequentialRecord:
+    """The record with its arms swapped: each look's ratio and interval inverted and its
+    word turned round (the interval, and what it decides, are the same)."""
+    turned = {Verdict.faster: Verdict.slower, Verdict.slower: Verdict.faster}
+
+    def inverse(value: float) -> float:
+        return 1 / value if value else math.inf
+
+    looks = [
+        dataclasses.replace(
+            look,
+            launches_baseline=look.launches_candidate,
+            launches_candidate=look.launches_baseline,
+            ratio=inverse(look.ratio),
+            ci_low=inverse(look.ci_high),
+            ci_high=inverse(look.ci_low),
+            verdict=turned.get(look.verdict, look.verdict),
+        )
+        for look in record.looks
+    ]
+    return dataclasses.replace(record, looks=looks)
 
 
 @dataclass(frozen=True)

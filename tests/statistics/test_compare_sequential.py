@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Optional
 
 import numpy as np
+import pytest
 
 import specexp.compare as cli
 from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
@@ -180,7 +181,7 @@ def test_at_the_assumed_spreads_compare_says_what_the_sequence_said():
 
 def test_judge_sequences_leaves_alone_runs_of_other_sweeps_or_other_configurations():
     """Only a pair whose two runs one sweep measured sequentially, matched by their config
-    fingerprints in that order, takes the sequence's look (the issue's figures: Welch says
+    fingerprints (in either order), takes the sequence's look (the issue's figures: Welch says
     faster, the sequence inconclusive x1.126 [0.985, 1.288])."""
     rng = np.random.default_rng(5)
     base = 100 * np.exp(rng.normal(0, 0.08, 12))
@@ -203,6 +204,13 @@ def test_judge_sequences_leaves_alone_runs_of_other_sweeps_or_other_configuratio
     assert fresh.verdict == Verdict.faster  # what the fixed-sample test said
     assert same_as_look(matched, last) and matched.verdict == Verdict.inconclusive
     assert matched.mde is None and matched.plan is None
+    # Compared the other way round (the sweep's candidate as the baseline): the same interval
+    # inverted, read the same way.
+    turned, _ = judged(
+        job_run("draft-fp", "draft", cand), job_run("none-fp", "none", base), {SWEEP: [sequence]}
+    )
+    assert turned.verdict == Verdict.inconclusive
+    assert (turned.ci_low, turned.ci_high) == pytest.approx((1 / 1.288, 1 / 0.985))
 
     left_alone = {
         "runs of two sweeps": (
