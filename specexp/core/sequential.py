@@ -20,8 +20,8 @@ alike to both arms.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
