@@ -79,7 +79,6 @@ if [ "$prebuilt" = 0 ]; then
   echo "compiling llama-server ($llama) in the background: .engines/llama-build.log"
   python -m pip wheel -q --no-deps -w .engines/wheels "$llama" >.engines/llama-build.log 2>&1 &
   compiling=$!
-  python -m pip install -q --no-deps -e .
   mapfile -t others < <(requirements others)
   python -m pip install -q "${find_links[@]}" "${others[@]}"
   echo "waiting for llama-server's compile ($((SECONDS - began)) s so far)"
