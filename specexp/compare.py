@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from mlflow.exceptions import MlflowException
 from omegaconf import OmegaConf
 
 from specexp import options
@@ -202,15 +201,9 @@ def compare_runs(
 def _sequences_of(
     store: TrackingStore, arms: Sequence[Arm]
 ) -> dict[str, list[SequentialComparison]]:
-    """The comparisons each sweep among the arms' parents measured until decided, as its
-    report recorded them (a sweep whose report is missing measured none that can be read)."""
-    found = {}
-    for sweep in sorted({p for a in arms if (p := a.run.tags.get(Tag.parent))}):
-        try:
-            found[sweep] = list(store.sweep_report(sweep).sequences)
-        except (OSError, MlflowException, ValueError, KeyError):
-            continue
-    return found
+    """The comparisons each sweep among the arms' parents measured until decided."""
+    sweeps = sorted({p for a in arms if (p := a.run.tags.get(Tag.parent))})
+    return {sweep: store.sweep_sequences(sweep) for sweep in sweeps}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

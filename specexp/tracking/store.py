@@ -28,6 +28,7 @@ from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import ConfigError
+from specexp.core.sequential import SequentialComparison
 from specexp.host import owner
 
 # The failure tag of a run ended by the next command because its process was killed; an
@@ -361,6 +362,16 @@ class TrackingStore:
                 parent_run_id, f"{SWEEP_REPORT}/{SWEEP_REPORT}.json", directory
             )
             return SweepReport.from_json(json.loads(Path(path).read_text()))
+
+    def sweep_sequences(self, parent_run_id: str) -> list[SequentialComparison]:
+        """The comparisons a sweep measured until decided, as its report recorded them; none
+        for a run without a report (not a sweep, or one that ended before it reported)."""
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 (DEFERRED)
+
+        try:
+            return list(self.sweep_report(parent_run_id).sequences)
+        except (OSError, MlflowException):
+            return []
 
     def _search(self, filter_string: str, max_results: int = 5000, **kwargs: Any) -> list:
         return self.client.search_runs(
