@@ -108,9 +108,13 @@ def test_a_reopened_job_takes_back_its_launches_and_writes_them_again(tmp_path, 
     assert said[-1].startswith("2 launch(es) the earlier attempt completed taken back from ")
     assert said[-1].split(" from ")[1].startswith(str(tmp_path / "attempt-1"))
 
-    fresh = tmp_path / "fresh"
-    unresumed = open_session(job, fresh, Emitter([FilesObserver(said.append)]))
-    assert unresumed.result.runs == [] and not (fresh / Artifact.launches).exists()
+    # An attempt of an older specexp, which wrote no launches.jsonl: measured from scratch.
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / Artifact.requests).write_text((tmp_path / Artifact.requests).read_text())
+    reopened = open_session(job, older, Emitter([FilesObserver(said.append)]), take_back=True)
+    assert reopened.result.runs == [] and reopened.launch_s == {}
+    assert not (older / Artifact.requests).exists() and (older / "attempt-1").is_dir()
 
 
 # Replaying the rounds ---------------------------------------------------------------------
