@@ -144,7 +144,8 @@ def _failed_with(session: JobSession, exc: Exception) -> None:
 
 def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) -> None:
     """Parts are launches with several launches (``part_runs`` measured runs each, when a
-    sequential comparison plans them), else slices of the one launch's runs."""
+    sequential comparison plans them; none for a launch taken back), else slices of the one
+    launch's runs."""
     stats = session.job.config.stats
     if stats.launches > 1:
         for launch_index in parts:
