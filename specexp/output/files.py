@@ -94,7 +94,7 @@ class FilesObserver:
     def __init__(self, say: Callable[[str], None]):
         self.say = say
         self.output_dir: Optional[Path] = None
-        self.job_fingerprint = ""
+        self._fingerprint = ""
         self._aside: Optional[Path] = None
         self._command_written = False
         # The launch under way: its runs with where their energy was read, and how the
@@ -123,7 +123,7 @@ class FilesObserver:
 
     def _opened(self, event: JobOpened) -> None:
         self.output_dir = event.output_dir
-        self.job_fingerprint = event.job.config_fingerprint()
+        self._fingerprint = event.job.config_fingerprint()
         aside = self._aside = set_aside_earlier_attempt(event.output_dir)
         if aside:
             self.say(f"an earlier attempt's files in {event.output_dir} are kept in {aside}")
@@ -173,7 +173,7 @@ class FilesObserver:
         runs = [(r, e) for r, e in self._launch_runs if r.launch == event.launch_index]
         self._launch_runs = []
         launch = CompletedLaunch(
-            self.job_fingerprint,
+            self._fingerprint,
             event.launch_index,
             event.wall_s,
             [r for r, _ in runs],

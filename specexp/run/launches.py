@@ -40,6 +40,10 @@ class CompletedLaunch(Record):
     energy_sources: list[Optional[str]]  # per run; None: its energy was not read
     effective: dict[str, Setting]
 
+    def __post_init__(self) -> None:
+        if len(self.energy_sources) != len(self.runs):
+            raise ValueError(f"{len(self.energy_sources)} energy sources for {len(self.runs)} runs")
+
 
 def completed_launches(output_dir: Path, fingerprint: str) -> list[CompletedLaunch]:
     """The launches an earlier attempt of the job configured as ``fingerprint`` completed in

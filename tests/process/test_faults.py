@@ -557,7 +557,7 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
         "stats.confidence=0.99999",
         f"hydra.sweep.dir={sweep_dir}",
     )
-    env = {**tracking_env, "COLUMNS": "400", "PYTHONUNBUFFERED": "1"}
+    env = {**tracking_env, "PYTHONUNBUFFERED": "1"}
     killed_output = tmp_path / "killed.txt"
     with killed_output.open("w") as out:
         process = start_cli(*sweep, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)

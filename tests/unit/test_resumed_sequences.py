@@ -78,6 +78,10 @@ def test_the_launches_taken_back_are_the_configurations_from_the_first_on(tmp_pa
     assert completed_launches(tmp_path, "b") == []  # another configuration's
     path.write_text(line("a", 0) + line("a", 1)[:40])  # the kill cut the last line short
     assert [c.launch for c in completed_launches(tmp_path, "a")] == [0]
+    unmatched = {**json.loads(line("a", 0)), "energy_sources": []}
+    path.write_text(json.dumps(unmatched) + "\n")
+    with pytest.raises(RecordError, match=r"0 energy sources for 1 runs"):
+        completed_launches(tmp_path, "a")
     newer = {**json.loads(line("a", 0)), "format_version": 99}
     path.write_text(json.dumps(newer) + "\n")
     with pytest.raises(RecordError, match=r"launches.jsonl:1: a completed launch record"):
