@@ -269,6 +269,8 @@ class Artifact(StrEnum):
     command = "command.txt"  # the server command as launched, one shell line
     environment = "environment.json"  # variables specexp set, and those inherited (redacted)
     requests = "requests.jsonl"  # one line per request, written after each run
+    # One line per launch measured whole (several launches): what a resumed sweep takes back.
+    launches = "launches.jsonl"
     server_log = "server.log"
     stack = "stack.json"  # what the stack's interpreter holds
     effective = "effective.json"  # each requested setting as it ran, with the evidence

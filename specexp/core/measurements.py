@@ -1,7 +1,8 @@
 """What the load client measures, as plain data: one record per request, one result per run.
 
 Written by the client, read by engines (what engaged), the runner and the statistics; the
-per-request records are also the lines of ``requests.jsonl``.
+per-request records are also the lines of ``requests.jsonl``, and whole runs are kept in the
+lines of ``launches.jsonl``.
 """
 
 from __future__ import annotations
@@ -102,8 +103,14 @@ class RequestRecord(Record):
 
 
 @dataclass
-class RunResult:
-    """One measured (or warm-up) run: ``streams`` concurrent requests."""
+class RunResult(Record):
+    """One measured (or warm-up) run: ``streams`` concurrent requests. Written whole in a
+    line of ``launches.jsonl`` (a launch a resumed sweep takes back)."""
+
+    HISTORY = History(
+        "run",
+        (Version(1, "the run as measured: its requests, counters, accounting and telemetry"),),
+    )
 
     run: int
     warmup: bool

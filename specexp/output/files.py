@@ -1,7 +1,8 @@
 """The files observer: a job's output directory written from its events - the resolved
 config, the server's real command, the environment, every request (appended between runs),
-how each setting ran, the prompts and the speculation profile - with an earlier attempt's
-files set aside first and credentials kept out of every file."""
+every launch measured whole (appended as it ends), how each setting ran, the prompts and the
+speculation profile - with an earlier attempt's files set aside first and credentials kept
+out of every file."""
 
 from __future__ import annotations
 
@@ -15,18 +16,22 @@ from omegaconf import OmegaConf
 
 from specexp.analysis.results import Artifact
 from specexp.core.durable import append_whole, write_atomic
+from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env, redact_text, redact_tree
 from specexp.core.schemas import RunConfig
-from specexp.engines.records import LaunchSpec
+from specexp.engines.records import LaunchSpec, Setting
 from specexp.run.events import (
     JobClosed,
     JobEvent,
     JobFinished,
     JobOpened,
+    LaunchesTakenBack,
+    LaunchMeasured,
     RunMeasured,
     ServerStarting,
     SettingsReadBack,
 )
+from specexp.run.launches import CompletedLaunch
 
 # The files a job's own observers write (those the MLflow observer logs at the job's end).
 JOB_FILES = (
@@ -89,12 +94,20 @@ class FilesObserver:
     def __init__(self, say: Callable[[str], None]):
         self.say = say
         self.output_dir: Optional[Path] = None
+        self._fingerprint = ""
+        self._aside: Optional[Path] = None
         self._command_written = False
+        # The launch under way: its runs with where their energy was read, and how the
+        # job's settings ran by its end - its line of launches.jsonl once it is measured.
+        self._launch_runs: list[tuple[RunResult, Optional[str]]] = []
+        self._effective: dict[str, Setting] = {}
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobOpened: self._opened,
+            LaunchesTakenBack: self._taken_back,
             ServerStarting: self._starting,
             RunMeasured: self._run,
             SettingsReadBack: self._settings,
+            LaunchMeasured: self._launch,
             JobFinished: self._finished,
             JobClosed: self._closed,
         }
@@ -110,7 +123,8 @@ class FilesObserver:
 
     def _opened(self, event: JobOpened) -> None:
         self.output_dir = event.output_dir
-        aside = set_aside_earlier_attempt(event.output_dir)
+        self._fingerprint = event.job.config_fingerprint()
+        aside = self._aside = set_aside_earlier_attempt(event.output_dir)
         if aside:
             self.say(f"an earlier attempt's files in {event.output_dir} are kept in {aside}")
         write_atomic(
@@ -141,13 +155,35 @@ class FilesObserver:
         )
         self._command_written = True
 
+    def _taken_back(self, event: LaunchesTakenBack) -> None:
+        self.say(
+            f"{event.launches} launch(es) the earlier attempt completed taken back from "
+            f"{self._aside}: only the missing ones are measured"
+        )
+
     def _run(self, event: RunMeasured) -> None:
         records = event.result.records
         append_whole(
             self._path(Artifact.requests), (json.dumps(r.to_json()) + "\n" for r in records)
         )
+        self._launch_runs.append((event.result, event.energy_source))
+
+    def _launch(self, event: LaunchMeasured) -> None:
+        """The launch's line, appended whole: a unit a resumed sweep takes back."""
+        runs = [(r, e) for r, e in self._launch_runs if r.launch == event.launch_index]
+        self._launch_runs = []
+        launch = CompletedLaunch(
+            self._fingerprint,
+            event.launch_index,
+            event.wall_s,
+            [r for r, _ in runs],
+            [e for _, e in runs],
+            self._effective,
+        )
+        append_whole(self._path(Artifact.launches), [json.dumps(launch.to_json()) + "\n"])
 
     def _settings(self, event: SettingsReadBack) -> None:
+        self._effective = dict(event.effective)
         write_atomic(
             self._path(Artifact.effective),
             json.dumps(

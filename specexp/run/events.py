@@ -54,6 +54,14 @@ class JobOpened:
 
 
 @dataclass(frozen=True)
+class LaunchesTakenBack:
+    """A resumed sweep's job opened with ``launches`` launches its killed attempt completed:
+    their runs, settings and launches are said next, as when they were measured."""
+
+    launches: int
+
+
+@dataclass(frozen=True)
 class ServerStarting:
     """A server for the job is being started: ``command`` is its real launch (None: a
     server specexp does not start, measured at ``url``)."""
@@ -110,10 +118,12 @@ class RunMeasured:
 
 @dataclass(frozen=True)
 class LaunchMeasured:
-    """The measured runs of one launch of the job's server, when the job has several."""
+    """The measured runs of one launch of the job's server, when the job has several, and
+    the launch's time from its server's start to its stop."""
 
     launch_index: int
     runs: tuple[RunResult, ...]
+    wall_s: float
 
 
 @dataclass(frozen=True)
@@ -173,6 +183,7 @@ JobEvent = Union[
     Preparing,
     Waiting,
     JobOpened,
+    LaunchesTakenBack,
     ServerStarting,
     ServerReady,
     MeasuringStarted,

@@ -101,7 +101,9 @@ def run_job(job: Job, output_dir: Path, observers_for: ObserversFor) -> JobResul
             return JobResult(status=RunStatus.skipped, output_dir=output_dir)
     else:
         emit = Emitter(observers_for(job, output_dir))
-        session = open_session(job, output_dir, emit)
+        # A resumed sweep takes back the launches the job's killed attempt completed.
+        take_back = part is not None and cfg.multirun.resume
+        session = open_session(job, output_dir, emit, take_back)
     parts = range(cfg.stats.parts) if part is None else range(part, part + 1)
     try:
         _measure_parts(session, parts, cfg.multirun.part_runs)
@@ -142,10 +144,13 @@ def _failed_with(session: JobSession, exc: Exception) -> None:
 
 def _measure_parts(session: JobSession, parts: range, part_runs: Optional[int]) -> None:
     """Parts are launches with several launches (``part_runs`` measured runs each, when a
-    sequential comparison plans them), else slices of the one launch's runs."""
+    sequential comparison plans them; none for a launch taken back), else slices of the one
+    launch's runs."""
     stats = session.job.config.stats
     if stats.launches > 1:
         for launch_index in parts:
+            if launch_index in session.launch_s:  # taken back from an earlier attempt
+                continue
             done = sum(not r.warmup for r in session.result.runs)
             runs = part_runs or stats.measured_runs
             measure_part(session, launch_index, range(done, done + runs))

@@ -7,6 +7,7 @@ run it finished."""
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -140,6 +141,7 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         and not per_launch
     )
     label = f"launch {launch + 1}/{stats.launches}: " if per_launch else ""
+    started = time.monotonic()
     try:
         server, reused, ready_s = _server_for(session, label, shared)
         if server.log_path not in session.server_logs or not reused:
@@ -162,7 +164,10 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
         if session.server is not None and last_of_launch:
             stop_own_server(session)
     if per_launch:
-        emit(LaunchMeasured(launch, tuple(r for r in records if not r.warmup)))
+        # The launch's server time, its start-up and stop included (a sequence's budget).
+        session.launch_s[launch] = time.monotonic() - started
+        measured = tuple(r for r in records if not r.warmup)
+        emit(LaunchMeasured(launch, measured, session.launch_s[launch]))
 
 
 def _ready(

@@ -21,7 +21,18 @@ from specexp.engines.stack import host_cpus
 from specexp.host import failure
 from specexp.host.job import Job
 from specexp.host.leases import check_pool, host_gpus
-from specexp.run.events import JobClosed, JobEmitter, JobOpened, Preparing, ServerStopped
+from specexp.run.events import (
+    JobClosed,
+    JobEmitter,
+    JobOpened,
+    LaunchesTakenBack,
+    LaunchMeasured,
+    Preparing,
+    RunMeasured,
+    ServerStopped,
+    SettingsReadBack,
+)
+from specexp.run.launches import CompletedLaunch, completed_launches
 from specexp.serving.server import ServerProcess, port_in_use
 
 
@@ -49,6 +60,8 @@ class JobSession:
     effective: dict[str, Setting] = field(default_factory=dict)
     # The job's own server while its runs go on (a single launch measured part by part).
     server: Optional[ServerProcess] = None
+    # Each launch measured whole, or taken back: its time from its server's start to its stop.
+    launch_s: dict[int, float] = field(default_factory=dict)
 
 
 def check_prerequisites(job: Job, emit: JobEmitter) -> None:
@@ -127,20 +140,43 @@ def _check_host(job: Job) -> None:
         check_pool(host_cpus(cfg.host.cpus), cores, "cpu")
 
 
-def open_session(job: Job, output_dir: Path, emit: JobEmitter) -> JobSession:
-    """Check what the job needs, then open it: its observers make its files and tracked run."""
+def open_session(
+    job: Job, output_dir: Path, emit: JobEmitter, take_back: bool = False
+) -> JobSession:
+    """Check what the job needs, then open it: its observers make its files and tracked run.
+    With ``take_back`` (a resumed sweep), the launches an earlier attempt completed in
+    ``output_dir`` are the job's own, read before its observers set that attempt aside."""
     output_dir.mkdir(parents=True, exist_ok=True)
     check_prerequisites(job, emit)
+    earlier = completed_launches(output_dir, job.config_fingerprint()) if take_back else []
     log_path = output_dir / Artifact.server_log
     result = JobResult(status=RunStatus.failed, output_dir=output_dir)
     session = JobSession(job, emit, result, log_path, {log_path})
     try:
         reserve_space(output_dir)
         emit(JobOpened(job, output_dir))
+        if earlier:
+            _take_back(session, earlier)
     except BaseException:
         close_session(session)
         raise
     return session
+
+
+def _take_back(session: JobSession, launches: list[CompletedLaunch]) -> None:
+    """Launches an earlier attempt completed, the session's as if measured now, and said
+    again as they were first (this attempt's files and run then hold every launch)."""
+    emit, engine = session.emit, session.job.launching
+    emit(LaunchesTakenBack(len(launches)))
+    for launch in launches:
+        for run, energy_source in zip(launch.runs, launch.energy_sources, strict=True):
+            session.result.runs.append(run)
+            emit(RunMeasured(run, engine.server_accounting(run.accounting_deltas), energy_source))
+        session.effective.update(launch.effective)
+        emit(SettingsReadBack(dict(session.effective)))
+        session.launch_s[launch.launch] = launch.wall_s
+        measured = tuple(r for r in launch.runs if not r.warmup)
+        emit(LaunchMeasured(launch.launch, measured, launch.wall_s))
 
 
 def stop_own_server(session: JobSession) -> None:

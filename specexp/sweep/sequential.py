@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -434,14 +433,13 @@ def design_for(job: PlannedJob, family: int) -> SequentialDesign:
     )
 
 
-def _launch_values(session: Optional[JobSession]) -> tuple[list[float], list[float]]:
+def _launch_values(session: JobSession, through: int) -> tuple[list[float], list[float]]:
     """(mean tok/s of each launch's measured runs, variance of log tok/s inside each launch
-    with several runs)."""
-    if session is None:
-        return [], []
+    with several runs), of the launches up to ``through`` (a resumed sweep replays its
+    rounds on launches taken back, past the round it replays)."""
     by_launch: dict[int, list[float]] = {}
     for run in session.result.runs:
-        if not run.warmup and run.ok:
+        if not run.warmup and run.ok and run.launch <= through:
             by_launch.setdefault(run.launch, []).append(run.tok_per_s)
     means = [float(np.mean(v)) for _, v in sorted(by_launch.items())]
     within = [float(np.var(np.log(v), ddof=1)) for v in by_launch.values() if len(v) > 1]
@@ -455,14 +453,15 @@ def run_sequences(
     seed: int,
 ) -> list[SequentialComparison]:
     """Round after round, each arm of an undecided comparison one launch, in a seeded order
-    the next round reverses; a look at every undecided comparison after each round. The
-    jobs still open when every comparison has stopped are summarised and ended."""
+    the next round reverses; a look at every undecided comparison after each round. A job
+    whose killed attempt completed launches takes them back when it opens (its first part)
+    and measures only the parts it lacks: the rounds and looks are replayed on them as the
+    killed sweep made them, then go on. The jobs still open when every comparison has
+    stopped are summarised and ended."""
     family = len(pairs)
     sequences = [_Running(b, c, SequentialRecord(design_for(b, family))) for b, c in pairs]
     jobs = _arms(pairs)
     sessions: dict[int, JobSession] = {}
-    spent_s = {id(j): 0.0 for j in jobs}
-    last_s = {id(j): 0.0 for j in jobs}
     runs = {id(j): j.job.config.stats.measured_runs for j in jobs}
     rng, forward = random.Random(seed), list(range(len(jobs)))
     for round_index in range(max(j.job.config.stats.launches for j in jobs)):
@@ -473,10 +472,7 @@ def run_sequences(
             rng.shuffle(forward)
         turn = forward if round_index % 2 == 0 else list(reversed(forward))
         for job in (jobs[i] for i in turn if id(jobs[i]) in active):
-            started = time.monotonic()
             launch(Step(job, round_index), [f"multirun.part_runs={runs[id(job)]}"])
-            last_s[id(job)] = time.monotonic() - started
-            spent_s[id(job)] += last_s[id(job)]
             found = next(
                 (s for s in open_jobs.sessions() if s.job.config_fingerprint() == job.fingerprint),
                 None,
@@ -484,7 +480,7 @@ def run_sequences(
             if found is not None:
                 sessions[id(job)] = found
         for sequence in (s for s in sequences if s.open):
-            _look(sequence, sessions, spent_s, last_s, runs)
+            _look(sequence, sessions, round_index, runs)
     open_jobs.finish_all()
     return [s.outcome() for s in sequences]
 
@@ -492,17 +488,18 @@ def run_sequences(
 def _look(
     sequence: _Running,
     sessions: dict[int, JobSession],
-    spent_s: dict[int, float],
-    last_s: dict[int, float],
+    round_index: int,
     runs: dict[int, int],
 ) -> None:
-    arms = (sequence.baseline, sequence.candidate)
+    """The look after round ``round_index``, on the arms' launches and server time up to it."""
     record = sequence.record
-    measured = [_launch_values(sessions.get(id(j))) for j in arms]
-    means = [m for m, _ in measured]
-    if any(sessions.get(id(j)) is None or sessions[id(j)].result.error for j in arms):
+    held = [sessions.get(id(j)) for j in (sequence.baseline, sequence.candidate)]
+    if any(s is None or s.result.error for s in held):
         record.stop = StopReason.failed
         return
+    arms = [s for s in held if s is not None]
+    measured = [_launch_values(s, round_index) for s in arms]
+    means = [m for m, _ in measured]
     if len(means[0]) < record.design.min_launches:
         return
     config = sequence.baseline.job.config
@@ -510,8 +507,8 @@ def _look(
         record,
         means[0],
         means[1],
-        server_s=sum(spent_s[id(j)] for j in arms),
-        next_round_s=sum(last_s[id(j)] for j in arms),
+        server_s=sum(t for s in arms for i, t in s.launch_s.items() if i <= round_index),
+        next_round_s=sum(s.launch_s.get(round_index, 0.0) for s in arms),
         server_budget_s=config.stats.sequential.max_server_minutes * 60,
     )
     terminal.console.print(
@@ -521,20 +518,19 @@ def _look(
         f"{result.verdict}" + (f"; stops: {record.stop}" if record.stop else "")
     )
     if record.stop is None and record.runs_per_launch is None:
-        # A launch's start-up: its step's time less its runs'.
-        session = sessions[id(sequence.baseline)]
-        latest = max(r.launch for r in session.result.runs)
-        walls = [r.wall_s for r in session.result.runs if r.launch == latest]
+        # A launch's start-up: its server time less its runs'.
+        baseline = arms[0]
+        walls = [r.wall_s for r in baseline.result.runs if r.launch == round_index]
         plan_runs(
             record,
             means,
             [w for _, within in measured for w in within],
             config.stats.measured_runs,
             Costs(
-                max(last_s[id(sequence.baseline)] - sum(walls), 0.0),
+                max(baseline.launch_s.get(round_index, 0.0) - sum(walls), 0.0),
                 float(np.mean(walls)),
                 config.stats.warmup_runs,
             ),
         )
-        for job in arms:
+        for job in (sequence.baseline, sequence.candidate):
             runs[id(job)] = record.runs_per_launch or runs[id(job)]

@@ -532,6 +532,92 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     assert server_pids() == set()
 
 
+@pytest.mark.no_engine_server
+def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
+    tmp_path, tracking_env
+):
+    """Issue 52, item 3: a sweep in the default order (comparisons measured until decided)
+    killed with SIGKILL and resumed measured every launch again. Killed after its first
+    look, on test servers: the resumed sweep takes back each launch the killed one
+    completed (attempt-1/ keeps the killed attempt's files, run.json among them), prints
+    the killed sweep's looks again as they were, starts a server only for the launches
+    missing, and ends with every launch in each job's files, run and report. The A/A cannot
+    be decided (a threshold of 0.01%, read at 99.999%): it runs its five launches."""
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "2")
+    sweep_dir = tmp_path / "sweep"
+    sweep = (
+        "-m",
+        *TINY,
+        f"stack.bin_dir={bin_dir}",
+        "replicate=0,1",
+        "multirun.reuse_servers=false",
+        "multirun.baseline='replicate=0'",
+        "stats.sequential.max_launches=5",
+        "stats.threshold=0.0001",
+        "stats.confidence=0.99999",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    env = {**tracking_env, "PYTHONUNBUFFERED": "1"}
+    killed_output = tmp_path / "killed.txt"
+    with killed_output.open("w") as out:
+        process = start_cli(*sweep, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while "look 1:" not in killed_output.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, (
+                killed_output.read_text()[-3000:]
+            )
+            time.sleep(0.05)
+        process.kill()
+        process.wait(timeout=60)
+    deadline = time.monotonic() + 90  # the servers follow their parent (PR_SET_PDEATHSIG)
+    while server_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    jobs = [sweep_dir / "0", sweep_dir / "1"]
+    completed = [(job / "launches.jsonl").read_text().splitlines(keepends=True) for job in jobs]
+    assert all(len(lines) >= 3 for lines in completed)  # the first look's launches at least
+
+    resumed = run_cli(*sweep, cwd=tmp_path, env=env)
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-4000:]
+    for job, lines in zip(jobs, completed, strict=True):
+        aside = job / "attempt-1"
+        assert (aside / "launches.jsonl").read_text().splitlines(keepends=True) == lines
+        assert json.loads((aside / "run.json").read_text())["run_id"]
+        now = (job / "launches.jsonl").read_text().splitlines(keepends=True)
+        assert len(now) == 5 and now[: len(lines)] == lines  # taken back as they were
+        requests = [json.loads(line) for line in (job / "requests.jsonl").read_text().splitlines()]
+        assert sorted({r["launch"] for r in requests}) == [0, 1, 2, 3, 4]
+        earlier = [json.loads(line) for line in (aside / "requests.jsonl").read_text().splitlines()]
+        assert [r for r in requests if r["launch"] < len(lines)] == [
+            r for r in earlier if r["launch"] < len(lines)
+        ]
+    assert output.count("server ready") == 10 - sum(map(len, completed))
+    assert output.count("taken back from") == 2 and "attempt-1" in output
+    looks = [line for line in killed_output.read_text().splitlines() if line.startswith("look ")]
+    assert [line for line in output.splitlines() if line.startswith("look ")][: len(looks)] == looks
+
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    runs = runs_in(uri)
+    parent = [r for r in runs if is_sweep(r) and r.info.status == "FINISHED"][0]
+    report = json.loads(
+        Path(
+            MlflowClient(uri).download_artifacts(
+                parent.info.run_id, "sweep_report/sweep_report.json", str(tmp_path / "report")
+            )
+        ).read_text()
+    )
+    (sequence,) = report["sequences"]
+    assert len(sequence["record"]["looks"]) == 3  # after launches 3, 4 and 5 of each arm
+    assert sequence["record"]["stop"] == "launch budget spent"
+    (comparison,) = report["comparisons"]
+    assert any(
+        "measured until decided: 3 look(s) at 5+5" in n["message"] for n in comparison["notes"]
+    )
+    finished = [r for r in runs if not is_sweep(r) and r.info.status == "FINISHED"]
+    assert len(finished) == 2 and all(r.data.metrics["launches"] == 5 for r in finished)
+    assert server_pids() == set()
+
+
 STORE_DOWN_AT = {
     # The store fails at the report's first read of job prompts (the report's alone)...
     "report": "store.TrackingStore.job_prompts = down\n",
