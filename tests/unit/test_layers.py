@@ -81,7 +81,10 @@ DEFERRED = {
     # (help, usage errors, dry runs, the doctor, the models).
     ("specexp.tracking.store", "mlflow.tracking"): "0.8 s at every CLI start",
     ("specexp.tracking.store", "mlflow.entities"): "0.8 s at every CLI start",
-    ("specexp.tracking.store", "mlflow.exceptions"): "imports MLflow itself: not on a node without it",
+    (
+        "specexp.tracking.store",
+        "mlflow.exceptions",
+    ): "imports MLflow itself: not on a node without it",
 }
 
 
