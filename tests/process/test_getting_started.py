@@ -42,8 +42,9 @@ SHRINK = {
     "run": ("workload.dataset_limit=2", "stats.warmup_runs=1", "stats.measured_runs=2"),
     "sweep": ("workload.max_tokens=64", "stats.warmup_runs=1", "stats.measured_runs=3"),
 }
-# The least ratio the first comparison's draft keeps (README: "x2.3 to x2.8" on 2 cores).
-EXPECTED_RATIO_FLOOR = 1.8
+# The least ratio the first comparison's draft keeps (README: "about x2 to x3"): 4 standard
+# errors of three launch means at a CV of 12% below the x2.1 measured at these settings.
+EXPECTED_RATIO_FLOOR = 1.5
 BOX = set("─━│┃┏┓┗┛┡┩└┘┌┐├┤┬┴┼╇╈╋┳┻╭╮╰╯")
 UNITS = {"s", "min", "ms", "%"}
 
@@ -201,7 +202,7 @@ def test_the_first_comparison_is_decided_faster_from_the_minimum(first_ten_minut
     (comparison,) = document["comparisons"]
     assert comparison["verdict"] == "faster" and comparison["within_launch"] is None
     assert comparison["ci_low"] == record.looks[-1].ci_low > 1
-    # The ratio the README states for it (x2.3-2.8 on 2 cores, tiny-pair-deep's config): a
+    # The ratio the README states for it (about x2 to x3, tiny-pair-deep's config): a
     # draft that stopped paying for its cost - verification batched no longer, say - ends
     # below this floor, which a loaded machine does not reach (both arms slow alike).
     assert record.looks[-1].ratio >= EXPECTED_RATIO_FLOOR, record.looks[-1]
