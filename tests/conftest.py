@@ -228,6 +228,16 @@ _MIGRATED_STORE = (
 )
 
 
+def killed_with_its_servers(process: subprocess.Popen, within_s: float = 90) -> None:
+    """SIGKILL a specexp process, then wait up to ``within_s`` for the servers it started,
+    which follow their parent (PR_SET_PDEATHSIG), to be gone."""
+    process.kill()
+    process.communicate(timeout=60)
+    deadline = time.monotonic() + within_s
+    while server_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def store_env(directory: Path) -> dict[str, str]:
     """A private MLflow SQLite store in ``directory``: a copy of one created empty once per
     session (creating a store runs MLflow's schema migrations, seconds each time)."""

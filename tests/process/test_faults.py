@@ -36,6 +36,7 @@ from tests.conftest import (
     compose_run,
     fake_llama_server,
     is_sweep,
+    killed_with_its_servers,
     mlflow_process,
     nothing_tracked,
     run_cli,
@@ -502,11 +503,7 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     while not (in_flight.exists() and in_flight.read_text().count("\n") >= 1):
         assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
         time.sleep(0.1)
-    process.kill()
-    process.communicate(timeout=60)
-    deadline = time.monotonic() + 90  # the server follows its parent (PR_SET_PDEATHSIG)
-    while server_pids() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    killed_with_its_servers(process)
     assert server_pids() == set()
     # Taken once the server is gone: the sweep's shared server writes to job 0's server.log
     # until it exits, and its last lines come as it dies.
@@ -567,11 +564,7 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
                 killed_output.read_text()[-3000:]
             )
             time.sleep(0.05)
-        process.kill()
-        process.wait(timeout=60)
-    deadline = time.monotonic() + 90  # the servers follow their parent (PR_SET_PDEATHSIG)
-    while server_pids() and time.monotonic() < deadline:
-        time.sleep(0.2)
+        killed_with_its_servers(process)
     jobs = [sweep_dir / "0", sweep_dir / "1"]
     completed = [(job / "launches.jsonl").read_text().splitlines(keepends=True) for job in jobs]
     assert all(len(lines) >= 3 for lines in completed)  # the first look's launches at least
@@ -893,11 +886,7 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
         time.sleep(0.05)
     if step == "warm-up":
         time.sleep(2)  # into its warm-up runs
-    process.kill()
-    process.communicate(timeout=60)
-    deadline = time.monotonic() + 90
-    while server_pids() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    killed_with_its_servers(process)
     assert server_pids() == set()
     (killed,) = runs_in(uri)
     assert killed.info.status == "RUNNING"  # nothing of it could end it
