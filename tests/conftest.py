@@ -127,7 +127,7 @@ def run_cli(
 
 
 @contextlib.contextmanager
-def _in(cwd: Path, env: dict[str, str] | None) -> Iterator[None]:
+def running_in(cwd: Path, env: dict[str, str] | None) -> Iterator[None]:
     """This process in ``cwd`` with ``env`` set, as run_cli starts a command; put back after."""
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(cwd)
@@ -148,7 +148,7 @@ def call_main(
     a test asserts of a report, without a process's seconds of imports (run_cli's tests keep
     the command line itself covered)."""
     capsys.readouterr()  # what the test printed before is not the command's
-    with _in(cwd, env):
+    with running_in(cwd, env):
         try:
             code = main(list(args))
         except SystemExit as stopped:  # argparse's usage errors
@@ -161,7 +161,7 @@ def sweep_in_process(*overrides: str, cwd: Path, env: dict[str, str]) -> api.Swe
     """`python -m specexp -m OVERRIDES` as specexp.run_sweep runs it in this process (the
     command line's sweeps are run_cli's tests), tracked in the store ``env`` names, quiet;
     every job finished."""
-    with _in(cwd, env):
+    with running_in(cwd, env):
         swept = api.run_sweep(list(overrides), quiet=True)
     assert swept.exit_status == 0 and not swept.failed, [j.error for j in swept.failed]
     return swept
@@ -170,7 +170,7 @@ def sweep_in_process(*overrides: str, cwd: Path, env: dict[str, str]) -> api.Swe
 def job_in_process(*overrides: str, cwd: Path, env: dict[str, str]) -> JobResult:
     """`python -m specexp OVERRIDES` as specexp.run_job runs it in this process, tracked in
     the store ``env`` names, quiet; the job finished."""
-    with _in(cwd, env):
+    with running_in(cwd, env):
         result = api.run_job(list(overrides), quiet=True)
     assert result.status == RunStatus.finished, result.error
     return result
