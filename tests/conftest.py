@@ -20,7 +20,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import mlflow
 import psutil
@@ -28,13 +28,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from specexp import hydra_app
-from specexp.analysis.results import RunKind, Tag
+from specexp import api, hydra_app
+from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.tinymodels import ensure_pair
 from specexp.engines.records import LaunchSpec
 from specexp.host.job import Job
 from specexp.host.leases import free_port
 from specexp.hydra_app import prepare
+from specexp.run.session import JobResult
 from specexp.serving.server import die_with_parent
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,6 +124,56 @@ def run_cli(
             f"{' '.join(args)} timed out after {timeout} s:\n{stdout[-2000:]}\n{stderr[-2000:]}"
         )
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+@contextlib.contextmanager
+def running_in(cwd: Path, env: dict[str, str] | None) -> Iterator[None]:
+    """This process in ``cwd`` with ``env`` set, as run_cli starts a command; put back after."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        for key, value in {"MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}.items():
+            patch.setenv(key, value)
+        yield
+
+
+def call_main(
+    main: Callable[[list[str]], int],
+    *args: str,
+    cwd: Path,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess:
+    """A command's ``main(ARGS)`` (``python -m specexp.compare``'s, ``specexp.history``'s)
+    run in this process, its exit status and printed output as run_cli returns them: what
+    a test asserts of a report, without a process's seconds of imports (run_cli's tests keep
+    the command line itself covered)."""
+    capsys.readouterr()  # what the test printed before is not the command's
+    with running_in(cwd, env):
+        try:
+            code = main(list(args))
+        except SystemExit as stopped:  # argparse's usage errors
+            code = stopped.code if isinstance(stopped.code, int) else 1
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess([main.__module__, *args], code, out, err)
+
+
+def sweep_in_process(*overrides: str, cwd: Path, env: dict[str, str]) -> api.SweepResult:
+    """`python -m specexp -m OVERRIDES` as specexp.run_sweep runs it in this process (the
+    command line's sweeps are run_cli's tests), tracked in the store ``env`` names, quiet;
+    every job finished."""
+    with running_in(cwd, env):
+        swept = api.run_sweep(list(overrides), quiet=True)
+    assert swept.exit_status == 0 and not swept.failed, [j.error for j in swept.failed]
+    return swept
+
+
+def job_in_process(*overrides: str, cwd: Path, env: dict[str, str]) -> JobResult:
+    """`python -m specexp OVERRIDES` as specexp.run_job runs it in this process, tracked in
+    the store ``env`` names, quiet; the job finished."""
+    with running_in(cwd, env):
+        result = api.run_job(list(overrides), quiet=True)
+    assert result.status == RunStatus.finished, result.error
+    return result
 
 
 def fake_llama_server(tmp_path: Path, *args: str) -> Path:

@@ -24,19 +24,29 @@ def client_for(job: Job, url: str) -> LoadClient:
 
 
 def measure(tmp_path, *overrides):
-    job = compose_job(*QUICK, *overrides)
-    cfg = job.config
-    launch, port = llamacpp_launch(*overrides)
+    (measured,) = measure_on_one_server(tmp_path, overrides)
+    return measured
+
+
+def measure_on_one_server(tmp_path, *variants):
+    """Two runs of each variant's overrides, one variant after the other, on the one server
+    they all compose: (config, runs, records) for each."""
+    jobs = [compose_job(*QUICK, *overrides) for overrides in variants]
+    assert len({job.server_fingerprint() for job in jobs}) == 1
+    launch, port = llamacpp_launch(*variants[0])
     with ServerProcess(launch, "127.0.0.1", port, "/health", tmp_path / "server.log") as server:
         server.wait_ready(60)
-        client = client_for(job, server.base_url)
+        measured = []
+        for job in jobs:
+            client = client_for(job, server.base_url)
 
-        async def go():
-            async with session() as http:
-                return [await client.run(i, False, http) for i in range(2)]
+            async def go(client: LoadClient):
+                async with session() as http:
+                    return [await client.run(i, False, http) for i in range(2)]
 
-        runs = run_async(go())
-        return cfg, runs, [record for run in runs for record in run.records]
+            runs = run_async(go(client))
+            measured.append((job.config, runs, [record for run in runs for record in run.records]))
+        return measured
 
 
 def test_single_stream_records_server_token_counts_and_timings(tmp_path):
@@ -83,12 +93,14 @@ def test_concurrent_streams_each_get_their_tokens(tmp_path):
 
 
 def test_a_prompt_in_tokens_reaches_the_server_exactly_and_its_cache_as_asked(tmp_path):
-    _, _, fixed = measure(tmp_path, "workload.prompt_tokens=100", "workload.max_tokens=8")
+    # One server (the prompts are the client's): the fresh prompts after the fixed one.
+    (_, _, fixed), (_, _, fresh) = measure_on_one_server(
+        tmp_path,
+        ("workload.prompt_tokens=100", "workload.max_tokens=8"),
+        ("workload.prompt_tokens=100", "workload.prompts=fresh", "workload.max_tokens=8"),
+    )
     assert all(r.ok and r.prompt_tokens == 100 for r in fixed)
     assert fixed[1].prompt_cached_tokens >= 99  # the second request found its prompt cached
-    _, _, fresh = measure(
-        tmp_path, "workload.prompt_tokens=100", "workload.prompts=fresh", "workload.max_tokens=8"
-    )
     assert all(r.ok and r.prompt_tokens == 100 for r in fresh)
     assert fresh[1].prompt_cached_tokens < 12  # no more than a chance match in its prefix
 

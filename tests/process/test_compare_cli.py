@@ -1,4 +1,7 @@
-"""Real A/B and A/A on llama.cpp, compared with `python -m specexp.compare`."""
+"""Real A/B and A/A on llama.cpp, compared with `python -m specexp.compare`: its terminal
+table and MLflow artifacts by the command line; its other reports by its main function in this
+process, on sweeps run there too (the command line's sweeps are tests/process/test_cli.py's
+and test_drift.py's)."""
 
 from __future__ import annotations
 
@@ -7,10 +10,11 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp import compare as compare_command
 from specexp.analysis.results import RunKind, Tag
 from specexp.core.notes import NoteKind
 from tests.conftest import QUICK as BASE
-from tests.conftest import run_cli, store_env
+from tests.conftest import call_main, job_in_process, run_cli, store_env, sweep_in_process
 
 QUICK = [*BASE, "stats.warmup_runs=1", "workload.max_tokens=64"]
 
@@ -20,8 +24,7 @@ def store(tmp_path_factory):
     """One store with an A/B (speculative none vs draft) and an A/A (none twice) on llama.cpp."""
     tmp = tmp_path_factory.mktemp("compare")
     env = store_env(tmp)
-    ab = run_cli(
-        "-m",
+    sweep_in_process(
         *QUICK,
         "stats.measured_runs=5",
         "speculative=none,draft",
@@ -32,9 +35,7 @@ def store(tmp_path_factory):
         cwd=tmp,
         env=env,
     )
-    assert ab.returncode == 0, ab.stdout[-3000:] + ab.stderr[-3000:]
-    aa = run_cli(
-        "-m",
+    sweep_in_process(
         *QUICK,
         "stats.launches=2",
         "stats.measured_runs=3",
@@ -43,18 +44,19 @@ def store(tmp_path_factory):
         cwd=tmp,
         env=env,
     )
-    assert aa.returncode == 0, aa.stdout[-3000:] + aa.stderr[-3000:]
     return tmp, env
 
 
-def compare(store, *args):
+def compare(store, capsys, *args):
+    """The compare command's report, by its main function in this process."""
     tmp, env = store
-    return run_cli(*args, cwd=tmp, env=env, module="specexp.compare", timeout=300)
+    return call_main(compare_command.main, *args, cwd=tmp, env=env, capsys=capsys)
 
 
-def test_ab_gives_a_verdict_with_ci_and_p_values(store):
+def test_ab_gives_a_verdict_with_ci_and_p_values(store, capsys):
     result = compare(
         store,
+        capsys,
         "--experiment",
         "ab",
         "--baseline",
@@ -88,8 +90,17 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store):
 
 def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
     tmp, env = store
-    result = compare(
-        store, "--experiment", "ab", "--baseline", "speculative=none", "--label", "speculative"
+    result = run_cli(
+        "--experiment",
+        "ab",
+        "--baseline",
+        "speculative=none",
+        "--label",
+        "speculative",
+        cwd=tmp,
+        env=env,
+        module="specexp.compare",
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     # Single launches: the verdict is inconclusive, what their runs say stands beside it.
@@ -110,12 +121,13 @@ def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
     assert "| speculative=draft |" in markdown and "inconclusive" in markdown
 
 
-def test_aa_is_never_faster_or_slower(store):
+def test_aa_is_never_faster_or_slower(store, capsys):
     # Per-launch means (2 launches x 3 runs per arm). At 99.999% confidence a real A/A almost
     # never crosses: a false verdict here would be a 1-in-100,000 event or a bias in the method
     # (the rate at 95% is the Monte Carlo's: tests/statistics/test_launch_variance.py).
     result = compare(
         store,
+        capsys,
         "--experiment",
         "aa",
         "--baseline",
@@ -134,19 +146,20 @@ def test_aa_is_never_faster_or_slower(store):
     assert all(arm["unit"] == "launch" and arm["summary"]["n"] == 2 for arm in document["arms"])
 
 
-def test_baseline_must_match_one_run(store):
-    result = compare(store, "--experiment", "ab", "--baseline", "speculative=eagle3")
+def test_baseline_must_match_one_run(store, capsys):
+    result = compare(store, capsys, "--experiment", "ab", "--baseline", "speculative=eagle3")
     assert result.returncode == 2
     assert "baseline 'speculative=eagle3' matched no run" in result.stdout
 
 
-def test_reproduction_report_says_hardware_differs(store, tmp_path):
+def test_reproduction_report_says_hardware_differs(store, capsys):
     tmp, env = store
-    stand_ins = run_cli(
-        "-m",
+    sweep_in_process(
         *QUICK,
         "stats.measured_runs=2",
-        "workload.max_tokens=64",
+        # Short runs, no warm-up: the report's claims are judged by direction, whichever.
+        "stats.warmup_runs=0",
+        "workload.max_tokens=32",
         "tracking.experiment=repro",
         "+sweep=reference_cpu",
         # One launch per stand-in: what the report says of them is tested here (the
@@ -155,14 +168,20 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
         cwd=tmp,
         env=env,
     )
-    assert stand_ins.returncode == 0, stand_ins.stdout[-3000:] + stand_ins.stderr[-3000:]
-    result = compare(store, "--experiment", "repro", "--reference", "cuda13_story")
+    result = compare(store, capsys, "--experiment", "repro", "--reference", "cuda13_story")
     assert result.returncode == 0, result.stderr
     assert "Hardware differs" in result.stdout and "cannot be judged here" in result.stdout
     assert "judged as ratios between configurations" in result.stdout
     document = json.loads(
         compare(
-            store, "--experiment", "repro", "--reference", "cuda13_story", "--json", "--no-log"
+            store,
+            capsys,
+            "--experiment",
+            "repro",
+            "--reference",
+            "cuda13_story",
+            "--json",
+            "--no-log",
         ).stdout
     )
     reproduction = document["reproduction"]
@@ -188,25 +207,30 @@ def test_reproduction_report_says_hardware_differs(store, tmp_path):
     assert "nothing about the published stacks themselves" in texts["stack-upgrade"]
 
 
-def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launches(store):
+def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launches(store, capsys):
     """A run with 3 launches of the same server family (engine, model, stack, hardware) in
     the experiment: single-launch comparisons are tested against its launch variance, once
     it is checked against each arm's run-to-run spread (an A/A: a draft arm's spread is not
     the baseline's)."""
     tmp, env = store
-    for overrides in (
-        [
-            "-m",
-            *QUICK,
-            "stats.measured_runs=3",
-            "replicate=0,1",
-            "multirun.reuse_servers=false",
-            "stats.sequential.enabled=false",  # single-launch arms
-        ],
-        [*QUICK, "stats.launches=3", "stats.measured_runs=3"],
-    ):
-        result = run_cli(*overrides, "tracking.experiment=calibrated", cwd=tmp, env=env)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    sweep_in_process(
+        *QUICK,
+        "stats.measured_runs=3",
+        "replicate=0,1",
+        "multirun.reuse_servers=false",
+        "stats.sequential.enabled=false",  # single-launch arms
+        "tracking.experiment=calibrated",
+        cwd=tmp,
+        env=env,
+    )
+    job_in_process(
+        *QUICK,
+        "stats.launches=3",
+        "stats.measured_runs=3",
+        "tracking.experiment=calibrated",
+        cwd=tmp,
+        env=env,
+    )
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("calibrated").experiment_id
     single = [
@@ -216,6 +240,7 @@ def test_a_calibration_run_gives_single_launch_arms_a_verdict_beyond_their_launc
     ]
     result = compare(
         store,
+        capsys,
         "--experiment",
         "calibrated",
         "--run-ids",

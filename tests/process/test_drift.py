@@ -4,7 +4,8 @@ test server with a known drift, in the interleaved order (the default) and in bl
 An A/A comparison is called faster or slower with probability alpha by design, so the
 real A/As here read their verdicts at 99.999% (``stats.confidence=0.99999``): this test's
 own false alarms stay below 1 in 10,000 runs (1 in 100,000 nominal); the rate at the
-default 95% is the Monte Carlo tests' claim (tests/statistics/test_drift.py)."""
+default 95% is the Monte Carlo tests' claim (tests/statistics/test_drift.py). The shared
+server's A/A runs by the command line; the others by specexp.run_sweep in this process."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from tests.conftest import (
     is_sweep,
     run_cli,
     runs_in,
+    sweep_in_process,
     sweep_parent,
 )
 
@@ -31,10 +33,14 @@ REPO = Path(__file__).resolve().parents[2]
 AA = ("-m", "speculative=none", "replicate=0,1", "multirun.baseline='replicate=0'")
 
 
-def sweep(tmp_path: Path, env: dict, *overrides: str) -> tuple[list, dict]:
-    """Run an A/A sweep; its job runs and the sweep report's document."""
-    result = run_cli(*AA, *overrides, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+def sweep(tmp_path: Path, env: dict, *overrides: str, in_process: bool = True) -> tuple[list, dict]:
+    """Run an A/A sweep (in this process, or by the command line); its job runs and the
+    sweep report's document."""
+    if in_process:
+        sweep_in_process(*AA[1:], *overrides, cwd=tmp_path, env=env)
+    else:
+        result = run_cli(*AA, *overrides, cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     uri = env["MLFLOW_TRACKING_URI"]
     runs = runs_in(uri)
     parent = sweep_parent(runs)
@@ -64,6 +70,7 @@ def test_aa_on_a_shared_llamacpp_server_takes_turns_and_gives_no_verdict(tmp_pat
         "workload.max_tokens=64",
         "stats.warmup_runs=1",
         "stats.confidence=0.99999",
+        in_process=False,
     )
     assert {r.data.tags[Tag.order] for r in runs} == {"interleaved"}
     assert len({r.data.tags[Tag.server_started_at] for r in runs}) == 1  # one server

@@ -12,14 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from specexp import api
+from specexp.analysis.results import RunStatus
 from specexp.serving.server import ExternalServer, die_with_parent
-from tests.conftest import TINY, compose_job, llamacpp_launch, run_cli, runs_in
+from tests.conftest import TINY, compose_job, llamacpp_launch, run_cli, running_in, runs_in
 
 KEY = "sk-specexp-test-4f7c2a"  # a made-up key: it must appear nowhere specexp writes
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def keyed_server():
+    """One server behind the key for the module's tests: none of them stops or changes it."""
     launch, port = llamacpp_launch("concurrency.streams=2")
     process = subprocess.Popen(
         [*launch.argv, "--api-key", KEY],
@@ -65,13 +68,18 @@ def test_a_running_server_is_measured_and_left_running(keyed_server, tmp_path, t
     assert all(json.loads(line)["ok"] for line in records)
 
 
-def test_a_missing_or_wrong_key_is_said(keyed_server, tmp_path, tracking_env):
+def test_a_missing_or_wrong_key_is_said(keyed_server, tmp_path, tracking_env, monkeypatch):
+    """By the API in this process: what the command line prints of a config error and of a
+    failed job, and its exit statuses, are tests/process/test_cli.py's."""
     url, _ = keyed_server
-    overrides = (*TINY, f"engine.url={url}", "engine.api_key_env=SPECEXP_TEST_KEY")
-    missing = run_cli(*overrides, cwd=tmp_path, env=tracking_env)
-    assert missing.returncode == 2 and "$SPECEXP_TEST_KEY is not set" in missing.stdout
-    wrong = run_cli(*overrides, cwd=tmp_path, env={**tracking_env, "SPECEXP_TEST_KEY": "nope"})
-    assert wrong.returncode == 1 and "HTTP 401" in wrong.stdout, wrong.stdout[-2000:]
+    overrides = [*TINY, f"engine.url={url}", "engine.api_key_env=SPECEXP_TEST_KEY"]
+    monkeypatch.delenv("SPECEXP_TEST_KEY", raising=False)
+    with running_in(tmp_path, tracking_env), pytest.raises(api.NotRun) as missing:
+        api.run_job(overrides, quiet=True)
+    assert missing.value.exit_status == 2 and "$SPECEXP_TEST_KEY is not set" in missing.value.why
+    with running_in(tmp_path, {**tracking_env, "SPECEXP_TEST_KEY": "nope"}):
+        wrong = api.run_job(overrides, quiet=True)
+    assert wrong.status == RunStatus.failed and "HTTP 401" in str(wrong.error), wrong.error
 
 
 def test_a_server_on_this_host_is_found_by_its_port_for_telemetry(keyed_server, tmp_path):

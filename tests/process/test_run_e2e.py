@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp import api
 from specexp.analysis.results import Tag
 from specexp.core.stats import values_needed
 from tests.conftest import QUICK as BASE
-from tests.conftest import run_cli, runs_in, store_env
+from tests.conftest import nothing_tracked, run_cli, running_in, runs_in, store_env
 
 QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 
@@ -132,15 +133,14 @@ def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_e
 
 @pytest.mark.no_engine_server
 def test_missing_model_file_is_a_config_error(tmp_path, tracking_env):
-    result = run_cli(
-        *QUICK,
-        "model.generate=null",
-        f"model.path={tmp_path / 'absent.gguf'}",
-        cwd=tmp_path,
-        env=tracking_env,
-    )
-    assert result.returncode == 2
-    assert "model file not found" in result.stdout
+    """By the API in this process (how the command line prints a config error and exits 2
+    is tests/process/test_cli.py's)."""
+    overrides = [*QUICK, "model.generate=null", f"model.path={tmp_path / 'absent.gguf'}"]
+    with running_in(tmp_path, tracking_env), pytest.raises(api.NotRun) as refused:
+        api.run_job(overrides, quiet=True)
+    assert refused.value.exit_status == 2 and refused.value.what == "config error"
+    assert "model file not found" in refused.value.why
+    assert nothing_tracked(tmp_path)
 
 
 def test_the_speculation_profile_is_logged_and_consistent(draft_run):

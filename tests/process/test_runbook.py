@@ -1,17 +1,20 @@
 """docs/runbook.md: every specexp command in it runs as a dry run, every report command
-parses, and every `mlflow server` flag exists in the installed MLflow."""
+parses, and every `mlflow server` flag exists in the installed MLflow. The dry runs go
+through specexp's API in this process (the command line's own dry runs are
+tests/process/test_dry_run.py's), MLflow's help through its click command."""
 
 from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 
+import click
 import pytest
+from mlflow.cli import cli as mlflow_cli
 
+from specexp import api
 from specexp.compare import build_parser
-from tests.conftest import REPO, run_cli, server_pids
+from tests.conftest import REPO, running_in, server_pids
 
 RUNBOOK = REPO / "docs" / "runbook.md"
 
@@ -51,15 +54,23 @@ def test_the_runbook_has_the_commands_this_test_checks():
 
 
 @pytest.mark.parametrize("argv", SPECEXP, ids=[" ".join(c[2:])[:90] for c in SPECEXP])
-def test_runbook_specexp_command_as_a_dry_run(argv, tmp_path):
+def test_runbook_specexp_command_as_a_dry_run(argv, tmp_path, capsys):
     # The doctor's overrides compose the same run; its checks need the GPU node itself.
     overrides = [o for o in specexp_overrides(argv) if o != "dry_run=true"] + ["dry_run=true"]
     before = server_pids()
-    result = run_cli(*overrides, cwd=tmp_path, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # As `python -m specexp` prints it, Hydra's logging left alone (this is pytest's process).
+    quiet_logs = ["hydra/job_logging=none", "hydra/hydra_logging=none"]
+    capsys.readouterr()
+    with running_in(tmp_path, None):
+        if "-m" in overrides:
+            swept = api.run_sweep([o for o in overrides if o != "-m"] + quiet_logs)
+            assert swept.exit_status == 0 and not swept.failed
+        else:
+            api.run_job(overrides + quiet_logs)
+    stdout = capsys.readouterr().out
     commands = [
         line
-        for line in result.stdout.splitlines()
+        for line in stdout.splitlines()
         if "sglang.launch_server" in line and not line.startswith("#")
     ]
     jobs = 5 if "+sweep=cuda13_upgrade" in overrides else 1
@@ -75,7 +86,7 @@ def test_runbook_specexp_command_as_a_dry_run(argv, tmp_path):
             "--array=0-4%5",
             "--time=",
         ):
-            assert f"#SBATCH {directive}" in result.stdout
+            assert f"#SBATCH {directive}" in stdout
     assert server_pids() - before == set()
     assert not (tmp_path / "mlruns").exists()
 
@@ -90,12 +101,9 @@ def test_runbook_report_commands_parse():
 
 
 def test_runbook_mlflow_server_flags_exist():
-    help_text = subprocess.run(
-        [sys.executable, "-m", "mlflow", "server", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    # `mlflow server --help`, as click writes it for the installed MLflow's own command.
+    server = mlflow_cli.commands["server"]
+    help_text = server.get_help(click.Context(server, info_name="server"))
     for argv in (c for c in COMMANDS if c[:2] == ["mlflow", "server"]):
         flags = [a for a in argv if a.startswith("--")]
         assert flags
