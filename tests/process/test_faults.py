@@ -47,6 +47,9 @@ from tests.conftest import (
 )
 
 QUICK = TINY
+# For a store that is down: MLflow's client retries as specexp tells it (the same retries,
+# the same warnings), without the seconds of backoff between them.
+NO_BACKOFF = {"MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0", "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0"}
 
 
 @pytest.mark.load_tolerant
@@ -100,7 +103,7 @@ def _start_run(tmp_path, env, *overrides):
 @pytest.mark.load_tolerant
 def test_server_killed_mid_measurement_keeps_the_records_and_fails_the_run(tmp_path, tracking_env):
     process, records = _start_run(
-        tmp_path, tracking_env, *QUICK, "workload.max_tokens=256", "stats.measured_runs=200"
+        tmp_path, tracking_env, *QUICK, "workload.max_tokens=64", "stats.measured_runs=200"
     )
     for pid in server_pids():
         os.kill(pid, signal.SIGKILL)
@@ -154,7 +157,6 @@ def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, track
         tmp_path,
         tracking_env,
         *QUICK,
-        "workload.max_tokens=256",
         "stats.measured_runs=200",
         "workload.stall_timeout_s=2",
     )
@@ -220,7 +222,9 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
 ):
     """A real `mlflow server` killed after the run's first measured runs: measuring goes on
     into the journal, it says so, and specexp.upload completes the same run - every
-    measured run's metrics and the summary in the end, nothing lost."""
+    measured run's metrics and the summary in the end, nothing lost. On a test server paced
+    at about 1 s a run, so that the store is down well before the run's last."""
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "30")
     store = tmp_path / "store"
     store.mkdir()
     backend = f"sqlite:///{store / 'mlflow.db'}"
@@ -237,11 +241,10 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
     ) as url:
         process = start_cli(
             *QUICK,
-            "workload.max_tokens=128",
-            "stats.warmup_runs=0",
+            f"stack.bin_dir={bin_dir}",
             "stats.measured_runs=8",
             cwd=tmp_path,
-            env={"MLFLOW_TRACKING_URI": url},
+            env={**NO_BACKOFF, "MLFLOW_TRACKING_URI": url},
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 120
@@ -309,6 +312,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
         "+stack.env.MIRROR=https://dave:pw-mirror@mirror.example/simple",
         cwd=tmp_path,
         env={
+            **NO_BACKOFF,
             "DATABASE_URL": "postgres://alice:s3cretpw@db/x",
             "HTTP_PROXY": "http://bob:hunter2@127.0.0.1:9",
         },
@@ -427,6 +431,7 @@ STORE_USER = (
     "import sys, time\n"
     "from pathlib import Path\n"
     "from specexp.tracking.store import TrackingStore\n"
+    "print('at the gate', flush=True)\n"
     "go = Path(sys.argv[2])\n"
     "while not go.exists():\n"
     "    time.sleep(0.005)\n"
@@ -442,28 +447,31 @@ def test_two_processes_starting_on_one_new_sqlite_store_both_work(tmp_path):
     """Issue 45: two sweeps started at once on a new SQLite store both crashed in MLflow's
     schema migration and broke the store for good. Two processes, released together, each
     open the new store, create the experiment and log a run: both succeed, and the store
-    holds both runs. Two rounds, each on a store of its own."""
-    for round_index in range(2):
-        uri = f"sqlite:///{tmp_path / f'new{round_index}' / 'mlflow.db'}"
-        go = tmp_path / f"go{round_index}"
-        users = [
-            subprocess.Popen(
-                [sys.executable, "-c", STORE_USER, uri, str(go), f"run{i}"],
-                cwd=tmp_path,
-                env={**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true"},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for i in range(2)
-        ]
-        time.sleep(1.0)  # both waiting at the gate (their imports done)
-        go.touch()
-        outputs = [u.communicate(timeout=300)[0] for u in users]
-        assert [u.returncode for u in users] == [0, 0], "\n".join(o[-2000:] for o in outputs)
-        runs = runs_in(uri)
-        assert sorted(r.info.run_name for r in runs) == ["run0", "run1"]
-        assert all(r.info.status == "FINISHED" for r in runs)
+    holds both runs. The gate opens once both say they wait at it, their imports done, so
+    that they open the store within milliseconds of each other (without the lock in
+    specexp.tracking.store.creating, one of them fails)."""
+    uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
+    go = tmp_path / "go"
+    users = [
+        subprocess.Popen(
+            [sys.executable, "-c", STORE_USER, uri, str(go), f"run{i}"],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(REPO), "MLFLOW_DISABLE_TELEMETRY": "true"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for user in users:
+        assert user.stdout is not None
+        assert user.stdout.readline() == "at the gate\n"
+    go.touch()
+    outputs = [u.communicate(timeout=300)[0] for u in users]
+    assert [u.returncode for u in users] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    runs = runs_in(uri)
+    assert sorted(r.info.run_name for r in runs) == ["run0", "run1"]
+    assert all(r.info.status == "FINISHED" for r in runs)
 
 
 def files_under(directory: Path) -> dict[str, bytes]:
@@ -727,6 +735,7 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
         cwd=tmp_path,
         env={
             **os.environ,
+            **NO_BACKOFF,
             "MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
             "MLFLOW_DISABLE_TELEMETRY": "true",
         },
@@ -910,7 +919,7 @@ def test_a_sweep_whose_store_is_down_at_its_start_is_refused_in_one_line(tmp_pat
         *TINY,
         "replicate=0,1",
         cwd=tmp_path,
-        env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
+        env={**NO_BACKOFF, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
         timeout=300,
     )
     output = result.stdout + result.stderr
