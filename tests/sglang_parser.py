@@ -13,7 +13,6 @@ import pytest
 from specexp.engines import get_engine
 from specexp.host.job import Job
 from tests.conftest import REPO, compose_job
-from tests.program_runs import ProgramRuns
 
 ENGINE = get_engine("sglang")
 STACKS = {"cu128": "0.5.9", "cu130": "0.5.9", "local": "0.5.23"}
@@ -67,8 +66,3 @@ def resolve_with_real_code(version: str, job: Job, launches) -> list[dict]:
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def sglang_runs(version: str) -> ProgramRuns:
-    """Runs of SGLang's programs on the release, all in one launch of this interpreter."""
-    return ProgramRuns(sys.executable, {**os.environ, "PYTHONPATH": str(parser_dir(version))})

@@ -7,47 +7,20 @@ can fail. (TensorRT-LLM does not run here: tests/unit/test_engine_schedules.py.)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from types import SimpleNamespace
-from typing import Callable
-
-import pytest
 
 from specexp.engines import get_engine
 from specexp.engines.records import BatchSchedule, LaunchSpec
 from tests.conftest import compose_job
-from tests.process.test_vllm_commands import vllm_python
-from tests.program_runs import ProgramRuns
-from tests.sglang_parser import sglang_runs
+from tests.program_runs import ENGINE_CHECKS, Interpreters, checks
 
 # A switch-off from 8 requests, and a draft-length schedule of three levels.
 SCHEDULES = (
     BatchSchedule.switch_off(8, 4, 64),
     BatchSchedule(((1, 7, 4), (8, 31, 2), (32, 64, 0))),
 )
-# This file's checks share one launch of vLLM's interpreter and one of SGLang 0.5.23's (the
-# fixture below): on one worker.
-pytestmark = pytest.mark.xdist_group("schedule_exports")
-# Each test's settings, exported and handed to the engines' own code before any test runs:
-# each engine is imported once for all of them.
-CHECKS: dict[str, Callable[[SimpleNamespace], SimpleNamespace]] = {}
-
-
-def checks(export: Callable[[SimpleNamespace], SimpleNamespace]):
-    CHECKS[export.__name__] = export
-    return export
-
-
-@pytest.fixture(scope="module")
-def checked() -> dict[str, SimpleNamespace]:
-    engines = SimpleNamespace(
-        vllm=ProgramRuns(vllm_python(), dict(os.environ)), sglang=sglang_runs("0.5.23")
-    )
-    exported = {name: export(engines) for name, export in CHECKS.items()}
-    engines.vllm.run()
-    engines.sglang.run()
-    return exported
+pytestmark = ENGINE_CHECKS
 
 
 def vllm_launches(*settings: dict) -> tuple:
@@ -68,37 +41,37 @@ def vllm_launches(*settings: dict) -> tuple:
 
 
 @checks
-def vllm_schedules(engines: SimpleNamespace) -> SimpleNamespace:
+def vllm_schedules(interpreters: Interpreters) -> SimpleNamespace:
     engine = get_engine("vllm")
     job = compose_job("engine=vllm", "stack=vllm-cpu", "model=tiny-pair-small", "speculative=draft")
     forms = [engine.schedule(s, job.server.speculative).speculative_config for s in SCHEDULES]
     engine, job, launches = vllm_launches(*forms)
     return SimpleNamespace(
-        expanded=engines.vllm.add(engine.schedule_check_command(job.server, launches))
+        expanded=interpreters("vllm").add(engine.schedule_check_command(job.server, launches))
     )
 
 
 def test_vllm_expands_each_exported_schedule_to_its_draft_tokens(checked):
-    found = checked["vllm_schedules"].expanded.printed()
+    found = checked[vllm_schedules].expanded.printed()
     for schedule, entry in zip(SCHEDULES, found, strict=True):
         assert entry == {"draft_tokens": [schedule.draft_tokens(b) for b in range(1, 65)]}
 
 
 @checks
-def vllm_schedules_out_of_range(engines: SimpleNamespace) -> SimpleNamespace:
+def vllm_schedules_out_of_range(interpreters: Interpreters) -> SimpleNamespace:
     bad = (
         {"num_speculative_tokens_per_batch_size": [[2, 64, 4]]},
         {"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 64, 0]]},
     )
     engine, job, launches = vllm_launches(*bad)
     return SimpleNamespace(
-        expanded=engines.vllm.add(engine.schedule_check_command(job.server, launches))
+        expanded=interpreters("vllm").add(engine.schedule_check_command(job.server, launches))
     )
 
 
 def test_vllms_schedule_check_can_fail(checked):
     """A schedule that leaves batch size 1 out, and ranges that overlap, are vLLM's errors."""
-    first, overlap = checked["vllm_schedules_out_of_range"].expanded.printed()
+    first, overlap = checked[vllm_schedules_out_of_range].expanded.printed()
     assert "must start at 1" in first["error"]
     assert "non-overlapping" in overlap["error"]
 
@@ -111,7 +84,7 @@ def sglang_job():
 
 
 @checks
-def sglang_adaptive_configs(engines: SimpleNamespace) -> SimpleNamespace:
+def sglang_adaptive_configs(interpreters: Interpreters) -> SimpleNamespace:
     job = sglang_job()
     engine = get_engine("sglang")
     settings = [engine.schedule(s, job.server.speculative) for s in SCHEDULES]
@@ -119,13 +92,15 @@ def sglang_adaptive_configs(engines: SimpleNamespace) -> SimpleNamespace:
     with_flags = [LaunchSpec(launch.argv + list(s.flags), {}) for s in settings]
     return SimpleNamespace(
         captured=job.server.engine.cuda_graph_batch_sizes,
-        expanded=engines.sglang.add(engine.schedule_check_command(job.server, settings)),
-        parsed=engines.sglang.add(engine.flag_check_command(job.server, with_flags)),
+        expanded=interpreters("sglang-0.5.23").add(
+            engine.schedule_check_command(job.server, settings)
+        ),
+        parsed=interpreters("sglang-0.5.23").add(engine.flag_check_command(job.server, with_flags)),
     )
 
 
 def test_sglang_routes_each_exported_config_to_its_steps_after_cuda_graph_padding(checked):
-    case = checked["sglang_adaptive_configs"]
+    case = checked[sglang_adaptive_configs]
     for schedule, entry in zip(SCHEDULES, case.expanded.printed(), strict=True):
         # A batch is padded up to the next captured size, then takes that size's steps.
         padded = [next(c for c in case.captured if c >= b) for b in range(1, 65)]
@@ -136,7 +111,7 @@ def test_sglang_routes_each_exported_config_to_its_steps_after_cuda_graph_paddin
 
 
 @checks
-def sglang_adaptive_configs_refused(engines: SimpleNamespace) -> SimpleNamespace:
+def sglang_adaptive_configs_refused(interpreters: Interpreters) -> SimpleNamespace:
     job = sglang_job()
     good = get_engine("sglang").schedule(SCHEDULES[0], job.server.speculative)
     flags = list(good.flags)
@@ -146,13 +121,13 @@ def sglang_adaptive_configs_refused(engines: SimpleNamespace) -> SimpleNamespace
         good.note, flags=good.flags, files={"adaptive.json": {"1": {"candidate_steps": [-1]}}}
     )
     command = get_engine("sglang").schedule_check_command(job.server, [not_a_candidate, negative])
-    return SimpleNamespace(expanded=engines.sglang.add(command))
+    return SimpleNamespace(expanded=interpreters("sglang-0.5.23").add(command))
 
 
 def test_sglangs_adaptive_check_can_fail(checked):
     """A --speculative-num-steps outside the candidates is refused at start; so is a key
     whose candidates are not a list of non-negative ints."""
-    first, second = checked["sglang_adaptive_configs_refused"].expanded.printed()
+    first, second = checked[sglang_adaptive_configs_refused].expanded.printed()
     assert "is not in the adaptive config candidate_steps" in first["error"]
     assert "non-negative ints" in second["error"]
 

@@ -10,40 +10,12 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from types import SimpleNamespace
-from typing import Callable
-
-import pytest
 
 from specexp.engines.records import LaunchSpec
-from tests.program_runs import ProgramRuns
-from tests.sglang_parser import ENGINE, STACKS, composed, sglang_runs
+from tests.program_runs import ENGINE_CHECKS, Interpreters, checks
+from tests.sglang_parser import ENGINE, STACKS, composed
 
-# This file's checks share one launch of this interpreter per SGLang release (the fixture
-# below): on one worker.
-pytestmark = pytest.mark.xdist_group("sglang_commands")
-RunsOf = Callable[[str], ProgramRuns]  # a release's runs
-# Each test's commands, composed and handed to SGLang's parser and resolution before any
-# test runs: each release is imported once for all of them (~9 s of CPU each time).
-CHECKS: dict[str, Callable[[RunsOf], SimpleNamespace]] = {}
-
-
-def checks(compose: Callable[[RunsOf], SimpleNamespace]):
-    CHECKS[compose.__name__] = compose
-    return compose
-
-
-@pytest.fixture(scope="module")
-def checked() -> dict[str, SimpleNamespace]:
-    runs: dict[str, ProgramRuns] = {}
-
-    def runs_of(version: str) -> ProgramRuns:
-        return runs.setdefault(version, sglang_runs(version))
-
-    composed_checks = {name: compose(runs_of) for name, compose in CHECKS.items()}
-    for release in runs.values():
-        release.run()
-    return composed_checks
-
+pytestmark = ENGINE_CHECKS
 
 ATTENTION = list(ENGINE.attention_backends)
 ALLREDUCE = list(ENGINE.allreduce_backends)
@@ -67,7 +39,7 @@ def combinations():
 
 
 @checks
-def every_composed_command(runs_of: RunsOf) -> SimpleNamespace:
+def every_composed_command(interpreters: Interpreters) -> SimpleNamespace:
     by_version = defaultdict(list)
     for stack, attention, allreduce, speculative in combinations():
         cfg, launch = composed(stack, attention, allreduce, speculative)
@@ -75,7 +47,7 @@ def every_composed_command(runs_of: RunsOf) -> SimpleNamespace:
     return SimpleNamespace(
         by_version=by_version,
         parsed={
-            version: runs_of(version).add(
+            version: interpreters(f"sglang-{version}").add(
                 ENGINE.flag_check_command(jobs[0][0].server, [launch for _, launch in jobs])
             )
             for version, jobs in by_version.items()
@@ -84,7 +56,7 @@ def every_composed_command(runs_of: RunsOf) -> SimpleNamespace:
 
 
 def test_every_composed_command_parses_with_its_sglang_release(checked):
-    case = checked["every_composed_command"]
+    case = checked[every_composed_command]
     for version, jobs in case.by_version.items():
         errors = case.parsed[version].printed()
         rejected = [
@@ -97,17 +69,19 @@ def test_every_composed_command_parses_with_its_sglang_release(checked):
 
 
 @checks
-def commands_the_parser_refuses(runs_of: RunsOf) -> SimpleNamespace:
+def commands_the_parser_refuses(interpreters: Interpreters) -> SimpleNamespace:
     cfg, launch = composed("cu130", "flashinfer", "auto", "none")
     launch.argv += ["--attention-backend", "not-a-backend"]
     bogus = type(launch)(argv=launch.argv[:5] + ["--no-such-flag"], env={})
     return SimpleNamespace(
-        parsed=runs_of("0.5.9").add(ENGINE.flag_check_command(cfg.server, [launch, bogus]))
+        parsed=interpreters("sglang-0.5.9").add(
+            ENGINE.flag_check_command(cfg.server, [launch, bogus])
+        )
     )
 
 
 def test_the_parser_check_can_fail(checked):
-    errors = checked["commands_the_parser_refuses"].parsed.printed()
+    errors = checked[commands_the_parser_refuses].parsed.printed()
     assert "invalid choice: 'not-a-backend'" in errors[0]
     assert "unrecognized arguments: --no-such-flag" in errors[1]
 
@@ -131,7 +105,7 @@ VARIANTS = {
 
 
 @checks
-def every_speculative_command(runs_of: RunsOf) -> SimpleNamespace:
+def every_speculative_command(interpreters: Interpreters) -> SimpleNamespace:
     by_version, resolved = {}, {}
     for version in sorted(set(STACKS.values())):
         stack = next(s for s, v in STACKS.items() if v == version)
@@ -140,7 +114,7 @@ def every_speculative_command(runs_of: RunsOf) -> SimpleNamespace:
             for extra in variants:
                 jobs.append(composed(stack, "flashinfer", "auto", method, *extra))
         by_version[version] = jobs
-        resolved[version] = runs_of(version).add(
+        resolved[version] = interpreters(f"sglang-{version}").add(
             ENGINE.resolution_command(jobs[0][0].server, [launch for _, launch in jobs])
         )
     return SimpleNamespace(by_version=by_version, resolved=resolved)
@@ -150,7 +124,7 @@ def test_sglang_resolves_every_speculative_command_to_what_the_config_says(check
     """SGLang's own resolution code (0.5.9 and 0.5.23) on every speculative command: steps,
     top-k and draft tokens stay as composed, and the tokens drafted per verification are the
     config's num_draft_tokens (SGLang counts the verified token too)."""
-    case = checked["every_speculative_command"]
+    case = checked[every_speculative_command]
     for version, jobs in case.by_version.items():
         resolved = case.resolved[version].printed()
         for (job, launch), settings in zip(jobs, resolved, strict=True):
@@ -162,21 +136,22 @@ def test_sglang_resolves_every_speculative_command_to_what_the_config_says(check
 
 
 @checks
-def yesterdays_draft_command(runs_of: RunsOf) -> SimpleNamespace:
+def yesterdays_draft_command(interpreters: Interpreters) -> SimpleNamespace:
     job, launch = composed("cu130", "flashinfer", "auto", "draft")
     argv = list(launch.argv)
     argv[argv.index("--speculative-num-steps") + 1] = "3"
     argv[argv.index("--speculative-num-draft-tokens") + 1] = "8"
     old = LaunchSpec(argv, {})
     return SimpleNamespace(
-        old=old, resolved=runs_of("0.5.9").add(ENGINE.resolution_command(job.server, [old]))
+        old=old,
+        resolved=interpreters("sglang-0.5.9").add(ENGINE.resolution_command(job.server, [old])),
     )
 
 
 def test_the_resolution_check_can_fail(checked):
     """Yesterday's command for speculative=draft: 8 draft tokens over 3 steps at top-k 1,
     which SGLang silently cut to 4 (3 drafted)."""
-    case = checked["yesterdays_draft_command"]
+    case = checked[yesterdays_draft_command]
     (settings,) = case.resolved.printed()
     assert ENGINE.rewrites(case.old, settings)[0] == ["--speculative-num-draft-tokens 8 -> 4"]
 

