@@ -14,8 +14,11 @@ one worker, the rest is handed to whichever worker is free."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+
+from tests.program_runs import Compose, run_checks
 
 SERVERLESS = {
     "test_config_validation.py",
@@ -33,6 +36,14 @@ SERVERLESS = {
     "test_vllm_commands.py",
 }
 SERVERS = pytest.mark.xdist_group("servers")
+
+
+@pytest.fixture(scope="session")
+def checked() -> dict[Compose, SimpleNamespace]:
+    """Every command the collected files compose in ``@checks`` functions
+    (tests/program_runs.py), run by its engine's own code: one launch of each engine's
+    interpreter for all of them (importing SGLang takes ~9 s of CPU, vLLM ~5 s)."""
+    return run_checks()
 
 
 def pytest_collection_modifyitems(items):

@@ -6,6 +6,10 @@ import shlex
 
 from tests.conftest import nothing_tracked, run_cli, server_pids
 
+# Given, not auto: a dry run then predicts no choice of llama.cpp's, which runs its
+# llama-fit-params once a job (a second each); test_attention_prediction checks that line.
+NOTHING_TO_PREDICT = "attention_backend=flash_attn"
+
 REFERENCE_COMMAND = (
     "CUDA_HOME=/usr/local/cuda-13.0 LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64 NCCL_P2P_LEVEL=SYS "
     "/opt/specexp/cu130/bin/python -m sglang.launch_server --model-path nvidia/Kimi-K2.5-NVFP4 --tp-size 8 "
@@ -42,6 +46,7 @@ def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracki
     result = run_cli(
         "-m",
         "speculative=none,draft,ngram",
+        NOTHING_TO_PREDICT,
         "dry_run=true",
         cwd=tmp_path,
         env=tracking_env,
@@ -67,6 +72,7 @@ def test_a_concurrency_ramp_is_a_sweep_of_its_levels_and_no_single_run(tmp_path,
     result = run_cli(
         "-m",
         "concurrency=ramp",
+        NOTHING_TO_PREDICT,
         "dry_run=true",
         cwd=tmp_path,
         env=tracking_env,

@@ -110,9 +110,9 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     more than 10 of 24 at 20. Two identical arms, compared in the sweep's report.
 
     A loaded machine only slows the server: its requests take longer than 80 ms, so the
-    capacity falls and never rises. The assertions hold for requests of up to ~130 ms (4
-    and 8 requests/s still pass) and at any slowness above 20 requests/s; a slowed server
-    can fail 12 requests/s (CI saw it), so nothing is asserted between 8 and 20."""
+    capacity falls and never rises. The assertions hold for requests of up to ~125 ms (8
+    requests/s still passes) and at any slowness above 20 requests/s; a slowed server can
+    fail 12 requests/s (CI saw it), so nothing is asserted between 8 and 20."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--at-once", "1")
     result = run_cli(
         "-m",
@@ -120,15 +120,18 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
         f"stack.bin_dir={bin_dir}",
         "concurrency=capacity",
         "concurrency.arrival=uniform",
-        # From 4/s, not 2: the doubling still brackets the capacity (4, 8, 16) and a job's
-        # runs take 18 s of arrivals instead of 28 (24 arrivals at 2/s alone took 12 s).
-        "concurrency.search.start_rate=4",
+        # From 8/s, not 4 or 2: the doubling still brackets the capacity (8, 16), and a
+        # job's runs take ~13 s of arrivals instead of 19 (24 arrivals at 4/s took 6 s, and
+        # a rate that far below the capacity adds nothing to the fit).
+        "concurrency.search.start_rate=8",
         "workload.max_tokens=8",
         "slo=interactive",
         "slo.ttft_s=0.3",
         "slo.itl_s=null",
         "stats.warmup_runs=0",
-        "stats.measured_runs=7",
+        # The rates the search measured from 4/s, less the 4: 8, 16, three bisecting, and one
+        # where the fit sends it (twice the fitted capacity while its interval is unbounded).
+        "stats.measured_runs=6",
         "replicate=0,1",
         "multirun.baseline='replicate=0'",
         cwd=tmp_path,
@@ -150,7 +153,7 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
         assert low is None or low <= metrics[Metric.capacity_rps] <= high
         searched = capacity_points(job.data.tags)
         # Doubled until it failed; each point at the rate the client offered (sent).
-        assert [p.rate for p in searched[:3]] == pytest.approx([4, 8, 16], rel=0.15)
+        assert [p.rate for p in searched[:2]] == pytest.approx([8, 16], rel=0.15)
         assert all(p.attainment >= 0.9 for p in searched if p.rate <= 9)
         assert all(p.attainment < 0.9 for p in searched if p.rate >= 20)
         assert Tag.capacity_points in job.data.tags
@@ -178,7 +181,7 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     plots = {a.path for a in client.list_artifacts(parent.info.run_id, "goodput")}
     assert plots == {"goodput/attainment.png", "goodput/latency_curve.png"}
     # Each arm's runs as a rate curve, with its knee and latency model where they fit.
-    assert all(len(arm["curve"]) == 7 for arm in report["capacity_arms"])
+    assert all(len(arm["curve"]) == 6 for arm in report["capacity_arms"])
     assert "Capacity under the SLO" in parent.data.tags["mlflow.note.content"]
     assert "capacity under the SLO" in result.stdout
 
@@ -186,19 +189,21 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
 @pytest.mark.load_tolerant
 def test_a_capacity_search_goes_on_past_a_rate_that_kills_its_server(tmp_path, tracking_env):
     """A test server of 80 ms requests that aborts (SIGABRT, after an assertion line on
-    stderr, as llama.cpp does) when a third request is in flight: uniform arrivals at 4, 8
-    and 16/s keep at most two in flight, 32/s three. The rate that kills it is a failed
-    point, said in one line naming the process, its signal and the log's reason; the search
-    goes on with a new server and finds a capacity. A loaded machine slows the server, so it
-    dies at a lower rate, never at none: the search doubles to its 64/s bound before it
-    gives up (capacity_gpu's draft arm died at 13.5 req/s and ended its job)."""
+    stderr, as llama.cpp does) when a third request is in flight: uniform arrivals at 8 and
+    16/s keep at most two in flight, 32/s three (from the third arrival on: 12 a rate are
+    plenty). The rate that kills it is a failed point, said in one line naming the process,
+    its signal and the log's reason; the search goes on with a new server and finds a
+    capacity. A loaded machine slows the server, so it dies at a lower rate, never at none:
+    the search doubles to its 64/s bound before it gives up (capacity_gpu's draft arm died
+    at 13.5 req/s and ended its job)."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--abort-above", "2")
     result = run_cli(
         *QUICK,
         f"stack.bin_dir={bin_dir}",
         "concurrency=capacity",
         "concurrency.arrival=uniform",
-        "concurrency.search.start_rate=4",
+        "concurrency.arrivals=12",
+        "concurrency.search.start_rate=8",
         "concurrency.search.max_rate=64",
         "workload.max_tokens=8",
         "slo=interactive",

