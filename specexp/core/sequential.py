@@ -36,8 +36,10 @@ from specexp.core.stats import (
     chi2_ppf,
     f_isf,
     f_ppf,
+    normal_isf,
     read_verdict,
     t_isf,
+    t_ppf,
     welch_log,
 )
 
@@ -195,7 +197,7 @@ class SequentialDesign:
         test's launches, inflated for the looks (``planned_looks`` of them, equally spaced)
         and for Welch's t at that many launches. The budget may stop it sooner."""
         drift = design_drift(self.alpha, self.power, self.spending, self.planned_looks)
-        z = scipy_stats.norm.isf(self.alpha / 2)
+        z = normal_isf(self.alpha / 2)
         delta = math.log1p(self.design_effect)
         launches = self.min_launches
         for _ in range(20):  # the t-quantile's degrees of freedom depend on the launches
@@ -310,7 +312,7 @@ def look(
     z = critical_values([*earlier, fraction], design.alpha, design.spending)[-1]
     level = float(1 - 2 * special.ndtr(-z))
     if se > 0:
-        half = float(scipy_stats.t.ppf(0.5 + level / 2, df)) * se if z < _NO_BOUNDARY else math.inf
+        half = t_ppf(0.5 + level / 2, df) * se if z < _NO_BOUNDARY else math.inf
         low, high = math.exp(log_diff - half), math.exp(log_diff + half)
         verdict = read_verdict(low, high, design.threshold)
     else:

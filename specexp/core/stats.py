@@ -104,9 +104,7 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Optional[Sum
     mean = float(data.mean())
     std = float(data.std(ddof=1)) if data.size > 1 else 0.0
     if data.size > 1:
-        half = float(
-            scipy_stats.t.ppf(0.5 + confidence / 2, data.size - 1) * std / math.sqrt(data.size)
-        )
+        half = float(t_ppf(0.5 + confidence / 2, data.size - 1) * std / math.sqrt(data.size))
         low, high = mean - half, mean + half
     else:
         low = high = float("nan")
@@ -386,7 +384,7 @@ def grubbs_outlier(values: Sequence[float], alpha: float = 0.05) -> Optional[int
         return None
     deviations = np.abs(logs - logs.mean()) / spread
     index = int(np.argmax(deviations))
-    t = scipy_stats.t.ppf(1 - alpha / (2 * n), n - 2)
+    t = t_ppf(1 - alpha / (2 * n), n - 2)
     critical = (n - 1) / math.sqrt(n) * math.sqrt(t * t / (n - 2 + t * t))
     return index if deviations[index] > critical else None
 
@@ -430,6 +428,11 @@ def normal_ppf(q: float) -> float:
     return float(scipy_stats.norm.ppf(q))
 
 
+@lru_cache(maxsize=256)
+def normal_isf(q: float) -> float:
+    return float(scipy_stats.norm.isf(q))
+
+
 @lru_cache(maxsize=8192)
 def t_isf(q: float, df: float) -> float:
     return float(scipy_stats.t.isf(q, df))
@@ -450,6 +453,28 @@ def chi2_ppf(q: float, df: float) -> float:
     return float(scipy_stats.chi2.ppf(q, df))
 
 
+# Student's t at one point, its degrees of freedom a measured (unrepeated) value: inside the
+# support scipy.stats.t returns what these special functions return (t.ppf(q, df) is
+# stdtrit(df, q) * 1 + 0) after some 100 microseconds of checking its arguments, so they are
+# called directly there; at the edges and on invalid arguments scipy.stats answers.
+def t_ppf(q: float, df: float) -> float:
+    if 0 < q < 1 and df > 0:
+        return float(special.stdtrit(df, q)) + 0.0  # + 0.0: scipy's -0.0 * 1 + 0 is 0.0
+    return float(scipy_stats.t.ppf(q, df))
+
+
+def t_sf(x: float, df: float) -> float:
+    if math.isfinite(x) and df > 0:
+        return float(special.stdtr(df, -x))
+    return float(scipy_stats.t.sf(x, df))
+
+
+def t_cdf(x: float, df: float) -> float:
+    if math.isfinite(x) and df > 0:
+        return float(special.stdtr(df, x))
+    return float(scipy_stats.t.cdf(x, df))
+
+
 def welch_power(delta: float, sd: float, n: int, alpha: float) -> float:
     """Power of Welch's two-sided test with ``n`` values per arm, both of spread ``sd``, for a
     difference ``delta``. Exact up to quadrature: the test's random degrees of freedom and
@@ -458,20 +483,29 @@ def welch_power(delta: float, sd: float, n: int, alpha: float) -> float:
     where Welch reaches 0.68."""
     if n < 2 or sd <= 0:
         return 0.0
-    critical = _welch_critical(n, alpha)
+    critical, grid = _welch_critical(n, alpha)
     shift = delta / (sd * math.sqrt(2 / n))
-    return float(np.mean(special.ndtr(shift - critical) + special.ndtr(-shift - critical)))
+    rejected = special.ndtr(shift - critical) + special.ndtr(-shift - critical)
+    # The mean over the whole grid, in its order: the sum np.mean takes, bit for bit.
+    return float(np.add.reduce(rejected[grid]) / grid.size)
 
 
 @lru_cache(maxsize=4096)
-def _welch_critical(n: int, alpha: float, nodes: int = 48) -> np.ndarray:
+def _welch_critical(n: int, alpha: float, nodes: int = 48) -> tuple[np.ndarray, np.ndarray]:
     """Welch's rejection threshold for the difference of means, in units of its standard
-    deviation, at a grid of the two sample variances' quantiles (midpoint rule)."""
+    deviation, at a grid of the two sample variances' quantiles (midpoint rule): its
+    distinct values (the grid is symmetric in the two variances, so one triangle of it;
+    power is asked of it tens of thousands of times in a simulation) and the index of each
+    grid point's value among them, row by row."""
     k = n - 1
     ratios = scipy_stats.chi2.ppf((np.arange(nodes) + 0.5) / nodes, k) / k  # s^2 / sd^2
     r1, r2 = np.meshgrid(ratios, ratios)
     df = (r1 + r2) ** 2 / ((r1**2 + r2**2) / k)
-    return special.stdtrit(df, 1 - alpha / 2) * np.sqrt((r1 + r2) / 2)
+    critical = special.stdtrit(df, 1 - alpha / 2) * np.sqrt((r1 + r2) / 2)
+    rows, cols = np.triu_indices(nodes)
+    where = np.empty((nodes, nodes), dtype=np.intp)
+    where[rows, cols] = where[cols, rows] = np.arange(rows.size)
+    return critical[rows, cols], where.ravel()
 
 
 @dataclass(frozen=True)
@@ -810,7 +844,7 @@ def compare(
         yuen = scipy_stats.ttest_ind(np.log(b), np.log(a), equal_var=False, trim=ROBUST_TRIM)
         low, high = yuen.confidence_interval(0.5)  # its centre and spread, from scipy
         centre, half = (low + high) / 2, (high - low) / 2
-        se = half / float(scipy_stats.t.ppf(0.75, yuen.df))
+        se = half / t_ppf(0.75, float(yuen.df))
         if se > 0:
             result.robust = RobustEstimate(float(centre), float(se), float(yuen.df))
     _test(result)
@@ -823,12 +857,12 @@ def _test(c: Comparison) -> None:
     """The difference's p-value and the equivalence (TOST) p-value from its estimate (see
     :func:`_estimate`)."""
     log_diff, se, df = _estimate(c)
-    c.p_welch = float(2 * scipy_stats.t.sf(abs(log_diff) / se, df))
+    c.p_welch = 2 * t_sf(abs(log_diff) / se, df)
     bound = math.log1p(c.threshold)
     c.p_equivalence = float(
         max(
-            scipy_stats.t.sf((log_diff + bound) / se, df),
-            scipy_stats.t.cdf((log_diff - bound) / se, df),
+            t_sf((log_diff + bound) / se, df),
+            t_cdf((log_diff - bound) / se, df),
         )
     )
 
@@ -911,7 +945,7 @@ def _judge_robust(c: Comparison, robust: RobustEstimate, alpha: float) -> Robust
         ratio=math.exp(robust.log_diff),
         ci_low=low,
         ci_high=high,
-        p_value=float(2 * scipy_stats.t.sf(abs(robust.log_diff) / robust.se, robust.df)),
+        p_value=2 * t_sf(abs(robust.log_diff) / robust.se, robust.df),
         verdict=read_verdict(low, high, c.threshold),
     )
     if judged.verdict != c.verdict and (judged.verdict.decided or c.verdict.decided):
@@ -978,7 +1012,7 @@ def _estimate(c: Comparison) -> tuple[float, float, float]:
 def interval(log_diff: float, se: float, df: float, alpha: float) -> tuple[float, float]:
     """Two-sided 1 - alpha Student-t interval of a log ratio, as a ratio: unbounded above
     where the bound is beyond a float (a high confidence on one or two degrees of freedom)."""
-    half = float(scipy_stats.t.ppf(1 - alpha / 2, df)) * se
+    half = t_ppf(1 - alpha / 2, df) * se
     high = log_diff + half
     return math.exp(log_diff - half), math.exp(high) if high < _LOG_FLOAT_MAX else math.inf
 
