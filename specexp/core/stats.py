@@ -410,14 +410,19 @@ def runs_needed(
     if not (cv > 0 and effect > 0):
         return None
     delta = math.log1p(effect)
-    # Start just below the normal approximation, then step up with Welch's power.
-    z = normal_ppf(1 - alpha / 2) + normal_ppf(power)
-    n = max(2, int(2 * (z * cv / delta) ** 2) - 2)
+    n = _first_count(cv, delta, alpha, power)
     while n <= limit:
         if welch_power(delta, cv, n, alpha) >= power:
             return n
         n += 1
     return None
+
+
+def _first_count(cv: float, delta: float, alpha: float, power: float) -> int:
+    """Where :func:`runs_needed` starts: just below the normal approximation (Welch's test
+    needs more), from where it steps up with Welch's power; never above its answer."""
+    z = normal_ppf(1 - alpha / 2) + normal_ppf(power)
+    return max(2, int(2 * (z * cv / delta) ** 2) - 2)
 
 
 # Quantiles at a few distinct arguments (an alpha, a power, counts of launches), asked for
@@ -540,13 +545,21 @@ def plan_repetitions(
     if not (effect > 0 and within_cv >= 0 and between_cv >= 0 and within_cv + between_cv > 0):
         return None
     delta = math.log1p(effect)
+    # No number of runs needs fewer launches than the launch spread alone would (runs_needed
+    # starts no lower than this there, and higher at a wider spread), so once that many
+    # launches of this many runs cost what the best plan costs, no later plan is cheaper.
+    fewest_launches = _first_count(math.sqrt(between_cv**2 + 0.0), delta, alpha / family, power)
     best: Optional[RepetitionPlan] = None
     for runs in range(1, max_runs + 1):
+        launch_cost = launch_s + (warmup_runs + runs) * run_s
+        if best is not None and run_s >= 0 and launch_cost >= 0:
+            if fewest_launches * launch_cost >= best.cost_s:
+                break
         sd = math.sqrt(between_cv**2 + within_cv**2 / runs)
         launches = runs_needed(sd, effect, alpha / family, power, limit=max_launches)
         if launches is None:
             continue
-        cost = launches * (launch_s + (warmup_runs + runs) * run_s)
+        cost = launches * launch_cost
         if best is None or cost < best.cost_s:
             reached = welch_power(delta, sd, launches, alpha / family)
             best = RepetitionPlan(launches, runs, cost, reached)
@@ -1092,7 +1105,8 @@ def find_step(series: Sequence[float], alpha: float, seed: int = 0) -> Optional[
         return None
     observed, where = _split_statistic(values[None, :])
     rng = np.random.default_rng(seed)
-    shuffled = np.array([rng.permutation(values) for _ in range(_PERMUTATIONS)])
+    # Row by row the draws of rng.permutation(values), made at once.
+    shuffled = rng.permuted(np.tile(values, (_PERMUTATIONS, 1)), axis=1)
     null, _ = _split_statistic(shuffled)
     p = float((1 + np.sum(null >= observed[0])) / (1 + _PERMUTATIONS))
     return (int(where[0]), p) if p < alpha else None
