@@ -38,6 +38,7 @@ from specexp.core.stats import (
     f_ppf,
     normal_isf,
     read_verdict,
+    sample_var,
     t_isf,
     t_ppf,
     welch_log,
@@ -351,7 +352,7 @@ def least_favourable_df(baseline: Sequence[float], candidate: Sequence[float]) -
     when the wider arm's spread came out small - when the statistic is largest - so a look
     read on it is liberal; between Hsu's min(n) - 1 on few launches and Welch's on many."""
     logs = [np.log(np.asarray(v, float)) for v in (baseline, candidate)]
-    (na, nb), (va, vb) = [x.size for x in logs], [float(x.var(ddof=1)) for x in logs]
+    (na, nb), (va, vb) = [x.size for x in logs], [float(sample_var(x)) for x in logs]
     if va <= 0 or vb <= 0:
         return float(min(na, nb) - 1)
     tail = (1 - DF_RATIO_CONFIDENCE) / 2
@@ -465,7 +466,7 @@ def simulate(
             values = offset + rng.normal(0, spread) + rng.normal(0, within_cv, runs)
             means[arm].append(math.exp(values.mean()))
             if runs > 1:
-                within.append(float(values.var(ddof=1)))
+                within.append(float(sample_var(values)))
         server_s += 2 * costs.launch(runs)
         if len(means[0]) < design.min_launches:
             continue
@@ -521,6 +522,4 @@ def _upper_bound(variance: float, df: float) -> float:
 
 
 def _pooled_log_var(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    return float(
-        np.mean([np.var(np.log(np.asarray(v, float)), ddof=1) for v in (baseline, candidate)])
-    )
+    return float(np.mean([sample_var(np.log(np.asarray(v, float))) for v in (baseline, candidate)]))
