@@ -16,7 +16,6 @@ import os
 import sys
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from hydra import initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.types import RunMode
 from rich.table import Table
@@ -299,7 +298,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     overrides = [a for a in (sys.argv[1:] if argv is None else argv) if a != "-m"]
     hydra_app.register()
     failed = 0
-    with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
+    with hydra_app.composing():
         plan = sweep_plan(overrides)
         checked = [(" ".join(j.overrides), check_job(j.job)) for j in plan.jobs]
         refused = [("", [Check("configuration", FAIL, error)]) for error in plan.errors]

@@ -23,7 +23,7 @@ import json
 import time
 from typing import Any, Optional
 
-from hydra import compose, initialize_config_dir
+from hydra import compose
 
 from specexp import hydra_app, options
 from specexp.analysis.history import (
@@ -93,7 +93,7 @@ def reference_history(name: str) -> list[HistoryPoint]:
     reference = load_reference(name)
     hydra_app.register()
     points = []
-    with initialize_config_dir(config_dir=hydra_app.CONFIG_DIR, version_base="1.3"):
+    with hydra_app.composing():
         for order, entry in enumerate(reference.history):
             cfg = compose(
                 config_name="config",
