@@ -53,16 +53,15 @@ def compare(store, capsys, *args):
     return call_main(compare_command.main, *args, cwd=tmp, env=env, capsys=capsys)
 
 
+# The A/B experiment, its baseline and the label compare names its arms by.
+AB = ("--experiment", "ab", "--baseline", "speculative=none", "--label", "speculative")
+
+
 def test_ab_gives_a_verdict_with_ci_and_p_values(store, capsys):
     result = compare(
         store,
         capsys,
-        "--experiment",
-        "ab",
-        "--baseline",
-        "speculative=none",
-        "--label",
-        "speculative",
+        *AB,
         "--json",
     )
     assert result.returncode == 0, result.stderr
@@ -91,12 +90,7 @@ def test_ab_gives_a_verdict_with_ci_and_p_values(store, capsys):
 def test_ab_table_in_terminal_and_artifacts_in_mlflow(store):
     tmp, env = store
     result = run_cli(
-        "--experiment",
-        "ab",
-        "--baseline",
-        "speculative=none",
-        "--label",
-        "speculative",
+        *AB,
         cwd=tmp,
         env=env,
         module="specexp.compare",
