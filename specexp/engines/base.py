@@ -133,13 +133,14 @@ class Engine(Generic[EngineConfigT]):
         self,
         server: ServerSettings[EngineConfigT],
         command: ServerCommand,
-        base_url: str,
+        base_url: Optional[str],
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
         """For each requested setting: what it asked, what the server actually ran with, and
         whether it engaged, with the evidence (``command``: the job's, which a live server's
-        own resolution is checked against)."""
+        own resolution is checked against; ``base_url``: None for a server that ended or
+        stopped answering, whose state is then read from its log and counters alone)."""
         return unreported(server, self.name, runs)
 
     def server_accounting(self, deltas: Mapping[str, float]) -> dict[str, float]:

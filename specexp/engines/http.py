@@ -43,8 +43,11 @@ def urlopen(request: Union[str, urllib.request.Request], timeout: float) -> Any:
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def get_json(base_url: str, paths: tuple[str, ...]) -> Optional[dict]:
-    """The first of ``paths`` on the server that answers with JSON, or None."""
+def get_json(base_url: Optional[str], paths: tuple[str, ...]) -> Optional[dict]:
+    """The first of ``paths`` on the server that answers with JSON, or None (also with no
+    ``base_url``: a server known not to answer, which would hold each request its timeout)."""
+    if base_url is None:
+        return None
     for path in paths:
         try:
             with urlopen(base_url + path, timeout=10) as response:

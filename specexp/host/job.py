@@ -80,7 +80,7 @@ class LaunchingEngine(Protocol):
         self,
         server: ServerSettings[Any],
         command: ServerCommand,
-        base_url: str,
+        base_url: Optional[str],
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]: ...

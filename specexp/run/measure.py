@@ -41,7 +41,7 @@ from specexp.run.events import (
 )
 from specexp.run.session import JobSession, stop_own_server
 from specexp.serving.client import LoadClient, run_async
-from specexp.serving.server import POOL, ExternalServer, ServerProcess
+from specexp.serving.server import POOL, ExternalServer, ServerError, ServerProcess
 
 
 def _server_for(session: JobSession, label: str, shared: bool) -> tuple[ServerProcess, bool, float]:
@@ -149,8 +149,12 @@ def measure_part(session: JobSession, launch: int, runs: range) -> None:
             emit(_ready(server, launch, label, reused, ready_s))
         server, records, error = _measured(session, server, launch, warmups, runs, label, shared)
         log = server.log_path.read_text(errors="replace")
+        # A server that ended or went silent (its health too) is not asked for its state.
+        answering = not isinstance(error, ServerError)
         session.effective.update(
-            job.launching.effective(job.server, job.command, server.base_url, log, records)
+            job.launching.effective(
+                job.server, job.command, server.base_url if answering else None, log, records
+            )
         )
         if last_of_launch:
             emit(SettingsReadBack(dict(session.effective)))

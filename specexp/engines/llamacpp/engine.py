@@ -224,7 +224,7 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
         self,
         server: ServerSettings[LlamaCppConfig],
         command: ServerCommand,
-        base_url: str,
+        base_url: Optional[str],
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:

@@ -525,7 +525,7 @@ class SGLangEngine(Engine[SGLangConfig]):
         self,
         server: ServerSettings[SGLangConfig],
         command: ServerCommand,
-        base_url: str,
+        base_url: Optional[str],
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:

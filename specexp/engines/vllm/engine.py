@@ -240,7 +240,7 @@ class VLLMEngine(Engine[VLLMConfig]):
         self,
         server: ServerSettings[VLLMConfig],
         command: ServerCommand,
-        base_url: str,
+        base_url: Optional[str],
         log_text: str,
         runs: Sequence[RunResult],
     ) -> dict[str, Setting]:
