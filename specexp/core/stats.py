@@ -291,18 +291,26 @@ class VarianceComponents:
 def variance_components(
     values_by_launch: Sequence[Sequence[float]],
 ) -> Optional[VarianceComponents]:
-    groups = [_clean(g) for g in values_by_launch if len(_clean(g))]
-    if len(groups) < 2 or any(g.size < 2 for g in groups):
+    """One-way random-effects ANOVA by the method of moments, unbalanced designs included
+    (a sequence's launches after its first look may hold fewer runs, even one): the
+    within-launch variance pooled over the launches with two or more runs, the between-launch
+    variance from every launch's mean. None without two launches and one repeated run."""
+    groups = [g for g in map(_clean, values_by_launch) if g.size]
+    sizes = np.array([g.size for g in groups], dtype=float)
+    k, total = len(groups), float(sizes.sum())
+    if k < 2 or total - k < 1:
         return None
-    k = len(groups)
-    n_bar = float(np.mean([g.size for g in groups]))
-    within = float(np.mean([g.var(ddof=1) for g in groups]))
-    means_var = float(np.var([g.mean() for g in groups], ddof=1))
+    means = np.array([g.mean() for g in groups])
+    within = float(sum(((g - g.mean()) ** 2).sum() for g in groups) / (total - k))
+    grand = float((sizes * means).sum() / total)
+    between_mean_square = float((sizes * (means - grand) ** 2).sum() / (k - 1))
+    # The effective runs per launch (n0): the plain count when every launch has as many runs.
+    effective = float((total - (sizes**2).sum() / total) / (k - 1))
     return VarianceComponents(
         launches=k,
-        runs_per_launch=n_bar,
+        runs_per_launch=float(sizes.mean()),
         within_launch=within,
-        between_launch=max(0.0, means_var - within / n_bar),
+        between_launch=max(0.0, (between_mean_square - within) / effective),
     )
 
 

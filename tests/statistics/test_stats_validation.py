@@ -166,6 +166,20 @@ def test_variance_components_recover_the_two_levels():
     assert components.between_launch == pytest.approx(9.0, rel=0.35)  # (100 * 0.03)^2
 
 
+def test_variance_components_take_launches_of_one_run_as_a_sequence_measures_them():
+    """After its first look a sequence may measure launches of fewer runs, even one: the two
+    levels are still recovered (unbalanced ANOVA), not left out."""
+    rng = np.random.default_rng(9)
+    groups = noise.launches(rng, 100, 200, 3, run_cv=0.01, launch_cv=0.03)
+    groups += [g[:1] for g in noise.launches(rng, 100, 200, 3, run_cv=0.01, launch_cv=0.03)]
+    components = variance_components(groups)
+    # Both within 3.5 standard errors (0.07 and 0.085, relative, over 2,000 seeds).
+    assert components is not None and components.launches == 400
+    assert components.within_launch == pytest.approx(1.0, rel=0.25)
+    assert components.between_launch == pytest.approx(9.0, rel=0.3)
+    assert variance_components([[100.0], [101.0]]) is None  # no run repeated in a launch
+
+
 def test_planning_matches_the_textbook_numbers():
     # docs/reference/engines.md: CV 1% -> 17 runs for a 1% effect, 6 for 2%, 3 for 5%.
     assert [runs_needed(0.01, e) for e in (0.01, 0.02, 0.05)] == [17, 6, 3]
