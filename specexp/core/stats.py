@@ -597,14 +597,24 @@ def minimum_detectable_effect(
     """Smallest relative effect that ``n`` runs per arm find with ``power``, at this CV."""
     if not (cv > 0 and n >= 2):
         return None
-    hi = 1.0
-    while welch_power(math.log1p(hi), cv, n, alpha) < power:
-        hi *= 2
-        if hi > 1e6:
+    shift = _detectable_shift(n, alpha, power)
+    effect = math.expm1(shift * cv * math.sqrt(2 / n)) if shift is not None else math.inf
+    return effect if effect <= 1e6 else None
+
+
+@lru_cache(maxsize=1024)
+def _detectable_shift(n: int, alpha: float, power: float) -> Optional[float]:
+    """The difference, in standard deviations of the difference of means, that Welch's test
+    with ``n`` values per arm finds with ``power``: whatever the spread, so found once (a
+    simulation asks for it at every comparison)."""
+    high = 1.0
+    while _welch_rejection(high, n, alpha) < power:
+        high *= 2
+        if high > 1e6:
             return None
     return float(
         optimize.brentq(
-            lambda e: welch_power(math.log1p(e), cv, n, alpha) - power, 0.0, hi, xtol=1e-5
+            lambda shift: _welch_rejection(shift, n, alpha) - power, 0.0, high, xtol=1e-9
         )
     )
 
