@@ -146,6 +146,30 @@ print(json.dumps(info))
 """
 
 
+@lru_cache(maxsize=32)
+def _probe(
+    python: str, packages: str, torch: str, env: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, str], ...]:
+    """What _PROBE prints in ``python`` with ``env``: once per process for each (a sweep's
+    jobs on one stack would each pay its interpreter's start, seconds where it imports torch)."""
+    info: dict[str, str] = {}
+    try:
+        out = subprocess.run(
+            [python, "-c", _PROBE, packages, torch],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(env),
+        )
+        if out.returncode == 0:
+            info.update(json.loads(out.stdout.strip().splitlines()[-1]))
+        else:
+            info["probe_error"] = (out.stderr.strip().splitlines() or ["failed"])[-1][:300]
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        info["probe_error"] = f"{python}: {exc}"[:300]
+    return tuple(info.items())
+
+
 def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     """The stack as its own interpreter sees it (the engine's packages among others), plus the
     engine version, CUDA toolkit, driver and hardware. Values that cannot be read are left
@@ -159,20 +183,8 @@ def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     # build beside it): its identity is the engine version's, never that package's.
     own = {} if server.stack.bin_dir and not engine.runs_in_stack_python else engine.stack_packages
     packages = json.dumps({**common, **own})
-    try:
-        out = subprocess.run(
-            [python, "-c", _PROBE, packages, "torch" if engine.runs_on_torch else "-"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        if out.returncode == 0:
-            info.update(json.loads(out.stdout.strip().splitlines()[-1]))
-        else:
-            info["probe_error"] = (out.stderr.strip().splitlines() or ["failed"])[-1][:300]
-    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-        info["probe_error"] = f"{python}: {exc}"[:300]
+    torch = "torch" if engine.runs_on_torch else "-"
+    info.update(_probe(python, packages, torch, tuple(sorted(env.items()))))
     version, source = engine.version(server)
     info["engine_version"] = version or "unknown"
     info["engine_version_source"] = source
