@@ -9,7 +9,9 @@ Tiers, by directory (markers are set here, registered in pyproject.toml):
 from __future__ import annotations
 
 import contextlib
+import copy
 import filecmp
+import functools
 import os
 import shutil
 import stat
@@ -56,7 +58,14 @@ def pytest_collection_modifyitems(items):
 
 
 def compose_run(*overrides: str):
-    """The config `python -m specexp OVERRIDES` would run with."""
+    """The config `python -m specexp OVERRIDES` would run with: a copy of the test session's
+    one composition of these overrides (a tenth of a second each; tests ask for the same
+    ones hundreds of times)."""
+    return copy.deepcopy(_composed(overrides))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]):
     if not GlobalHydra.instance().is_initialized():
         hydra_app.register()
         initialize_config_dir(

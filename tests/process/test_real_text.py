@@ -1,7 +1,7 @@
 """A trained model on real prompts, through the CLI: Gemma 3 270M on llama.cpp with a few
 HumanEval prompts and short outputs, no speculation against an n-gram draft and against
 its self-draft (generated and served). Per-request acceptance, the per-category table and
-output equality land in the sweep report. Kept cheap: 3 prompts, 24 tokens, 2 runs, no warm-up."""
+output equality land in the sweep report. Kept cheap: 3 prompts, 24 tokens, one run, no warm-up."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ REAL = (
     "workload.max_tokens=24",
     "engine.threads=1",
     "stats.warmup_runs=0",
-    "stats.measured_runs=2",
+    "stats.measured_runs=1",
     "speculative.num_draft_tokens=4",
     # One launch per arm: this is about prompts and outputs (the sequential protocol has
     # its own tests).

@@ -32,6 +32,9 @@ VLLM = (
     "engine.extra_args=[--enforce-eager]",
 )
 NEW_TOKENS = 64
+# The model's worker inside the engine core, not a third process importing vLLM (about 10 s
+# per server on two cores); the engine core stays a process of its own.
+SINGLE_PROCESS_WORKER = "+stack.env.VLLM_ENABLE_V1_MULTIPROCESSING='0'"
 
 
 def vllm_sweep(tmp_path_factory, name: str, *overrides: str) -> tuple[Path, dict[str, str]]:
@@ -53,9 +56,7 @@ def served(tmp_path_factory):
     _, env = vllm_sweep(
         tmp_path_factory,
         "vllm",
-        # The model's worker inside the engine core, not a third process importing vLLM
-        # (about 10 s per server on two cores); the engine core stays a process of its own.
-        "+stack.env.VLLM_ENABLE_V1_MULTIPROCESSING='0'",
+        SINGLE_PROCESS_WORKER,
         "speculative=ngram,eagle3",
         "speculative.switch_off_at=2",
         "concurrency.streams=1,4",
@@ -210,6 +211,7 @@ def test_ctrl_c_while_vllm_starts_leaves_no_vllm_process(tmp_path):
     vllm_python()
     process = start_cli(
         *VLLM,
+        SINGLE_PROCESS_WORKER,
         cwd=tmp_path,
         env=store_env(tmp_path),
         stderr=subprocess.STDOUT,
