@@ -132,7 +132,9 @@ def _ui(args: argparse.Namespace) -> int:
     port = args.port or free_port()
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
     command += ["--default-artifact-root", artifacts] if artifacts else []
-    command += ["--host", "127.0.0.1", "--port", str(port)]
+    # One worker for one person's browser: MLflow's default four each import it (seconds of
+    # CPU apiece on a small machine) before the first page.
+    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     # No job runner: MLflow 3 starts huey consumers for it, which the UI does not need.
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
