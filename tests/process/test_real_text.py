@@ -1,7 +1,7 @@
 """A trained model on real prompts, through the CLI: Gemma 3 270M on llama.cpp with a few
 HumanEval prompts and short outputs, no speculation against an n-gram draft and against
 its self-draft (generated and served). Per-request acceptance, the per-category table and
-output equality land in the sweep report. Kept cheap: 3 prompts, 24 tokens, one run, no warm-up."""
+output equality land in the sweep report. Kept cheap: 2 prompts, 24 tokens, one run, no warm-up."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.conftest import run_cli, runs_in, sweep_parent
 REAL = (
     "model=gemma3-270m",
     "workload=humaneval",
-    "workload.dataset_limit=3",
+    "workload.dataset_limit=2",
     "workload.max_tokens=24",
     "engine.threads=1",
     "stats.warmup_runs=0",
@@ -52,7 +52,7 @@ def test_gemma_on_humaneval_none_ngram_and_self_draft(tmp_path, tracking_env):
         return {o["prompt_id"]: o for o in json.loads(open(path).read())["outcomes"]}
 
     baseline, ngram, draft = prompts("none"), prompts("ngram"), prompts("draft")
-    assert sorted(baseline) == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert sorted(baseline) == ["HumanEval/0", "HumanEval/1"]
     assert all(o["category"] == "code" and o["text"] for o in baseline.values())
     # Per-request draft counts from the server: the self-draft drafts on every prompt.
     assert all(o["drafted"] > 0 and 0 <= o["accepted"] <= o["drafted"] for o in draft.values())
@@ -70,10 +70,10 @@ def test_gemma_on_humaneval_none_ngram_and_self_draft(tmp_path, tracking_env):
     for method, outcomes in (("ngram", ngram), ("draft", draft)):
         c = compared[f"speculative={method}"]
         identical = sum(outcomes[p]["text"] == baseline[p]["text"] for p in baseline)
-        assert (c["identical"], c["compared"]) == (identical, 3)
+        assert (c["identical"], c["compared"]) == (identical, 2)
         assert [r["category"] for r in c["rows"]] == ["code"]
         # A divergence is flagged, never hidden.
-        assert bool(c["notes"]) == (identical < 3)
+        assert bool(c["notes"]) == (identical < 2)
     assert "per category" in output and "outputs identical to the baseline's" in output
     names = {a.path for a in client.list_artifacts(parent.info.run_id, "prompts")}
     assert "prompts/acceptance.png" in names
