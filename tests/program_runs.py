@@ -1,6 +1,7 @@
 """An engine's programs (specexp/engines/*/programs), run as specexp runs them - a command of
 the engine's interpreter, the program and its arguments - but many in one launch of that
-interpreter (tests/in_one_interpreter.py), which imports the engine once for all of them.
+interpreter (specexp/engines/programs/in_one_interpreter.py, as the doctor runs an engine's
+parse and resolution), which imports the engine once for all of them.
 
 Test files compose their commands in functions marked ``@checks``; the session fixture
 ``checked`` (tests/process/conftest.py) calls every such function of the collected files,
@@ -19,10 +20,10 @@ from typing import Any, Callable, Optional
 
 import pytest
 
+from specexp.engines.stack import IN_ONE_INTERPRETER
 from tests.conftest import REPO, compose_job
 from tests.sglang_parser import parser_dir
 
-IN_ONE_INTERPRETER = REPO / "tests" / "in_one_interpreter.py"
 # The files with ``@checks`` share the session's launches of the engines' interpreters: on
 # one worker, so that each interpreter is launched once.
 ENGINE_CHECKS = pytest.mark.xdist_group("engine_checks")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 from typing import Any, Optional, Protocol, runtime_checkable
 
 from specexp.core.schemas import ServerSettings
@@ -19,6 +20,7 @@ __all__ = [
     "ResolvingEngine",
     "live_resolution",
     "predicted_resolution",
+    "resolutions_from",
     "resolve",
 ]
 
@@ -62,7 +64,13 @@ def resolve(
     command = engine.resolution_command(server, launches)
     if not os.access(command[0], os.X_OK):
         return None
-    out = run_with_stack_env(server, command)
+    return resolutions_from(engine, launches, run_with_stack_env(server, command))
+
+
+def resolutions_from(
+    engine: ResolvingEngine, launches: list[LaunchSpec], out: subprocess.CompletedProcess
+) -> list[Resolution]:
+    """Each launch's resolution from how ``resolution_command`` ended (``out``)."""
     if out.returncode != 0:
         return [Resolution(error=last_line(out.stderr))] * len(launches)
     resolved = json.loads(out.stdout.strip().splitlines()[-1])

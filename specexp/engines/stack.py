@@ -3,11 +3,13 @@ versions it holds, and the host's cores a CPU server computes on."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from functools import cache
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from specexp.core.schemas import ServerSettings
@@ -19,6 +21,7 @@ __all__ = [
     "python_engine_version",
     "python_package_version",
     "run_in_stack",
+    "run_programs_with_stack_env",
     "run_with_stack_env",
     "server_share",
     "stack_env",
@@ -49,6 +52,38 @@ def run_with_stack_env(
         timeout=timeout,
         env={**os.environ, **stack_env(server)},
     )
+
+
+# Runs several programs in one start of their interpreter (see its docstring).
+IN_ONE_INTERPRETER = Path(__file__).resolve().parent / "programs" / "in_one_interpreter.py"
+
+
+def run_programs_with_stack_env(
+    server: ServerSettings, commands: list[list[str]], timeout: float = 300
+) -> list[subprocess.CompletedProcess]:
+    """Programs of the stack's interpreter (``[python, PROGRAM, *ARGS]`` each), run with
+    its variables in one start of that interpreter, which imports the engine once for all;
+    each ended as its own process would have. Where the interpreter itself fails, each
+    program has its failure."""
+    interpreters = {command[0] for command in commands}
+    if len(interpreters) != 1:
+        return [run_with_stack_env(server, command, timeout) for command in commands]
+    (python,) = interpreters
+    runs = json.dumps([command[1:] for command in commands])
+    out = run_with_stack_env(server, [python, str(IN_ONE_INTERPRETER), runs], timeout)
+    try:
+        ended = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
+    except (IndexError, ValueError):
+        ended = None
+    if not isinstance(ended, list) or len(ended) != len(commands):
+        return [
+            subprocess.CompletedProcess(command, out.returncode or 1, out.stdout, out.stderr)
+            for command in commands
+        ]
+    return [
+        subprocess.CompletedProcess(command, end["returncode"], end["stdout"], end["stderr"])
+        for command, end in zip(commands, ended, strict=True)
+    ]
 
 
 def run_in_stack(

@@ -1,15 +1,16 @@
-"""Run by an engine's interpreter (never imported by specexp or the tests): several programs,
+"""Run by a stack's interpreter (never imported by specexp): several of an engine's programs,
 each as ``python PROGRAM ARGS...`` would run it, one after another in this one interpreter,
 so that the engine is imported once for all of them (SGLang's import takes ~9 s of CPU,
-vLLM's ~5 s). Only for programs that leave the engine's modules as they found them.
+vLLM's ~5 s): the doctor's parse and resolution, the tests' command checks. Only for
+programs that leave the engine's modules as they found them (not one that tells torch of
+another GPU before the engine reads it).
 
 argv[1]: the runs (JSON: [[PROGRAM, *ARGS], ...]). Prints one JSON list, one
 {"returncode", "stdout", "stderr"} per run, as its own subprocess would have ended."""
 
 import sys
 
-# Not this folder first on the path, where tests/statistics would hide the standard library's:
-# each program's own, as `python PROGRAM` puts it.
+# Not this folder first on the path: each program's own, as `python PROGRAM` puts it.
 del sys.path[0]
 
 import contextlib  # noqa: E402
