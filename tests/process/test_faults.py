@@ -28,10 +28,12 @@ from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.hydra_app import prepare
+from specexp.upload import main as upload_main
 from tests.conftest import (
     CONFIG_DIR,
     REPO,
     TINY,
+    call_main,
     compose_job,
     compose_run,
     fake_llama_server,
@@ -202,13 +204,13 @@ def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_e
     assert nothing_tracked(tmp_path)
 
 
-def upload_the_journal(tmp_path: Path) -> tuple[str, Any]:
-    """`python -m specexp.upload` on the one journaled job under ``tmp_path``, into a new
-    store: its URI and the finished run."""
+def upload_the_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, Any]:
+    """`python -m specexp.upload` (its main, in this process) on the one journaled job under
+    ``tmp_path``, into a new store: its URI and the finished run."""
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
     uri = f"sqlite:///{tmp_path / 'later.db'}"
-    upload = run_cli(
-        str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, module="specexp.upload"
+    upload = call_main(
+        upload_main, str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
     )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
@@ -218,7 +220,7 @@ def upload_the_journal(tmp_path: Path) -> tuple[str, Any]:
 
 @pytest.mark.load_tolerant
 def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_completed_later(
-    tmp_path,
+    tmp_path, capsys
 ):
     """A real `mlflow server` killed after the run's first measured runs: measuring goes on
     into the journal, it says so, and specexp.upload completes the same run - every
@@ -256,8 +258,8 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
     assert "MLflow store failed mid-run" in output, output[-3000:]
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
     assert "continues" in json.loads(journal.read_text())
-    upload = run_cli(
-        str(journal.parent), "--tracking-uri", backend, cwd=tmp_path, module="specexp.upload"
+    upload = call_main(
+        upload_main, str(journal.parent), "--tracking-uri", backend, cwd=tmp_path, capsys=capsys
     )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(backend)
@@ -270,7 +272,7 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
 
 
 @pytest.mark.load_tolerant
-def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_path):
+def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_path, capsys):
     """MLflow cannot be imported at all (a GPU node it was not carried to): the run measures
     all the same, journals to its output directory, and specexp.upload logs it where MLflow is."""
     blocker = tmp_path / "no_mlflow"
@@ -280,7 +282,7 @@ def test_a_node_without_mlflow_measures_into_the_journal_and_uploads_later(tmp_p
     result = run_cli(*QUICK, cwd=tmp_path, env={"PYTHONPATH": path})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "MLflow is not installed here" in result.stdout
-    upload_the_journal(tmp_path)
+    upload_the_journal(tmp_path, capsys)
 
 
 @pytest.mark.load_tolerant
@@ -300,7 +302,7 @@ def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_
 
 
 @pytest.mark.load_tolerant
-def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp_path):
+def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp_path, capsys):
     """A store that cannot be reached: the run measures into its journal and says how to
     upload it, and the upload logs its records and server log. Passwords inside URLs - in
     inherited variables, in config values, in the tracking URI - appear nowhere: not in the
@@ -326,7 +328,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
         p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()
     ]
     assert not [s for s in secrets for text in written if s in text]
-    uri, run = upload_the_journal(tmp_path)
+    uri, run = upload_the_journal(tmp_path, capsys)
     assert {"requests.jsonl", "server.log"} <= {
         a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)
     }
@@ -649,7 +651,7 @@ def store_down_at(step: str) -> str:
 
 @pytest.mark.load_tolerant
 @pytest.mark.parametrize("step", ["report", "job"])
-def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env, step):
+def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env, step, capsys):
     """Issue 45: the store down when a sweep ends gave ~60 lines of traceback, exit 1 and a
     parent RUNNING with no report, which came back only by re-running the whole sweep. Now
     one line says so and gives the upload command, the report is journaled beside the jobs,
@@ -691,7 +693,7 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
         (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
         assert Tag.failed_jobs not in parent.data.tags
 
-    upload = run_cli(str(sweep_dir), cwd=tmp_path, env=tracking_env, module="specexp.upload")
+    upload = call_main(upload_main, str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys)
     assert upload.returncode == 0, upload.stdout + upload.stderr
     runs = runs_in(uri)
     (published,) = [r for r in runs if is_sweep(r)]
@@ -712,7 +714,7 @@ def full_disk_at(size: int) -> None:
 
 
 @pytest.mark.no_engine_server
-def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_path):
+def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_path, capsys):
     """Issue 45: the disk filling during a run left the journal at 0 bytes, requests.jsonl
     cut mid-line, the run RUNNING and three chained tracebacks; upload then crashed on the
     journal. Files past 32 kB cannot grow here (the journal and the requests cross it
@@ -754,7 +756,9 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
     journal = json.loads((job_dir / "mlflow_offline.json").read_text())  # whole
     assert journal["calls"]
     uri = f"sqlite:///{tmp_path / 'later.db'}"
-    upload = run_cli(str(job_dir), "--tracking-uri", uri, cwd=tmp_path, module="specexp.upload")
+    upload = call_main(
+        upload_main, str(job_dir), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
+    )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
     assert run.info.status == "FAILED"
