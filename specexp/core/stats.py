@@ -598,8 +598,9 @@ def minimum_detectable_effect(
     if not (cv > 0 and n >= 2):
         return None
     shift = _detectable_shift(n, alpha, power)
-    effect = math.expm1(shift * cv * math.sqrt(2 / n)) if shift is not None else math.inf
-    return effect if effect <= 1e6 else None
+    log_effect = shift * cv * math.sqrt(2 / n) if shift is not None else math.inf
+    # Beyond a millionfold (and before expm1 overflows) no count of these runs finds it.
+    return math.expm1(log_effect) if log_effect <= math.log1p(1e6) else None
 
 
 @lru_cache(maxsize=1024)

@@ -187,6 +187,9 @@ def test_planning_matches_the_textbook_numbers():
     assert 0.009 < mde < 0.0101
     # The MDE and runs-needed agree with each other.
     assert runs_needed(0.01, minimum_detectable_effect(0.01, 8) * 1.001) <= 8
+    # Two runs read at 99.999% find no effect short of a millionfold (an A/A's CV of 11%
+    # overflowed the effect's exponential).
+    assert minimum_detectable_effect(0.11, 2, 1e-5) is None
 
 
 def test_outlier_and_trend_warnings_rarely_cry_wolf_and_say_what_they_catch():
