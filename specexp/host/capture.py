@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
 import re
 import shutil
 import subprocess
+import sys
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional, Protocol
@@ -121,41 +123,55 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _interpreter_facts(packages: dict, torch: bool) -> dict:
+    """The interpreter's version, the ``packages`` (distribution: key) it holds, and with
+    ``torch`` what torch sees of CUDA and the GPUs. Self-contained: run as a program in the
+    stack's interpreter (_PROBE), or called here when that interpreter is this one."""
+    import importlib.metadata as md  # noqa: PLC0415 - self-contained (see above)
+    import platform  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    info = {"python": platform.python_version(), "python_executable": sys.executable}
+    for dist, key in packages.items():
+        try:
+            info[key] = md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    if torch:
+        try:
+            import torch as module  # noqa: PLC0415 - seconds: only for a torch stack
+
+            info["torch_cuda"] = str(module.version.cuda)
+            if module.cuda.is_available():
+                info["gpu_count"] = str(module.cuda.device_count())
+                info["gpu_name"] = module.cuda.get_device_name(0)
+                major, minor = module.cuda.get_device_capability(0)
+                info["gpu_compute_capability"] = f"{major}.{minor}"
+                info["nccl"] = ".".join(map(str, module.cuda.nccl.version()))
+        except Exception as exc:
+            info["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return info
+
+
 # Runs in the stack's own interpreter with the stack's variables: what it can import is what
 # the server will run with, whatever specexp's own environment holds.
-_PROBE = r"""
-import importlib.metadata as md, json, platform, sys
-info = {"python": platform.python_version(), "python_executable": sys.executable}
-for dist, key in json.loads(sys.argv[1]).items():
-    try:
-        info[key] = md.version(dist)
-    except md.PackageNotFoundError:
-        pass
-if sys.argv[2] == "torch":
-    try:
-        import torch
-        info["torch_cuda"] = str(torch.version.cuda)
-        if torch.cuda.is_available():
-            info["gpu_count"] = str(torch.cuda.device_count())
-            info["gpu_name"] = torch.cuda.get_device_name(0)
-            info["gpu_compute_capability"] = "%d.%d" % torch.cuda.get_device_capability(0)
-            info["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    except Exception as exc:
-        info["torch_error"] = f"{type(exc).__name__}: {exc}"[:300]
-print(json.dumps(info))
-"""
+_PROBE = (
+    inspect.getsource(_interpreter_facts)
+    + "\nimport json, sys\n"
+    + "print(json.dumps(_interpreter_facts(json.loads(sys.argv[1]), sys.argv[2] == 'torch')))\n"
+)
 
 
 @lru_cache(maxsize=32)
 def _probe(
-    python: str, packages: str, torch: str, env: tuple[tuple[str, str], ...]
+    python: str, packages: str, torch: bool, env: tuple[tuple[str, str], ...]
 ) -> tuple[tuple[str, str], ...]:
     """What _PROBE prints in ``python`` with ``env``: once per process for each (a sweep's
     jobs on one stack would each pay its interpreter's start, seconds where it imports torch)."""
     info: dict[str, str] = {}
     try:
         out = subprocess.run(
-            [python, "-c", _PROBE, packages, torch],
+            [python, "-c", _PROBE, packages, "torch" if torch else "-"],
             capture_output=True,
             text=True,
             timeout=120,
@@ -182,9 +198,14 @@ def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     # A binary from stack.bin_dir is not the one the interpreter's package holds (an older
     # build beside it): its identity is the engine version's, never that package's.
     own = {} if server.stack.bin_dir and not engine.runs_in_stack_python else engine.stack_packages
-    packages = json.dumps({**common, **own})
-    torch = "torch" if engine.runs_on_torch else "-"
-    info.update(_probe(python, packages, torch, tuple(sorted(env.items()))))
+    packages = {**common, **own}
+    if python == sys.executable and not stack_env(server) and not engine.runs_on_torch:
+        # This interpreter with these variables: what it holds is what the server runs with
+        # (a second start of it would take a second to say so).
+        info.update(_interpreter_facts(packages, torch=False))
+    else:
+        env_items = tuple(sorted(env.items()))
+        info.update(_probe(python, json.dumps(packages), engine.runs_on_torch, env_items))
     version, source = engine.version(server)
     info["engine_version"] = version or "unknown"
     info["engine_version_source"] = source

@@ -85,6 +85,12 @@ DEFERRED = {
         "specexp.tracking.store",
         "mlflow.exceptions",
     ): "imports MLflow itself: not on a node without it",
+    # The stack's facts: one self-contained function, also run as a program by the stack's
+    # own interpreter (capture._PROBE).
+    **{
+        ("specexp.host.capture", module): "runs in the stack's interpreter too"
+        for module in ("importlib.metadata", "platform", "sys", "torch")
+    },
 }
 
 
