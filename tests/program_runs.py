@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from specexp.engines.stack import IN_ONE_INTERPRETER
+from specexp.engines.stack import run_programs
 from tests.conftest import REPO, compose_job
 from tests.sglang_parser import parser_dir
 
@@ -45,15 +45,15 @@ class ProgramRun:
 
     argv: list[str]
     missing: Optional[BaseException] = None  # the interpreter's skip (or failure, on CI)
-    ended: Optional[dict[str, Any]] = None
+    ended: Optional[subprocess.CompletedProcess] = None
 
     def printed(self) -> Any:
         """The JSON the program printed last, as specexp reads it; its stderr where it failed."""
         if self.missing is not None:
             raise self.missing
         assert self.ended is not None, "the runs were not started"
-        assert self.ended["returncode"] == 0, self.ended["stderr"][-3000:]
-        return json.loads(self.ended["stdout"].strip().splitlines()[-1])
+        assert self.ended.returncode == 0, self.ended.stderr[-3000:]
+        return json.loads(self.ended.stdout.strip().splitlines()[-1])
 
 
 @dataclass
@@ -76,10 +76,7 @@ class ProgramRuns:
     def run(self) -> None:
         if self.missing is not None or not self.runs:
             return
-        argv = [self.python, str(IN_ONE_INTERPRETER), json.dumps([r.argv for r in self.runs])]
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=self.env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        ended = json.loads(result.stdout.strip().splitlines()[-1])
+        ended = run_programs([[self.python, *r.argv] for r in self.runs], self.env, timeout=600)
         for run, end in zip(self.runs, ended, strict=True):
             run.ended = end
 

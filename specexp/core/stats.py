@@ -573,7 +573,7 @@ def plan_repetitions(
     # No number of runs needs fewer launches than the launch spread alone would (runs_needed
     # starts no lower than this there, and higher at a wider spread), so once that many
     # launches of this many runs cost what the best plan costs, no later plan is cheaper.
-    fewest_launches = _first_count(math.sqrt(between_cv**2 + 0.0), delta, alpha / family, power)
+    fewest_launches = _first_count(between_cv, delta, alpha / family, power)
     best: Optional[RepetitionPlan] = None
     for runs in range(1, max_runs + 1):
         launch_cost = launch_s + (warmup_runs + runs) * run_s

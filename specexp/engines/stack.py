@@ -21,6 +21,7 @@ __all__ = [
     "python_engine_version",
     "python_package_version",
     "run_in_stack",
+    "run_programs",
     "run_programs_with_stack_env",
     "run_with_stack_env",
     "server_share",
@@ -61,16 +62,30 @@ IN_ONE_INTERPRETER = Path(__file__).resolve().parent / "programs" / "in_one_inte
 def run_programs_with_stack_env(
     server: ServerSettings, commands: list[list[str]], timeout: float = 300
 ) -> list[subprocess.CompletedProcess]:
-    """Programs of the stack's interpreter (``[python, PROGRAM, *ARGS]`` each), run with
-    its variables in one start of that interpreter, which imports the engine once for all;
-    each ended as its own process would have. Where the interpreter itself fails, each
-    program has its failure."""
-    interpreters = {command[0] for command in commands}
-    if len(interpreters) != 1:
-        return [run_with_stack_env(server, command, timeout) for command in commands]
-    (python,) = interpreters
+    """Programs of the stack's interpreter, run with its variables (see :func:`run_programs`)."""
+    return run_programs(commands, {**os.environ, **stack_env(server)}, timeout)
+
+
+def run_programs(
+    commands: list[list[str]], env: Mapping[str, str], timeout: float = 300
+) -> list[subprocess.CompletedProcess]:
+    """Programs of one interpreter (``[python, PROGRAM, *ARGS]`` each), run with ``env`` in
+    one start of that interpreter, which imports the engine once for all; each ended as its
+    own process would have. Where the interpreter itself fails, each program has its failure.
+    Programs of different interpreters run one by one."""
+    if len({command[0] for command in commands}) != 1:
+        return [
+            subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+            for command in commands
+        ]
     runs = json.dumps([command[1:] for command in commands])
-    out = run_with_stack_env(server, [python, str(IN_ONE_INTERPRETER), runs], timeout)
+    out = subprocess.run(
+        [commands[0][0], str(IN_ONE_INTERPRETER), runs],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     try:
         ended = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else None
     except (IndexError, ValueError):

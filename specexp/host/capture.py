@@ -190,7 +190,8 @@ def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     """The stack as its own interpreter sees it (the engine's packages among others), plus the
     engine version, CUDA toolkit, driver and hardware. Values that cannot be read are left
     out, not guessed."""
-    env = {**os.environ, **stack_env(server)}
+    variables = stack_env(server)
+    env = {**os.environ, **variables}
     info: dict[str, str] = {}
     python = stack_python(server)
     # Importing torch takes seconds: only for servers that run on it.
@@ -199,9 +200,9 @@ def stack(server: ServerSettings[Any], engine: StackEngine) -> dict[str, str]:
     # build beside it): its identity is the engine version's, never that package's.
     own = {} if server.stack.bin_dir and not engine.runs_in_stack_python else engine.stack_packages
     packages = {**common, **own}
-    if python == sys.executable and not stack_env(server) and not engine.runs_on_torch:
+    if python == sys.executable and not variables and not engine.runs_on_torch:
         # This interpreter with these variables: what it holds is what the server runs with
-        # (a second start of it would take a second to say so).
+        # (a second start of it took most of a second to say so).
         info.update(_interpreter_facts(packages, torch=False))
     else:
         env_items = tuple(sorted(env.items()))
