@@ -271,6 +271,22 @@ def server_pids() -> set[int]:
     return pids
 
 
+def described(pids: set[int]) -> list[str]:
+    """Each process as a stray report needs it: its id, state, parent, age and command."""
+    lines = []
+    for pid in sorted(pids):
+        try:
+            process = psutil.Process(pid)
+            age = time.time() - process.create_time()
+            lines.append(
+                f"{pid} ({process.status()}, parent {process.ppid()}, {age:.0f} s old): "
+                + " ".join(process.cmdline())[:300]
+            )
+        except psutil.Error:
+            lines.append(f"{pid} (gone)")
+    return lines
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_stray_servers():
     """The suite must stop every server it starts."""
@@ -279,8 +295,9 @@ def no_stray_servers():
     _MIGRATED_STORE.unlink(missing_ok=True)
     strays = server_pids() - before
     if strays:
+        seen = described(strays)  # before the kill: what they were, and whose
         subprocess.run(["kill", "-9", *map(str, strays)])
-        pytest.fail(f"tests left server processes running: {sorted(strays)}")
+        pytest.fail(f"tests left server processes running: {seen}")
 
 
 _MIGRATED_STORE = (

@@ -36,6 +36,7 @@ from tests.conftest import (
     call_main,
     compose_job,
     compose_run,
+    described,
     fake_llama_server,
     is_sweep,
     killed_with_its_servers,
@@ -514,7 +515,7 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
         assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
         time.sleep(0.1)
     killed_with_its_servers(process)
-    assert server_pids() == set()
+    assert not (left := server_pids()), described(left)
     # Taken once the server is gone: the sweep's shared server writes to job 0's server.log
     # until it exits, and its last lines come as it dies.
     finished = files_under(tmp_path / "sweep" / "0")
@@ -900,7 +901,7 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
     if step == "warm-up":
         time.sleep(2)  # into its warm-up runs
     killed_with_its_servers(process)
-    assert server_pids() == set()
+    assert not (left := server_pids()), described(left)
     (killed,) = runs_in(uri)
     assert killed.info.status == "RUNNING"  # nothing of it could end it
     written = [read_json_lines(path) for path in tmp_path.rglob("requests.jsonl")]
