@@ -4,6 +4,7 @@ the server ran it, a preflight check, a resolution, a server's load."""
 from __future__ import annotations
 
 import shlex
+import signal
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Any, Mapping, Optional, Union
@@ -35,6 +36,8 @@ Prompt = Union[str, list[int]]
 class LaunchSpec:
     argv: list[str]
     env: dict[str, str]  # only the variables specexp sets; the rest is inherited
+    # What the server gets when the process that started it dies (see ServerCommand).
+    parent_death_signal: signal.Signals = signal.SIGTERM
 
     def shell_line(self) -> str:
         """One copy-pasteable shell line: variables, then the quoted command."""
@@ -58,6 +61,10 @@ class ServerCommand:
 
     argv: tuple[Union[str, PortSlot], ...]
     env: Mapping[str, str]  # only the variables specexp sets; the rest is inherited
+    # The signal the server gets when the process that started it dies, even by SIGKILL. The
+    # kernel sends it again as each further thread of that process exits, so the server must
+    # take it repeated: SIGTERM where a second one is harmless, SIGKILL where it is not.
+    parent_death_signal: signal.Signals = signal.SIGTERM
 
     @property
     def program(self) -> str:
@@ -66,7 +73,9 @@ class ServerCommand:
     def at(self, port: int) -> LaunchSpec:
         """One launch of the command, listening on ``port``."""
         return LaunchSpec(
-            [str(port) if isinstance(a, PortSlot) else a for a in self.argv], dict(self.env)
+            [str(port) if isinstance(a, PortSlot) else a for a in self.argv],
+            dict(self.env),
+            self.parent_death_signal,
         )
 
 

@@ -75,24 +75,30 @@ def reason_from_log(log: str) -> str:
     return candidates[-1] if candidates else (log.strip().splitlines() or [""])[-1]
 
 
-def die_with_parent(parent: Optional[int] = None) -> None:
-    """In the server, before exec (Linux): SIGTERM it when the process that started it dies,
-    even by SIGKILL - a job killed at its time limit or cancelled by its launcher must not
-    leave a server holding the GPUs. Elsewhere a no-op. ``parent``, the starting process's
-    id: one that died before the signal was set (killed while the server started) would
-    never send it, so the server does not start at all."""
+def die_with_parent(
+    parent: Optional[int] = None, death_signal: signal.Signals = signal.SIGTERM
+) -> None:
+    """In the server, before exec (Linux): send it ``death_signal`` when the process that
+    started it dies, even by SIGKILL - a job killed at its time limit or cancelled by its
+    launcher must not leave a server holding the GPUs. Elsewhere a no-op. ``parent``, the
+    starting process's id: one that died before the signal was set (killed while the server
+    started) would never send it, so the server does not start at all."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, death_signal)
     except (OSError, AttributeError):
         pass
     if parent is not None and os.getppid() != parent:
         os._exit(1)
 
 
-def before_exec(cores: Optional[Sequence[str]], parent: Optional[int] = None) -> None:
+def before_exec(
+    cores: Optional[Sequence[str]],
+    parent: Optional[int] = None,
+    death_signal: signal.Signals = signal.SIGTERM,
+) -> None:
     """In the server, before exec: :func:`die_with_parent`, and the server, with every
     process and thread it starts, kept on its leased cores."""
-    die_with_parent(parent)
+    die_with_parent(parent, death_signal)
     if cores:
         os.sched_setaffinity(0, [int(c) for c in cores])
 
@@ -153,7 +159,9 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group, so stop() reaches every child
-                preexec_fn=functools.partial(before_exec, self.cores, os.getpid()),
+                preexec_fn=functools.partial(
+                    before_exec, self.cores, os.getpid(), self.launch.parent_death_signal
+                ),
             )
             self.started_at = time.time()
         except OSError as exc:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from specexp.engines.records import LaunchSpec
@@ -104,3 +107,41 @@ def test_port_in_use_is_refused_before_launch(tmp_path):
         with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
             server.start()
         assert server.process is None
+
+
+# A starter with threads of its own, as specexp's command is: as each exits, the kernel sends
+# the server its parent-death signal again.
+_STARTER = """
+import json, pathlib, signal, sys, threading, time
+from specexp.engines.records import LaunchSpec
+from specexp.serving.server import ServerProcess
+argv, env, death_signal = json.loads(sys.argv[1])
+launch = LaunchSpec(argv, env, signal.Signals(death_signal))
+for _ in range(4):
+    threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+server = ServerProcess(launch, "127.0.0.1", int(sys.argv[2]), "/health", pathlib.Path(sys.argv[3]))
+server.start()
+server.wait_ready(timeout_s=60)
+print(server.process.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.load_tolerant
+def test_llamacpp_whose_starter_is_killed_goes_without_its_second_interrupt_exit(tmp_path):
+    """CI, 6 Dec: a sweep killed by SIGKILL left llama-server three SIGTERMs (one per exiting
+    thread); from the second on it calls exit() in its signal handler, which crashed it (or,
+    once, left it hung past its killed run). It must go at once, through one signal only."""
+    launch, port = llamacpp_launch()
+    log = tmp_path / "server.log"
+    spec = json.dumps([launch.argv, launch.env, int(launch.parent_death_signal)])
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, spec, str(port), str(log)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    server = psutil.Process(int(starter.stdout.readline()))
+    starter.kill()
+    starter.wait()
+    server.wait(timeout=30)
+    assert "second interrupt" not in log.read_text()

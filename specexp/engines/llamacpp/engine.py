@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import subprocess
 import tempfile
 from typing import Any, Mapping, Optional, Sequence, Union
@@ -444,7 +445,9 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             argv += ["--device", "none"]
         if drafting:
             argv += self._speculative_flags(spec, spec.num_draft_tokens)
-        return ServerCommand((*argv, *engine.extra_args), env)
+        # A second SIGTERM makes llama-server call exit() inside its signal handler, which
+        # crashes it or leaves it hung; one process with no children, it loses nothing to SIGKILL.
+        return ServerCommand((*argv, *engine.extra_args), env, signal.SIGKILL)
 
     @staticmethod
     def drafts(server: ServerSettings[LlamaCppConfig]) -> bool:
