@@ -12,8 +12,11 @@ import contextlib
 import copy
 import filecmp
 import functools
+import io
+import logging
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -31,6 +34,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from specexp import api, hydra_app
+from specexp.__main__ import main as specexp_main
 from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.core.tinymodels import ensure_pair
 from specexp.engines.records import LaunchSpec
@@ -164,6 +168,44 @@ def call_main(
             code = stopped.code if isinstance(stopped.code, int) else 1
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess([main.__module__, *args], code, out, err)
+
+
+def specexp_in_process(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m specexp ARGS` - the command line's own ``main`` - in this process: its exit
+    status and printed output as run_cli returns them, without the ~4 s a new process spends
+    importing specexp, scipy and MLflow. For what a run or sweep does; run_cli's tests keep
+    the process itself covered (its exit codes, signals, what a killed one leaves). What the
+    command changes of this process is put back: signal handlers, Hydra's global state and
+    the logging it configured, the hooks main adds, the environment."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    hooks, argv, environment = list(hydra_app.on_not_run), sys.argv, dict(os.environ)
+    root = logging.getLogger()
+    root_handlers, root_level = list(root.handlers), root.level
+    held = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with running_in(cwd, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            sys.argv = ["specexp", *args]
+            try:
+                code = specexp_main()
+            except SystemExit as stopped:
+                code = stopped.code if isinstance(stopped.code, int) else 1
+    finally:
+        sys.argv = argv
+        hydra_app.on_not_run[:] = hooks
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        for handler in set(root.handlers) - set(root_handlers):
+            handler.close()
+        root.handlers[:], root.level = root_handlers, root_level
+        GlobalHydra.instance().clear()
+        GlobalHydra.instance().hydra = held
+        os.environ.clear()
+        os.environ.update(environment)
+    return subprocess.CompletedProcess(["specexp", *args], code, out.getvalue(), err.getvalue())
 
 
 def sweep_in_process(*overrides: str, cwd: Path, env: dict[str, str]) -> api.SweepResult:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from specexp.core.tinymodels import ensure_pair
-from tests.conftest import TINY, compose_job, run_cli, runs_in
+from tests.conftest import TINY, compose_job, runs_in, specexp_in_process
 
 KIMI_AUTO = (
     "engine=sglang",
@@ -63,9 +63,11 @@ def test_llamacpps_flash_attention_auto_is_predicted_before_launch_as_the_server
     assert predicted is not None, "llama-fit-params missing from the llama.cpp build"
     (choices,), basis = predicted
     assert "llama-fit-params" in basis
-    dry = run_cli(*TINY, "attention_backend=auto", "dry_run=true", cwd=tmp_path, env=tracking_env)
+    dry = specexp_in_process(
+        *TINY, "attention_backend=auto", "dry_run=true", cwd=tmp_path, env=tracking_env
+    )
     assert f"will choose: attention_backend={choices['attention_backend']}" in dry.stdout
-    run = run_cli(*TINY, "attention_backend=auto", cwd=tmp_path, env=tracking_env)
+    run = specexp_in_process(*TINY, "attention_backend=auto", cwd=tmp_path, env=tracking_env)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     (measured,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
     assert measured.data.tags["effective.attention_backend"] == choices["attention_backend"]

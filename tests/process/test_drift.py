@@ -23,8 +23,8 @@ from tests.conftest import (
     TINY,
     fake_llama_server,
     is_sweep,
-    run_cli,
     runs_in,
+    specexp_in_process,
     sweep_in_process,
     sweep_parent,
 )
@@ -39,7 +39,7 @@ def sweep(tmp_path: Path, env: dict, *overrides: str, in_process: bool = True) -
     if in_process:
         sweep_in_process(*AA[1:], *overrides, cwd=tmp_path, env=env)
     else:
-        result = run_cli(*AA, *overrides, cwd=tmp_path, env=env)
+        result = specexp_in_process(*AA, *overrides, cwd=tmp_path, env=env)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     uri = env["MLFLOW_TRACKING_URI"]
     runs = runs_in(uri)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from tests.conftest import nothing_tracked, run_cli, server_pids
+from tests.conftest import nothing_tracked, server_pids, specexp_in_process
 
 # Given, not auto: a dry run then predicts no choice of llama.cpp's, which runs its
 # llama-fit-params once a job (a second each); test_attention_prediction checks that line.
@@ -23,7 +23,7 @@ REFERENCE_COMMAND = (
 
 
 def test_reference_story_command(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         "engine=sglang",
         "model=kimi-k2.5",
         "stack=cu130",
@@ -33,7 +33,6 @@ def test_reference_story_command(tmp_path, tracking_env):
         "dry_run=true",
         cwd=tmp_path,
         env=tracking_env,
-        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     assert REFERENCE_COMMAND in result.stdout.splitlines()
@@ -43,14 +42,13 @@ def test_reference_story_command(tmp_path, tracking_env):
 
 def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracking_env):
     before = server_pids()
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         "speculative=none,draft,ngram",
         NOTHING_TO_PREDICT,
         "dry_run=true",
         cwd=tmp_path,
         env=tracking_env,
-        timeout=180,
     )
     assert result.returncode == 0, result.stderr
     commands = [
@@ -69,20 +67,14 @@ def test_multirun_dry_run_prints_every_job_and_launches_nothing(tmp_path, tracki
 
 
 def test_a_concurrency_ramp_is_a_sweep_of_its_levels_and_no_single_run(tmp_path, tracking_env):
-    result = run_cli(
-        "-m",
-        "concurrency=ramp",
-        NOTHING_TO_PREDICT,
-        "dry_run=true",
-        cwd=tmp_path,
-        env=tracking_env,
-        timeout=180,
+    result = specexp_in_process(
+        "-m", "concurrency=ramp", NOTHING_TO_PREDICT, "dry_run=true", cwd=tmp_path, env=tracking_env
     )
     assert result.returncode == 0, result.stderr
     assert "sweep: 7 jobs, 7 to run" in result.stdout
     for level in (1, 2, 4, 8, 16, 32, 64):
         assert f"  concurrency.streams={level}:" in result.stdout
-    single = run_cli("concurrency=ramp", "dry_run=true", cwd=tmp_path, env=tracking_env)
+    single = specexp_in_process("concurrency=ramp", "dry_run=true", cwd=tmp_path, env=tracking_env)
     assert single.returncode == 2
     assert "concurrency=ramp measures 7 levels" in single.stdout
     assert "run it as a sweep" in " ".join(single.stdout.split())

@@ -15,7 +15,14 @@ import pytest
 from specexp import api
 from specexp.analysis.results import RunStatus
 from specexp.serving.server import ExternalServer, die_with_parent
-from tests.conftest import TINY, compose_job, llamacpp_launch, run_cli, running_in, runs_in
+from tests.conftest import (
+    TINY,
+    compose_job,
+    llamacpp_launch,
+    running_in,
+    runs_in,
+    specexp_in_process,
+)
 
 KEY = "sk-specexp-test-4f7c2a"  # a made-up key: it must appear nowhere specexp writes
 
@@ -50,7 +57,9 @@ def keyed_server():
 def test_a_running_server_is_measured_and_left_running(keyed_server, tmp_path, tracking_env):
     url, process = keyed_server
     overrides = (*TINY, f"engine.url={url}", "engine.api_key_env=SPECEXP_TEST_KEY")
-    result = run_cli(*overrides, cwd=tmp_path, env={**tracking_env, "SPECEXP_TEST_KEY": KEY})
+    result = specexp_in_process(
+        *overrides, cwd=tmp_path, env={**tracking_env, "SPECEXP_TEST_KEY": KEY}
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert process.poll() is None  # not specexp's to stop
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])

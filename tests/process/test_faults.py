@@ -45,6 +45,7 @@ from tests.conftest import (
     run_cli,
     runs_in,
     server_pids,
+    specexp_in_process,
     start_cli,
     sweep_parent,
 )
@@ -58,7 +59,7 @@ NO_BACKOFF = {"MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "0", "MLFLOW_HTTP_REQUEST_BA
 @pytest.mark.load_tolerant
 def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path, tracking_env):
     started = time.monotonic()
-    result = run_cli(
+    result = specexp_in_process(
         "-m", *QUICK, "engine.extra_args=[],[--no-such-flag]", cwd=tmp_path, env=tracking_env
     )
     assert time.monotonic() - started < 120
@@ -84,7 +85,9 @@ def test_server_dying_at_start_fails_its_job_fast_and_the_sweep_goes_on(tmp_path
 
 @pytest.mark.load_tolerant
 def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
-    result = run_cli(*QUICK, "engine.ready_timeout_s=0.001", cwd=tmp_path, env=tracking_env)
+    result = specexp_in_process(
+        *QUICK, "engine.ready_timeout_s=0.001", cwd=tmp_path, env=tracking_env
+    )
     assert result.returncode == 1
     assert "server not ready after 0 s (engine.ready_timeout_s)" in result.stdout
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
@@ -133,7 +136,7 @@ def test_requests_the_server_cuts_short_fail_the_run_and_keep_their_records(tmp_
     """A context smaller than the command's, slipped in behind specexp's back (an extra
     --ctx-size, which llama.cpp takes last): 256 tokens per slot for 400 new ones. Every
     request stops early; the run fails saying so, and the records keep the figures."""
-    result = run_cli(
+    result = specexp_in_process(
         *QUICK,
         "stats.warmup_runs=0",
         "stats.measured_runs=1",
@@ -142,7 +145,6 @@ def test_requests_the_server_cuts_short_fail_the_run_and_keep_their_records(tmp_
         "engine.extra_args=[--ctx-size,512]",
         cwd=tmp_path,
         env=tracking_env,
-        timeout=300,
     )
     assert result.returncode == 1, result.stdout[-2000:]
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
@@ -195,7 +197,7 @@ def test_interrupt_stops_the_server_and_ends_with_one_line(tmp_path, tracking_en
 
 @pytest.mark.no_engine_server
 def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         "engine=sglang", "model=kimi-k2.5", "stack=cu130", cwd=tmp_path, env=tracking_env
     )
     assert result.returncode == 2
@@ -295,7 +297,7 @@ def test_a_dead_proxy_in_the_environment_does_not_stand_between_specexp_and_its_
     dead = "http://127.0.0.1:9"
     names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
     proxies = {n: dead for name in names for n in (name, name.lower())}
-    result = run_cli(*QUICK, cwd=tmp_path, env={**tracking_env, **proxies}, timeout=300)
+    result = specexp_in_process(*QUICK, cwd=tmp_path, env={**tracking_env, **proxies})
     assert result.returncode == 0, result.stdout[-2000:]
     (run,) = runs_in(tracking_env["MLFLOW_TRACKING_URI"])
     assert run.info.status == "FINISHED"
@@ -309,7 +311,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
     inherited variables, in config values, in the tracking URI - appear nowhere: not in the
     output, the job's files, the offline journal or, after the upload, the MLflow store."""
     secrets = ("s3cretpw", "hunter2", "pw-tracking", "pw-mirror")
-    result = run_cli(
+    result = specexp_in_process(
         *QUICK,
         "tracking.uri=http://carol:pw-tracking@127.0.0.1:9",
         "+stack.env.MIRROR=https://dave:pw-mirror@mirror.example/simple",
@@ -344,7 +346,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
 
 @pytest.mark.load_tolerant
 def test_secret_looking_values_are_redacted_everywhere(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         *QUICK,
         "+stack.env.HF_TOKEN=hf_supersecret",
         "+engine.env.MY_API_KEY=sk-supersecret",
@@ -522,7 +524,7 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     earlier_attempt = in_flight.read_bytes()
     assert statuses(uri)["replicate=0"] == ["FINISHED"]
 
-    resumed = run_cli(*sweep, cwd=tmp_path, env=tracking_env)
+    resumed = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert files_under(tmp_path / "sweep" / "0") == finished
     assert (
@@ -580,7 +582,7 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
     completed = [(job / "launches.jsonl").read_text().splitlines(keepends=True) for job in jobs]
     assert all(len(lines) >= 3 for lines in completed)  # the first look's launches at least
 
-    resumed = run_cli(*sweep, cwd=tmp_path, env=env)
+    resumed = specexp_in_process(*sweep, cwd=tmp_path, env=env)
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-4000:]
     for job, lines in zip(jobs, completed, strict=True):
@@ -862,12 +864,11 @@ def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
 def test_a_malformed_tracking_uri_is_refused_before_anything_runs(tmp_path, sweep):
     """Issue 45: a malformed tracking URI was taken for a store that is down: the run went
     on into a journal, exit 0, and the typo surfaced only at upload, as a traceback."""
-    result = run_cli(
+    result = specexp_in_process(
         *(["-m", "replicate=0,1"] if sweep else []),
         *TINY,
         "tracking.uri=htp://127.0.0.1:5000",
         cwd=tmp_path,
-        timeout=300,
     )
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "no MLflow store has the scheme 'htp'" in result.stdout
@@ -907,7 +908,7 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
     written = [read_json_lines(path) for path in tmp_path.rglob("requests.jsonl")]
     assert all(r["warmup"] for w in written for r in w.records)  # killed before it measured
     assert not any(w.torn for w in written)
-    result = run_cli(*TINY, cwd=tmp_path, env=tracking_env)
+    result = specexp_in_process(*TINY, cwd=tmp_path, env=tracking_env)
     assert result.returncode == 0, result.stdout[-2000:]
     runs = {r.info.run_id: r for r in runs_in(uri)}
     assert runs[killed.info.run_id].info.status == "KILLED"
@@ -919,13 +920,12 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
 def test_a_sweep_whose_store_is_down_at_its_start_is_refused_in_one_line(tmp_path):
     """A sweep's report is read back from its store: with the store unreachable at the start
     it launches nothing and says so in one line (exit 69, EX_UNAVAILABLE), no traceback."""
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         *TINY,
         "replicate=0,1",
         cwd=tmp_path,
         env={**NO_BACKOFF, "MLFLOW_TRACKING_URI": "http://127.0.0.1:9"},
-        timeout=300,
     )
     output = result.stdout + result.stderr
     assert result.returncode == failure.STORE_DOWN, output[-2000:]

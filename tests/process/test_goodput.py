@@ -21,8 +21,8 @@ from tests.conftest import (
     QUICK,
     fake_llama_server,
     is_sweep,
-    run_cli,
     runs_in,
+    specexp_in_process,
     sweep_parent,
 )
 from tests.process.test_client import fake_server, run_against
@@ -114,7 +114,7 @@ def test_a_capacity_search_finds_the_rate_a_one_slot_server_takes(tmp_path, trac
     requests/s still passes) and at any slowness above 20 requests/s; a slowed server can
     fail 12 requests/s (CI saw it), so nothing is asserted between 8 and 20."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--at-once", "1")
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         *QUICK,
         f"stack.bin_dir={bin_dir}",
@@ -197,7 +197,7 @@ def test_a_capacity_search_goes_on_past_a_rate_that_kills_its_server(tmp_path, t
     the search doubles to its 64/s bound before it gives up (capacity_gpu's draft arm died
     at 13.5 req/s and ended its job)."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--abort-above", "2")
-    result = run_cli(
+    result = specexp_in_process(
         *QUICK,
         f"stack.bin_dir={bin_dir}",
         "concurrency=capacity",

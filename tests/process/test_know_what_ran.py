@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from specexp import compare
 from specexp.analysis.results import Tag
 from tests.conftest import QUICK as BASE
-from tests.conftest import REPO, call_main, job_in_process, run_cli, runs_in
+from tests.conftest import REPO, call_main, job_in_process, run_cli, runs_in, specexp_in_process
 
 QUICK = [*BASE, "workload.max_tokens=64", "stats.warmup_runs=0", "stats.measured_runs=3"]
 # Asked for flash attention, then overridden by a raw flag: llama.cpp takes the last one.
@@ -70,7 +70,7 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(
         *QUICK, "replicate=0", "attention_backend=no_flash_attn", "tracking.experiment=drift",
         cwd=tmp_path, env=env,
     )  # fmt: skip
-    result = run_cli(
+    result = specexp_in_process(
         *QUICK, "replicate=1", *FA_SILENTLY_OFF, "tracking.experiment=drift", cwd=tmp_path, env=env
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -13,7 +13,13 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from tests.conftest import REPO, mlflow_process, run_cli, store_env, sweep_parent
+from tests.conftest import (
+    REPO,
+    mlflow_process,
+    specexp_in_process,
+    store_env,
+    sweep_parent,
+)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = Path(os.environ.get("SPECEXP_TEST_ARTIFACTS", REPO / "test-artifacts")) / "mlflow-ui"
@@ -24,7 +30,7 @@ def sweep(tmp_path_factory):
     """`+sweep=cpu_crossover` at two levels; the store, what it printed, the runs."""
     tmp = tmp_path_factory.mktemp("ui")
     env = store_env(tmp)
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         "+sweep=cpu_crossover",
         "concurrency.streams=1,2",

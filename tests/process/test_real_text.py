@@ -9,7 +9,7 @@ import json
 
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, runs_in, sweep_parent
+from tests.conftest import runs_in, specexp_in_process, sweep_parent
 
 REAL = (
     "model=gemma3-270m",
@@ -27,7 +27,7 @@ REAL = (
 
 
 def test_gemma_on_humaneval_none_ngram_and_self_draft(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         *REAL,
         "speculative=none,ngram,draft",

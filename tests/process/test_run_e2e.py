@@ -12,7 +12,14 @@ from specexp import api
 from specexp.analysis.results import Tag
 from specexp.core.stats import values_needed
 from tests.conftest import QUICK as BASE
-from tests.conftest import nothing_tracked, run_cli, running_in, runs_in, store_env
+from tests.conftest import (
+    nothing_tracked,
+    run_cli,
+    running_in,
+    runs_in,
+    specexp_in_process,
+    store_env,
+)
 
 QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 
@@ -116,7 +123,7 @@ def test_terminal_shows_progress_and_summary(draft_run):
 def test_failed_server_marks_the_run_failed_with_the_reason(tmp_path, tracking_env):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a model")
-    result = run_cli(
+    result = specexp_in_process(
         *QUICK, "model.generate=null", f"model.path={broken}", cwd=tmp_path, env=tracking_env
     )
     assert result.returncode == 1

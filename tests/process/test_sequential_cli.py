@@ -14,7 +14,14 @@ from specexp import compare
 from specexp.core.records import structure
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.core.stats import Verdict
-from tests.conftest import QUICK, call_main, is_sweep, run_cli, runs_in, sweep_parent
+from tests.conftest import (
+    QUICK,
+    call_main,
+    is_sweep,
+    runs_in,
+    specexp_in_process,
+    sweep_parent,
+)
 
 # One server thread (the other core is the client's), short outputs.
 SEQUENTIAL = (
@@ -28,7 +35,7 @@ SEQUENTIAL = (
 
 
 def sweep(tmp_path: Path, env: dict, *overrides: str) -> tuple[list, dict, str]:
-    result = run_cli(*SEQUENTIAL, *overrides, cwd=tmp_path, env=env, timeout=900)
+    result = specexp_in_process(*SEQUENTIAL, *overrides, cwd=tmp_path, env=env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     uri = env["MLFLOW_TRACKING_URI"]

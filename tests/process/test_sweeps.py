@@ -13,12 +13,20 @@ from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
 from specexp.engines.records import LaunchSpec
-from tests.conftest import TINY, is_sweep, run_cli, runs_in, server_pids, start_cli, sweep_parent
+from tests.conftest import (
+    TINY,
+    is_sweep,
+    runs_in,
+    server_pids,
+    specexp_in_process,
+    start_cli,
+    sweep_parent,
+)
 from tests.sglang_parser import check_with_real_parser, composed
 
 
 def test_two_server_configs_by_three_levels_launch_two_servers(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         *TINY,
         "speculative=none,draft",
@@ -82,7 +90,7 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
         ]
     )
 
-    rerun = run_cli(*args, cwd=tmp_path, env=tracking_env)
+    rerun = specexp_in_process(*args, cwd=tmp_path, env=tracking_env)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert f"sweep: 4 jobs, {4 - done} to run" in rerun.stdout
     assert rerun.stdout.count("skipped") == done
@@ -97,8 +105,8 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
 @pytest.mark.no_engine_server
 def test_a_bad_job_stops_the_sweep_before_anything_launches(tmp_path, tracking_env):
     before = server_pids()
-    result = run_cli(
-        "-m", *TINY, "allreduce_backend=auto,nccl", cwd=tmp_path, env=tracking_env, timeout=120
+    result = specexp_in_process(
+        "-m", *TINY, "allreduce_backend=auto,nccl", cwd=tmp_path, env=tracking_env
     )
     assert result.returncode == 2
     assert (
@@ -113,8 +121,8 @@ def test_a_bad_job_stops_the_sweep_before_anything_launches(tmp_path, tracking_e
 def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(
     tmp_path, tracking_env
 ):
-    result = run_cli(
-        "-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=tmp_path, env=tracking_env, timeout=180
+    result = specexp_in_process(
+        "-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=tmp_path, env=tracking_env
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [
@@ -135,7 +143,7 @@ def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(
 
 
 def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         "+sweep=cpu_crossover",
         "concurrency.streams=1,4",
@@ -183,10 +191,10 @@ def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
 @pytest.mark.no_engine_server
 def test_the_plan_says_how_runs_are_ordered_in_time(tmp_path, tracking_env):
     args = ["-m", "speculative=none,draft", "replicate=0,1", "dry_run=true"]
-    result = run_cli(*args, cwd=tmp_path, env=tracking_env, timeout=180)
+    result = specexp_in_process(*args, cwd=tmp_path, env=tracking_env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "order: interleaved: 4 job(s) take turns" in result.stdout
     assert result.stdout.count("# engine=llamacpp") == 4  # a dry run prints each job once
-    result = run_cli(*args, "multirun.order=blocked", cwd=tmp_path, env=tracking_env, timeout=180)
+    result = specexp_in_process(*args, "multirun.order=blocked", cwd=tmp_path, env=tracking_env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "order: blocked: each job's runs back to back" in result.stdout

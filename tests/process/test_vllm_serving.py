@@ -19,7 +19,14 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.core.stats import Verdict, values_needed
-from tests.conftest import SESSION_MARKER, run_cli, runs_in, start_cli, store_env
+from tests.conftest import (
+    SESSION_MARKER,
+    run_cli,
+    runs_in,
+    specexp_in_process,
+    start_cli,
+    store_env,
+)
 from tests.process.test_vllm_commands import vllm_python
 
 # Eager: no torch.compile at start (about 25 s per server on two cores); what is tested here
@@ -42,7 +49,7 @@ def vllm_sweep(tmp_path_factory, name: str, *overrides: str) -> tuple[Path, dict
     vllm_python()
     tmp = tmp_path_factory.mktemp(name)
     env = store_env(tmp)
-    result = run_cli("-m", *VLLM, *overrides, cwd=tmp, env=env, timeout=600)
+    result = specexp_in_process("-m", *VLLM, *overrides, cwd=tmp, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return tmp, env
 
