@@ -46,6 +46,9 @@ def checked() -> dict[Compose, SimpleNamespace]:
     return run_checks()
 
 
+# First: pytest-xdist's worker names each test's group from its marks in this same hook,
+# and runs before a conftest loaded at start-up (a file named on the command line) otherwise.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     here = Path(__file__).parent
     for item in items:
