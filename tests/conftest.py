@@ -180,29 +180,30 @@ def specexp_in_process(
     command changes of this process is put back: signal handlers, Hydra's global state and
     the logging it configured, the hooks main adds, the environment."""
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    hooks, argv, environment = list(hydra_app.on_not_run), sys.argv, dict(os.environ)
+    hooks, environment = list(hydra_app.on_not_run), dict(os.environ)
     root = logging.getLogger()
     root_handlers, root_level = list(root.handlers), root.level
-    held = GlobalHydra.instance().hydra
-    GlobalHydra.instance().clear()
     out, err = io.StringIO(), io.StringIO()
     try:
-        with running_in(cwd, env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        # Hydra's global state and sys.argv, as the API puts them back after its jobs.
+        with (
+            api._hydra_session(None, quiet=False),
+            running_in(cwd, env),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             sys.argv = ["specexp", *args]
             try:
                 code = specexp_main()
             except SystemExit as stopped:
                 code = stopped.code if isinstance(stopped.code, int) else 1
     finally:
-        sys.argv = argv
         hydra_app.on_not_run[:] = hooks
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         for handler in set(root.handlers) - set(root_handlers):
             handler.close()
         root.handlers[:], root.level = root_handlers, root_level
-        GlobalHydra.instance().clear()
-        GlobalHydra.instance().hydra = held
         os.environ.clear()
         os.environ.update(environment)
     return subprocess.CompletedProcess(["specexp", *args], code, out.getvalue(), err.getvalue())
