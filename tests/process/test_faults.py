@@ -28,6 +28,7 @@ from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.hydra_app import prepare
+from specexp.tracking.store import RunLog, TrackingStore
 from specexp.upload import main as upload_main
 from tests.conftest import (
     CONFIG_DIR,
@@ -340,7 +341,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
     # The journal kept no credentials, so an upload has to be told the store.
     (uploaded,) = tmp_path.glob("outputs/*/*/mlflow_offline.uploaded.json")
     uploaded.rename(uploaded.with_name("mlflow_offline.json"))
-    again = run_cli(str(uploaded.parent), cwd=tmp_path, module="specexp.upload")
+    again = call_main(upload_main, str(uploaded.parent), cwd=tmp_path, capsys=capsys)
     assert again.returncode == 2 and "--tracking-uri" in again.stdout
 
 
@@ -624,32 +625,25 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
     assert server_pids() == set()
 
 
-STORE_DOWN_AT = {
-    # The store fails at the report's first read of job prompts (the report's alone)...
-    "report": "store.TrackingStore.job_prompts = down\n",
-    # ... or at the first job's summary: the rest of that job goes to its journal.
-    "job": (
-        "logged = store.RunLog.log_metrics\n"
-        "def summary_down(self, metrics, *args, **kwargs):\n"
-        "    if 'tok_per_s_mean' in metrics and not hasattr(store, 'failed'):\n"
-        "        store.failed = True\n"
-        "        down()\n"
-        "    return logged(self, metrics, *args, **kwargs)\n"
-        "store.RunLog.log_metrics = summary_down\n"
-    ),
-}
+def down(*args: Any, **kwargs: Any) -> None:
+    raise ConnectionError("Connection refused: the tracking server is down")
 
 
-def store_down_at(step: str) -> str:
-    return (
-        "import sys\n"
-        "import specexp.tracking.store as store\n"
-        "def down(*args, **kwargs):\n"
-        "    raise ConnectionError('Connection refused: the tracking server is down')\n"
-        f"{STORE_DOWN_AT[step]}"
-        "from specexp.__main__ import main\n"
-        "sys.exit(main())\n"
-    )
+def store_down_at(step: str, patch: pytest.MonkeyPatch) -> None:
+    """The store failing at the report's first read of job prompts (the report's alone), or
+    at the first job's summary (the rest of that job goes to its journal)."""
+    if step == "report":
+        patch.setattr(TrackingStore, "job_prompts", down)
+        return
+    logged, failed = RunLog.log_metrics, list[dict]()
+
+    def summary_down(self: RunLog, metrics: dict, *args: Any, **kwargs: Any) -> Any:
+        if "tok_per_s_mean" in metrics and not failed:
+            failed.append(metrics)
+            down()
+        return logged(self, metrics, *args, **kwargs)
+
+    patch.setattr(RunLog, "log_metrics", summary_down)
 
 
 @pytest.mark.load_tolerant
@@ -663,22 +657,16 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
     summary); a script never learned to upload. Now both exit 75, the upload command last."""
     uri = tracking_env["MLFLOW_TRACKING_URI"]
     sweep_dir = tmp_path / "sweep"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            store_down_at(step),
+    with pytest.MonkeyPatch.context() as patch:
+        store_down_at(step, patch)
+        result = specexp_in_process(
             "-m",
             *TINY,
             "replicate=0,1",
             f"hydra.sweep.dir={sweep_dir}",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, **tracking_env, "MLFLOW_DISABLE_TELEMETRY": "true"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+            cwd=tmp_path,
+            env=tracking_env,
+        )
     output = result.stdout + result.stderr
     assert result.returncode == failure.NOT_IN_STORE, output[-3000:]
     assert "Traceback" not in output, output[-3000:]

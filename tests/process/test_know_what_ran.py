@@ -9,10 +9,11 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import compare
+from specexp import compare, doctor
 from specexp.analysis.results import Tag
+from specexp.host import capture
 from tests.conftest import QUICK as BASE
-from tests.conftest import REPO, call_main, job_in_process, run_cli, runs_in, specexp_in_process
+from tests.conftest import REPO, call_main, job_in_process, runs_in, specexp_in_process
 
 QUICK = [*BASE, "workload.max_tokens=64", "stats.warmup_runs=0", "stats.measured_runs=3"]
 # Asked for flash attention, then overridden by a raw flag: llama.cpp takes the last one.
@@ -149,11 +150,12 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(
 
 
 @pytest.mark.no_engine_server
-def test_doctor_on_this_machine(tmp_path):
+def test_doctor_on_this_machine(tmp_path, capsys):
     """The reference story's fused all-reduce with SGLang 0.5.9's own code importable: its
     parser takes the command, its resolution names the setting it would change (a flag that
     resets the draft), and what this machine lacks fails or is skipped."""
-    result = run_cli(
+    result = call_main(
+        doctor.main,
         "engine=sglang",
         "model=kimi-k2.5",
         "stack=cu130",
@@ -165,8 +167,7 @@ def test_doctor_on_this_machine(tmp_path):
         f"stack.python={sys.executable}",
         f"+stack.env.PYTHONPATH={REPO / '.engines' / 'sglang-0.5.9'}",
         cwd=tmp_path,
-        module="specexp.doctor",
-        timeout=300,
+        capsys=capsys,
     )
     assert result.returncode == 1
     lines = dict(doctor_rows(result.stdout))
@@ -177,19 +178,20 @@ def test_doctor_on_this_machine(tmp_path):
 
 
 @pytest.mark.no_engine_server
-def test_doctor_failure_paths_with_fake_stacks(tmp_path):
+def test_doctor_failure_paths_with_fake_stacks(tmp_path, capsys):
     broken = tmp_path / "python"
     broken.write_text(
         '#!/bin/sh\necho "ImportError: libtorch_cuda.so: cannot open shared object file" >&2\nexit 1\n'
     )
     broken.chmod(0o755)
-    result = run_cli(
+    result = call_main(
+        doctor.main,
         "engine=sglang",
         "model=kimi-k2.5",
         "stack=cu130",
         f"stack.python={broken}",
         cwd=tmp_path,
-        module="specexp.doctor",
+        capsys=capsys,
     )
     assert result.returncode == 1
     assert (
@@ -198,7 +200,7 @@ def test_doctor_failure_paths_with_fake_stacks(tmp_path):
     )
     assert "libnvrtc.so.13" in result.stdout and "make libnvrtc.so.13 visible" in result.stdout
 
-    sweep = run_cli("+sweep=cuda13_upgrade", cwd=tmp_path, module="specexp.doctor")
+    sweep = call_main(doctor.main, "+sweep=cuda13_upgrade", cwd=tmp_path, capsys=capsys)
     assert sweep.returncode == 1
     assert sweep.stdout.count("│ stack interpreter ") == 5
     assert "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there" in (
@@ -218,7 +220,7 @@ FOUR_GPU_TOPOLOGY = (
 
 
 @pytest.mark.no_engine_server
-def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path):
+def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path, capsys, monkeypatch):
     """llama.cpp over four GPUs in a tensor split: the doctor counts them and reads their
     links from nvidia-smi (here a stand-in on PATH printing a four-GPU node's answers); a
     declared NVLink host that nvidia-smi shows crossing PCIe fails, naming the pairs."""
@@ -236,18 +238,23 @@ def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path):
         "esac\n"
     )
     smi.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    result = run_cli(
-        "stack=llamacpp-cuda",
-        "model=tiny-pair-gpu",
-        "workload=short",
-        "engine.gpus=4",
-        "host.gpu_interconnect=nvlink",
-        cwd=tmp_path,
-        env=env,
-        module="specexp.doctor",
-    )
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # The machine's facts are read once per process; this nvidia-smi is another machine's.
+    capture.hardware.cache_clear()
+    try:
+        result = call_main(
+            doctor.main,
+            "stack=llamacpp-cuda",
+            "model=tiny-pair-gpu",
+            "workload=short",
+            "engine.gpus=4",
+            "host.gpu_interconnect=nvlink",
+            cwd=tmp_path,
+            env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+            capsys=capsys,
+        )
+    finally:
+        capture.hardware.cache_clear()
     lines = dict(doctor_rows(result.stdout))
     assert "pass" in lines["GPUs"] and "4 visible, engine.gpus=4 needs 4" in lines["GPUs"]
     links = lines["GPU links"]

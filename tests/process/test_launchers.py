@@ -25,6 +25,7 @@ from tests.conftest import (
     run_cli,
     runs_in,
     server_pids,
+    specexp_in_process,
     start_cli,
     sweep_parent,
 )
@@ -243,14 +244,13 @@ def test_an_interrupted_parallel_sweep_stops_its_jobs_and_their_servers(tmp_path
 
 @pytest.mark.no_engine_server
 def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         *TINY,
         "hydra/launcher=submitit_local",
         "speculative=none,draft",
         cwd=tmp_path,
         env=tracking_env,
-        timeout=180,
     )
     assert result.returncode == 2
     out = flat(result.stdout)
@@ -274,7 +274,7 @@ def test_parallel_launcher_refuses_a_local_sqlite_store(tmp_path, tracking_env):
     ],
 )
 def test_slurm_launcher_settings_that_cannot_hold_a_job_are_refused(tmp_path, override, message):
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         "engine=sglang",
         "model=kimi-k2.5",
@@ -284,14 +284,13 @@ def test_slurm_launcher_settings_that_cannot_hold_a_job_are_refused(tmp_path, ov
         "tracking.uri=http://login1:5000",
         "dry_run=true",
         cwd=tmp_path,
-        timeout=180,
     )
     assert result.returncode == 2 and message in flat(result.stdout)
 
 
 @pytest.mark.no_engine_server
 def test_local_launcher_refuses_a_fixed_port_for_jobs_side_by_side(tmp_path):
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         "engine=sglang",
         "model=kimi-k2.5",
@@ -300,7 +299,6 @@ def test_local_launcher_refuses_a_fixed_port_for_jobs_side_by_side(tmp_path):
         "tracking.uri=http://127.0.0.1:5000",
         "dry_run=true",
         cwd=tmp_path,
-        timeout=180,
     )
     assert result.returncode == 2 and "engine.port=30000 is fixed" in flat(result.stdout)
 

@@ -18,10 +18,11 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from specexp import compare
 from specexp.core.stats import Verdict, values_needed
 from tests.conftest import (
     SESSION_MARKER,
-    run_cli,
+    call_main,
     runs_in,
     specexp_in_process,
     start_cli,
@@ -132,19 +133,19 @@ def test_vllm_tokens_are_counted_per_event_not_per_event_count(ngram_run):
     assert all(min(r["itl_s"]) > 0 for r in measured)  # no zero-length entries
 
 
-def test_a_real_vllm_ab_gets_a_verdict_from_compare(served, tmp_path):
+def test_a_real_vllm_ab_gets_a_verdict_from_compare(served, tmp_path, capsys):
     """`python -m specexp.compare` on two vLLM arms at one stream: a verdict with its
     interval, from runs that took turns on the machine."""
     env, runs = served
     ids = [runs[f"speculative={m} concurrency.streams=1"].info.run_id for m in ("ngram", "eagle3")]
-    result = run_cli(
+    result = call_main(
+        compare.main,
         "--run-ids",
         *ids,
         *"--baseline speculative=ngram --label speculative --json --no-log".split(),
         cwd=tmp_path,
         env=env,
-        module="specexp.compare",
-        timeout=300,
+        capsys=capsys,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (comparison,) = json.loads(result.stdout)["comparisons"]
@@ -195,12 +196,11 @@ def vllm_processes() -> list[psutil.Process]:
 def test_a_vllm_server_that_dies_at_start_is_found_at_once(tmp_path):
     vllm_python()
     started = time.monotonic()
-    result = run_cli(
+    result = specexp_in_process(
         *VLLM,
         "engine.extra_args=[--no-such-flag]",
         cwd=tmp_path,
         env=store_env(tmp_path),
-        timeout=300,
     )
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout[-3000:]
