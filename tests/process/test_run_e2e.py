@@ -1,4 +1,5 @@
-"""`python -m specexp` end to end on llama.cpp: a real server, a real MLflow store."""
+"""`python -m specexp` end to end on llama.cpp: a real server, a real MLflow store (the command's
+`main` in the test process; tests/process/test_getting_started.py runs it as a user types it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from specexp.core.stats import values_needed
 from tests.conftest import QUICK as BASE
 from tests.conftest import (
     nothing_tracked,
-    run_cli,
     running_in,
     runs_in,
     specexp_in_process,
@@ -28,7 +28,7 @@ QUICK = [*BASE, "stats.warmup_runs=1", "stats.measured_runs=3"]
 def draft_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     env = store_env(tmp)
-    result = run_cli(*QUICK, "speculative=draft", cwd=tmp, env=env)
+    result = specexp_in_process(*QUICK, "speculative=draft", cwd=tmp, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     runs = runs_in(env["MLFLOW_TRACKING_URI"])
     assert len(runs) == 1

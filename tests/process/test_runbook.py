@@ -10,7 +10,6 @@ import shlex
 
 import click
 import pytest
-from mlflow.cli import cli as mlflow_cli
 
 from specexp import api
 from specexp.compare import build_parser
@@ -102,6 +101,9 @@ def test_runbook_report_commands_parse():
 
 def test_runbook_mlflow_server_flags_exist():
     # `mlflow server --help`, as click writes it for the installed MLflow's own command.
+    # Imported here: seconds of imports, otherwise in every worker that collects this file.
+    from mlflow.cli import cli as mlflow_cli  # noqa: PLC0415
+
     server = mlflow_cli.commands["server"]
     help_text = server.get_help(click.Context(server, info_name="server"))
     for argv in (c for c in COMMANDS if c[:2] == ["mlflow", "server"]):

@@ -8,10 +8,14 @@ release whose spelling it was composed for.
 from __future__ import annotations
 
 import itertools
+import shlex
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 from types import SimpleNamespace
 
 from specexp.engines.records import LaunchSpec
+from tests.conftest import specexp_in_process, store_env
 from tests.program_runs import ENGINE_CHECKS, Interpreters, checks
 from tests.sglang_parser import ENGINE, STACKS, composed
 
@@ -94,6 +98,39 @@ def test_fusion_flag_is_spelled_for_the_stacks_release():
         new.argv.index("--flashinfer-allreduce-fusion-backend") :
     ][:2]
     assert "--enable-flashinfer-allreduce-fusion" not in new.argv
+
+
+@checks
+def cuda13_upgrade_dry_run(interpreters: Interpreters) -> SimpleNamespace:
+    """`python -m specexp -m +sweep=cuda13_upgrade dry_run=true`: the commands it prints."""
+    with tempfile.TemporaryDirectory() as home:
+        ended = specexp_in_process(
+            "-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=Path(home), env=store_env(Path(home))
+        )
+    lines = [
+        line
+        for line in ended.stdout.splitlines()
+        if "sglang.launch_server" in line and not line.startswith("#")
+    ]
+    launches = []
+    for line in lines:
+        argv = shlex.split(line)
+        launches.append(LaunchSpec(argv[argv.index("-m") - 1 :], {}))
+    job, _ = composed("cu130", "flashinfer", "auto", "none")
+    return SimpleNamespace(
+        ended=ended,
+        lines=lines,
+        parsed=interpreters("sglang-0.5.9").add(ENGINE.flag_check_command(job.server, launches)),
+    )
+
+
+def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(checked):
+    case = checked[cuda13_upgrade_dry_run]
+    assert case.ended.returncode == 0, case.ended.stderr[-3000:]
+    assert len(case.lines) == 5
+    assert case.parsed.printed() == [None] * 5
+    assert sum("--speculative-algorithm EAGLE3" in line for line in case.lines) == 2
+    assert sum("--attention-backend triton" in line for line in case.lines) == 1
 
 
 # Speculative settings beyond each method's defaults: chains of other lengths, a tree.

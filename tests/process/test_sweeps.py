@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import signal
 import subprocess
 import time
@@ -12,7 +11,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
-from specexp.engines.records import LaunchSpec
 from tests.conftest import (
     TINY,
     is_sweep,
@@ -22,7 +20,6 @@ from tests.conftest import (
     start_cli,
     sweep_parent,
 )
-from tests.sglang_parser import check_with_real_parser, composed
 
 
 def test_two_server_configs_by_three_levels_launch_two_servers(tmp_path, tracking_env):
@@ -115,31 +112,6 @@ def test_a_bad_job_stops_the_sweep_before_anything_launches(tmp_path, tracking_e
     )
     assert "1 of 2 jobs cannot run; nothing was launched" in result.stdout
     assert server_pids() - before == set()
-
-
-@pytest.mark.no_engine_server
-def test_cuda13_upgrade_dry_run_prints_five_commands_the_real_parser_accepts(
-    tmp_path, tracking_env
-):
-    result = specexp_in_process(
-        "-m", "+sweep=cuda13_upgrade", "dry_run=true", cwd=tmp_path, env=tracking_env
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [
-        line
-        for line in result.stdout.splitlines()
-        if "sglang.launch_server" in line and not line.startswith("#")
-    ]
-    assert len(lines) == 5
-    cfg, _ = composed("cu130", "flashinfer", "auto", "none")
-    launches = []
-    for line in lines:
-        argv = shlex.split(line)
-        start = argv.index("-m") - 1
-        launches.append(LaunchSpec(argv[start:], {}))
-    assert check_with_real_parser("0.5.9", cfg, launches) == [None] * 5
-    assert sum("--speculative-algorithm EAGLE3" in line for line in lines) == 2
-    assert sum("--attention-backend triton" in line for line in lines) == 1
 
 
 def test_cpu_crossover_sweep_reports_on_the_parent(tmp_path, tracking_env):
