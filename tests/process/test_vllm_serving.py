@@ -164,12 +164,13 @@ def test_eagle3_runs_on_vllms_cpu_path_with_acceptance_from_its_counters(served)
     assert metrics["acceptance_rate_mean"] < 0.5
 
 
-def test_drafting_switched_off_from_two_requests_stops_at_four_streams(served):
+@pytest.mark.parametrize("method", ["ngram", "eagle3"])
+def test_drafting_switched_off_from_two_requests_stops_at_four_streams(served, method):
     """vLLM serves the schedule as composed (/server_info) and, at four streams, drafts
     hardly at all - as the switch says; at one stream it drafts."""
     runs = served[1]
-    alone = runs["speculative=eagle3 concurrency.streams=1"]
-    batched = runs["speculative=eagle3 concurrency.streams=4"]
+    alone = runs[f"speculative={method} concurrency.streams=1"]
+    batched = runs[f"speculative={method} concurrency.streams=4"]
     for run in (alone, batched):
         assert run.data.tags["engaged.speculative"] == "engaged", run.data.tags
         assert run.data.tags["engaged.resolution"] == "engaged", run.data.tags
