@@ -22,7 +22,6 @@ from tests.conftest import (
     TINY,
     mlflow_process,
     nothing_tracked,
-    run_cli,
     runs_in,
     server_pids,
     specexp_in_process,
@@ -92,7 +91,7 @@ def parent_and_children(url: str, experiment: str):
 def test_submitit_local_sweep_two_at_a_time_on_an_mlflow_server(tmp_path, tracking_server):
     url, leases = tracking_server, tmp_path / "leases"
     # Long enough (about 5 s of serving per job) for the two servers of a batch to overlap.
-    result = run_cli(
+    result = specexp_in_process(
         *local_sweep(url, "parallel", tmp_path, "workload.max_tokens=192", "stats.measured_runs=3"),
         cwd=tmp_path,
     )
@@ -136,7 +135,7 @@ def test_cpu_servers_side_by_side_on_two_cores_take_their_threads_in_cores_or_wa
     """Four llama.cpp jobs at once on a two-core host: those with one thread run side by side
     on a core each, those with two wait for both; no core ever serves two servers."""
     url = tracking_server
-    result = run_cli(
+    result = specexp_in_process(
         "-m",
         *TINY,
         "hydra/launcher=submitit_local",
@@ -178,7 +177,7 @@ def client_command(url: str, run) -> str:
 def test_submitit_slurm_sweep_on_a_real_one_node_cluster(tmp_path, tracking_server):
     """Each job an array task of a real Slurm (one node, so one exclusive job at a time)."""
     with one_node_cluster(tmp_path / "slurm") as slurm_env:
-        result = run_cli(
+        result = specexp_in_process(
             "-m",
             *TINY,
             "engine.threads=1",
