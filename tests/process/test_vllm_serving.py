@@ -215,7 +215,8 @@ def test_a_vllm_server_that_dies_at_start_is_found_at_once(tmp_path):
 
 def test_ctrl_c_while_vllm_starts_leaves_no_vllm_process(tmp_path):
     """Interrupted once vLLM's engine core runs (the child a kill of the API server alone
-    would orphan): specexp stops the whole server and no vLLM process is left."""
+    would orphan), from its spawn on - not only once it has imported vLLM and named itself
+    EngineCore, seconds later: specexp stops the whole server and no vLLM process is left."""
     vllm_python()
     process = start_cli(
         *VLLM,
@@ -225,7 +226,7 @@ def test_ctrl_c_while_vllm_starts_leaves_no_vllm_process(tmp_path):
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 300
-    while not any("EngineCore" in command_of(p) for p in descendants(process.pid)):
+    while not any(part in command_of(p) for p in descendants(process.pid) for part in ENGINE_CORE):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0]
         time.sleep(0.5)
     started = descendants(process.pid)
@@ -234,6 +235,10 @@ def test_ctrl_c_while_vllm_starts_leaves_no_vllm_process(tmp_path):
     assert process.returncode != 0 and "interrupted" in output.lower(), output[-2000:]
     left = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, [command_of(p)[:80] for p in left]
+
+
+# vLLM's engine core, as its process is spawned and once it has named itself.
+ENGINE_CORE = ("multiprocessing.spawn import spawn_main", "EngineCore")
 
 
 def descendants(pid: int) -> list[psutil.Process]:
