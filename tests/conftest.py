@@ -149,6 +149,15 @@ def running_in(cwd: Path, env: dict[str, str] | None) -> Iterator[None]:
         yield
 
 
+def exit_status(main: Callable[[], int]) -> int:
+    """The exit status ``main`` ends with: its return, or the code of the SystemExit it raises
+    (argparse's usage errors, ``sys.exit``), 1 where that code is not a number."""
+    try:
+        return main()
+    except SystemExit as stopped:
+        return stopped.code if isinstance(stopped.code, int) else 1
+
+
 def call_main(
     main: Callable[[list[str]], int],
     *args: str,
@@ -162,10 +171,7 @@ def call_main(
     the command line itself covered)."""
     capsys.readouterr()  # what the test printed before is not the command's
     with running_in(cwd, env):
-        try:
-            code = main(list(args))
-        except SystemExit as stopped:  # argparse's usage errors
-            code = stopped.code if isinstance(stopped.code, int) else 1
+        code = exit_status(lambda: main(list(args)))
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess([main.__module__, *args], code, out, err)
 
@@ -193,10 +199,7 @@ def specexp_in_process(
             contextlib.redirect_stderr(err),
         ):
             sys.argv = ["specexp", *args]
-            try:
-                code = specexp_main()
-            except SystemExit as stopped:
-                code = stopped.code if isinstance(stopped.code, int) else 1
+            code = exit_status(specexp_main)
     finally:
         hydra_app.on_not_run[:] = hooks
         for sig, handler in handlers.items():

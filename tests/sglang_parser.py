@@ -1,17 +1,14 @@
-"""SGLang's own argument parser, run on composed commands (the releases scripts/install.sh
-puts under .engines/sglang-<version>; no GPU needed to parse)."""
+"""SGLang commands as specexp composes them, and the SGLang releases whose own parser and
+resolution check them (scripts/install.sh puts them under .engines/sglang-<version>; no GPU
+needed): tests/program_runs.py runs those checks, one launch per release."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from specexp.engines import get_engine
-from specexp.host.job import Job
 from tests.conftest import REPO, compose_job
 
 ENGINE = get_engine("sglang")
@@ -44,25 +41,3 @@ def composed(stack: str, attention: str, allreduce: str, speculative: str, *extr
         overrides.append(f"+stack.versions.sglang={STACKS[stack]}")
     job = compose_job(*overrides, *extra)
     return job, ENGINE.server_command(job.server).at(30000)
-
-
-def check_with_real_parser(version: str, job: Job, launches) -> list:
-    command = ENGINE.flag_check_command(job.server, launches)
-    command[0] = (
-        sys.executable
-    )  # the stacks' interpreters live on GPU nodes; this one has the parser
-    env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def resolve_with_real_code(version: str, job: Job, launches) -> list[dict]:
-    """SGLang's own speculative resolution of each composed command (see
-    ``SGLangEngine.resolution_command``), run by this interpreter on the release."""
-    command = ENGINE.resolution_command(job.server, launches)
-    command[0] = sys.executable
-    env = {**os.environ, "PYTHONPATH": str(parser_dir(version))}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
