@@ -46,12 +46,13 @@ from specexp.core.records import unstructure
 from specexp.core.schemas import StatsConfig, TrackingConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
+from specexp.hydra_app import CONFIG_DIR
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, reproduction_markdown
 from specexp.tracking import publish
 from specexp.tracking.store import TrackingStore
 
-REFERENCE_DIR = Path(__file__).resolve().parent.parent / "conf" / "reference"
+REFERENCE_DIR = Path(CONFIG_DIR) / "reference"
 
 
 def load_reference(name: str) -> Any:

@@ -59,7 +59,16 @@ from specexp.tracking.store import uri_in_force, uri_problem
 
 SectionT = TypeVar("SectionT")
 
-CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# The config groups and named sweeps: specexp/conf links to the checkout's conf/ (whose sweep/
+# links to sweeps/), and a wheel carries a copy there (pyproject.toml's package-data).
+CONFIG_DIR = str((Path(__file__).parent / "conf").resolve())
+
+
+def project_dir() -> Path:
+    """The checkout whose conf/ specexp reads; installed from a wheel, the current folder
+    (a user's project: its own .engines/, as scripts/install.sh would make them)."""
+    checkout = Path(CONFIG_DIR).parent
+    return Path.cwd() if checkout == Path(__file__).resolve().parent else checkout
 
 
 class Observe(StrEnum):
@@ -118,7 +127,7 @@ def register() -> None:
         OmegaConf.register_new_resolver("specexp.required", _required)
     if not OmegaConf.has_resolver("specexp.project"):
         # Where scripts/install.sh puts engines of their own (.engines/): the project root.
-        OmegaConf.register_new_resolver("specexp.project", lambda: str(Path(CONFIG_DIR).parent))
+        OmegaConf.register_new_resolver("specexp.project", lambda: str(project_dir()))
 
 
 def prepare(cfg: DictConfig) -> Job:

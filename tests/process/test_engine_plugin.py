@@ -56,10 +56,19 @@ ENGINE_CONFIG = "# The fourth engine.\ndefaults:\n  - echo_schema\n"
 def test_a_fourth_engine_is_one_folder_and_one_config(tmp_path):
     tree = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__")
-    for part in ("specexp", "conf", "hydra_plugins", "tests/__init__.py", "tests/fake_server.py"):
+    for part in (
+        "specexp",
+        "conf",
+        "sweeps",
+        "hydra_plugins",
+        "tests/__init__.py",
+        "tests/fake_server.py",
+    ):
         copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy
         (tree / part).parent.mkdir(parents=True, exist_ok=True)
-        copy(REPO / part, tree / part, **({"ignore": ignore} if copy is shutil.copytree else {}))
+        # Links kept: specexp/conf is the tree's own conf/, where the fourth engine's config goes.
+        tree_options = {"ignore": ignore, "symlinks": True}
+        copy(REPO / part, tree / part, **(tree_options if copy is shutil.copytree else {}))
     git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
