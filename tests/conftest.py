@@ -44,6 +44,9 @@ from specexp.hydra_app import prepare
 from specexp.run.session import JobResult
 from specexp.serving.server import die_with_parent
 
+# Tests marked engine_server run one at a time on any toolchain (tests/process/conftest.py marks them).
+pytest_plugins = ["tests.one_server_at_a_time"]
+
 REPO = Path(__file__).resolve().parent.parent
 SERVER_PATTERN = "llama-server|sglang.launch_server|vllm.entrypoints|mlflow ui|mlflow server"
 TIERS = ("unit", "statistics", "process")

@@ -1,7 +1,8 @@
 """Which process tests may run beside others under pytest-xdist
-(`python -m pytest -n 2 --dist loadgroup tests`): every test of this tier is in one group,
-run one after another on one worker - an engine's server and its client would compete for
-the cores they measure on - except those that start no engine's server, which run beside
+(`python -m pytest -n 2 --dist loadgroup tests`): every test of this tier is marked
+``engine_server`` - run one at a time, each holding the run's lock
+(tests/one_server_at_a_time.py), for an engine's server and its client would compete for the
+cores they measure on - and put in one xdist group, which keeps them on one worker - except those that start no engine's server, which run beside
 them as the unit and statistics tiers do: the files below (commands composed and parsed, dry
 runs, generated models, stores written by the test, test servers of known pacing) and, in
 the other files, each test marked ``no_engine_server`` (a refusal before launch, a dry run,
@@ -35,7 +36,9 @@ SERVERLESS = {
     "test_trace_replay.py",
     "test_vllm_commands.py",
 }
-SERVERS = pytest.mark.xdist_group("servers")
+# The group lets pytest-xdist keep them on one worker; the mark makes them hold the run's
+# lock (tests/one_server_at_a_time.py), so that they never overlap even where it does not.
+SERVERS = (pytest.mark.xdist_group("servers"), pytest.mark.engine_server)
 
 
 @pytest.fixture(scope="session")
@@ -59,4 +62,5 @@ def pytest_collection_modifyitems(items):
             and not item.get_closest_marker("no_engine_server")
             and not item.get_closest_marker("load_tolerant")
         ):
-            item.add_marker(SERVERS)
+            for mark in SERVERS:
+                item.add_marker(mark)

@@ -11,7 +11,7 @@ from specexp.core.schemas import EngineConfig
 @dataclass
 class VLLMConfig(EngineConfig):
     name: str = "vllm"
-    port: int = 8000
+    port: int = 0  # a free one at launch: two runs on one node never share a port
     ready_timeout_s: float = 1800.0
     # Requests the server runs at once, pinned for every arm (the same cap as SGLang's):
     # unset, vLLM picks it by device and entry point (arg_utils.py _set_default_args). With
