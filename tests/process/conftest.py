@@ -1,16 +1,16 @@
-"""Which process tests may run beside others under pytest-xdist
-(`python -m pytest -n 2 --dist loadgroup tests`): every test of this tier is marked
-``engine_server`` - run one at a time, each holding the run's lock
-(tests/one_server_at_a_time.py), for an engine's server and its client would compete for the
-cores they measure on - and put in one xdist group, which keeps them on one worker - except those that start no engine's server, which run beside
-them as the unit and statistics tiers do: the files below (commands composed and parsed, dry
-runs, generated models, stores written by the test, test servers of known pacing) and, in
-the other files, each test marked ``no_engine_server`` (a refusal before launch, a dry run,
-a test server, the doctor, leases) or ``load_tolerant`` (it starts a server, but asserts
-only how a fault, an interrupt, a start or a stop is handled, which another server beside
-it cannot change: a server killed, stalled, never ready or dying at start, Ctrl-C, a store
-that is down). Moving a test out of the group never lengthens the suite: the group runs on
-one worker, the rest is handed to whichever worker is free."""
+"""Which process tests may run beside others under pytest-xdist (`python -m pytest -n 2 --dist
+loadgroup tests`): every test of this tier is marked ``engine_server`` - run one at a time,
+each holding the run's lock (tests/one_server_at_a_time.py), for an engine's server and its
+client would compete for the cores they measure on - and put in one xdist group, which keeps
+them on one worker - except those that start no engine's server, which run beside them as the
+unit and statistics tiers do: the files below (commands composed and parsed, dry runs,
+generated models, stores written by the test, test servers of known pacing) and, in the other
+files, each test marked ``no_engine_server`` (a refusal before launch, a dry run, a test
+server, the doctor, leases) or ``load_tolerant`` (it starts a server, but asserts only how a
+fault, an interrupt, a start or a stop is handled, which another server beside it cannot
+change: a server killed, stalled, never ready or dying at start, Ctrl-C, a store that is down).
+Moving a test out of the group never lengthens the suite: the group runs on one worker, the
+rest is handed to whichever worker is free."""
 
 from __future__ import annotations
 
