@@ -12,7 +12,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Mapping, Optional, Sequence, TypeVar
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -57,16 +57,17 @@ CALIBRATION_CHECK_ALPHA = 0.01
 # A calibration measured further than this from the arms (before or after) is not used: a
 # machine's launch spread moves with its drivers, firmware and neighbours.
 CALIBRATION_MAX_AGE_H = 7 * 24.0
-# A calibration's launch-to-launch variance is used at this multiple: single-launch arms carry
-# no evidence of their own launch spread (one launch each), so a spread grown since the
-# calibration cannot be tested for; this margin keeps the error rate where it doubled (A/A
-# false verdicts 5.1% where the calibration measured half the truth, 8.2% without it; 1.95%
-# where it is right, the interval 1.5x as wide at 2% launch and run spread).
-LAUNCH_VARIANCE_MARGIN = 2.5
-# The multiple where no earlier launch of the arm's configuration can test the calibration
-# (:func:`launch_test`): a launch spread grown since is then not even looked for (A/A false
-# verdicts at a calibration of a quarter of the truth 1.9%, 3.6% at LAUNCH_VARIANCE_MARGIN).
-UNCHECKED_LAUNCH_VARIANCE_MARGIN = 5.0
+# A calibration is used only where its launch means spread more than its runs explain: the
+# F test of its launch variance against its run-to-run variance over the runs per launch
+# (its own degrees of freedom), one-sided at this level. Single-launch arms carry no
+# evidence of their own launch spread, so the margin against a spread grown since the
+# calibration is the calibration's uncertainty: one that cannot tell its launch variance
+# from none bounds no launch offset, and one that can is used as measured, its degrees of
+# freedom in the interval's t. At 20% it keeps false verdicts under 5% where the calibration
+# measured a quarter of the truth, or none of it, at 0.8 or more of the power of the
+# calibration used wherever it measured a launch variance above 0 (docs/statistics.md,
+# benchmarks/calibration_margin.py); a fixed multiple of it cannot do both.
+LAUNCH_VARIANCE_SHOWN_ALPHA = 0.2
 # The test of a calibration's launch variance against the spread of an arm's configuration's
 # own launches (its earlier single-launch runs in the store): one-sided at this level, since
 # a refusal costs the comparison its verdict, never a false one.
@@ -130,6 +131,11 @@ class Arm(Record):
         return tuple(sorted((k, v) for k, v in self.factors.items() if k != factor))
 
 
+def stack_of(arm: Arm) -> str:
+    """The stack the arm's run was measured on (its ``stack`` tag), "?" where unrecorded."""
+    return arm.run.tags.get(Tag.stack, "?")
+
+
 def ci_label(arms: Sequence[Arm]) -> str:
     """The interval's header at the confidence the arms were summarised with
     (stats.confidence), e.g. "95% CI"."""
@@ -186,13 +192,25 @@ def pick_baseline(arms: Sequence[Arm], selector: Selector) -> Arm:
 # What a run was measured on beside its sweep's factors: a baseline is paired only with
 # runs that share all of it, and the sweep they ran in (tags of each job run).
 SETTINGS = (Tag.engine, Tag.model, Tag.workload, Tag.stack, Tag.hardware, Tag.parent)
+# Of those, what a sweep's jobs are configured with: between runs of one sweep they differ
+# only as its factors do (reference_cpu's cpu_case sets the stack), so there the factors
+# pair them and the sweep decided those comparisons. Hardware is where a job ran, not its
+# configuration.
+CONFIGURED = (Tag.engine, Tag.model, Tag.workload, Tag.stack)
+
+
+def _swept(arm: Arm) -> bool:
+    """Whether the arm is a run of a sweep, labelled by that sweep's factors."""
+    return bool(arm.run.tags.get(Tag.parent)) and dict(arm.factors) == dict(arm.run.factors)
 
 
 def _settings(arm: Arm, factor: str) -> tuple[tuple[str, str], ...]:
     """The arm's factors without ``factor``, with what it was measured on and the sweep it
-    ran in (none of it ``factor`` itself): what a partner arm must share."""
+    ran in (none of it ``factor`` itself; in a sweep, not what its factors configure): what
+    a partner arm must share."""
     root = factor.split(".", 1)[0]
-    measured_on = tuple((t.value, arm.run.tags.get(t, "")) for t in SETTINGS if t.value != root)
+    shared = [t for t in SETTINGS if t.value != root and not (_swept(arm) and t in CONFIGURED)]
+    measured_on = tuple((t.value, arm.run.tags.get(t, "")) for t in shared)
     return (*arm.others(factor), *measured_on)
 
 
@@ -209,21 +227,51 @@ def _latest(arm: Arm) -> float:
     return max(arm.run.times, default=-math.inf)
 
 
+Paired = TypeVar("Paired")
+
+
+def pair_by_factor(
+    items: Sequence[Paired],
+    selector: Selector,
+    factors: Callable[[Paired], Mapping[str, str]],
+    shared: Callable[[Paired], Hashable],
+    prefer: Callable[[Paired], float] = lambda _: 0.0,
+) -> list[tuple[Paired, Paired]]:
+    """(baseline, candidate): each item whose ``selector.factor`` is not its value, with the
+    baseline of its group - the items with the same ``shared`` - whose factor is (of
+    several, the first ``prefer`` ranks highest). The one pairing rule of a sweep's plan
+    (the comparisons it measures until decided, sweep.sequential) and of its report
+    (:func:`baseline_pairs`), so that the report holds every comparison the sweep decided."""
+    factor, value = selector.factor, selector.value
+    assert factor is not None
+    grouped: dict[Hashable, list[Paired]] = {}
+    for item in items:
+        grouped.setdefault(shared(item), []).append(item)
+    pairs = []
+    for group in grouped.values():
+        bases = [i for i in group if factors(i).get(factor) == value]
+        if bases:
+            base = max(bases, key=prefer)
+            pairs += [(base, i) for i in group if factors(i).get(factor) != value]
+    return pairs
+
+
 def baseline_pairs(arms: Sequence[Arm], selector: Selector) -> list[tuple[Arm, Arm]]:
     """(baseline, candidate) pairs. When the selector is FACTOR=VALUE and the arms vary that
     factor, each arm is compared with the baseline that shares all its other factors, what
     it was measured on (engine, model, workload, stack, hardware) and its sweep - e.g.
     speculative=draft at concurrency 8 against speculative=none at concurrency 8 of the same
-    sweep; where several such baselines were measured, the latest (:func:`pairing_said`
-    says so). Otherwise one baseline run is compared with every other arm."""
+    sweep; within a sweep, what its factors configure differs with them (a case on an older
+    stack is compared with the sweep's baseline, as the sweep measured it); where several
+    such baselines were measured, the latest (:func:`pairing_said` says so). Otherwise one
+    baseline run is compared with every other arm."""
     factor = selector.factor
     if factor is None or not any(factor in a.factors for a in arms):
         baseline = pick_baseline(arms, selector)
         return [(baseline, a) for a in arms if a is not baseline]
-    pairs = []
-    for ordered, group in _groups(arms, factor):
-        bases = [a for a in ordered if a.factors.get(factor) == selector.value]
-        pairs += [(bases[0], a) for a in group if bases and a.factors.get(factor) != selector.value]
+    pairs = pair_by_factor(
+        arms, selector, lambda a: a.factors, lambda a: _settings(a, factor), _latest
+    )
     if not pairs:
         raise SelectionError(f"baseline {selector.text!r} matched no run")
     return pairs
@@ -241,8 +289,8 @@ def pairing_said(arms: Sequence[Arm], selector: Selector) -> list[str]:
     if len(groups) > 1:
         said.append(
             f"compared within {len(groups)} groups of runs that share their other factors, "
-            "engine, model, workload, stack, hardware and sweep: runs that differ in more than "
-            f"{factor} are not set against one baseline"
+            "engine, model, workload, stack (unless their sweep's factors set them), hardware "
+            f"and sweep: runs that differ in more than {factor} are not set against one baseline"
         )
     for ordered, _ in groups:
         bases = [a for a in ordered if a.factors.get(factor) == selector.value]
@@ -422,20 +470,26 @@ class Calibration:
 
     @property
     def between_var(self) -> float:
-        """Variance of one launch's offset, as calibrated (what plans and budgets assume)."""
+        """Variance of one launch's offset, as calibrated: what plans and budgets assume,
+        and what single launches are tested with."""
         return max(self.launch_var - self.within_var / self.runs_per_launch, 0.0)
 
-    def offset_var(self, checked: bool) -> float:
-        """Variance of one launch's offset, as single launches are tested with it (they
-        cannot show their own): LAUNCH_VARIANCE_MARGIN times the calibrated where earlier
-        launches of the arm's configuration ``checked`` it, UNCHECKED_LAUNCH_VARIANCE_MARGIN
-        times where none could."""
-        margin = LAUNCH_VARIANCE_MARGIN if checked else UNCHECKED_LAUNCH_VARIANCE_MARGIN
-        return margin * self.between_var
+    @property
+    def launch_variance_p(self) -> float:
+        """One-sided p-value of the F test that its launches vary beyond their runs: the
+        launch means' variance against the run-to-run variance over the runs per launch,
+        on df and within_df degrees of freedom (the run noise known where within_df is 0)."""
+        noise = self.within_var / self.runs_per_launch
+        if noise <= 0 or self.df <= 0:
+            return 0.0 if self.launch_var > 0 and self.df > 0 else 1.0
+        ratio = self.launch_var / noise
+        if self.within_df <= 0:
+            return float(scipy_stats.chi2.sf(self.df * ratio, self.df))
+        return float(scipy_stats.f.sf(ratio, self.df, self.within_df))
 
-    def mean_var(self, runs: int, checked: bool) -> float:
+    def mean_var(self, runs: int) -> float:
         """Variance of the mean of one launch with ``runs`` measured runs."""
-        return self.offset_var(checked) + self.within_var / runs
+        return self.between_var + self.within_var / runs
 
 
 def family_key(run: JobRun) -> tuple[str, ...]:
@@ -603,10 +657,12 @@ def why_not_applicable(calibration: Calibration, run: JobRun, alpha: float) -> O
     otherwise than the calibration's, a run-to-run spread that is not the calibration's
     (two-sided F test on log values at ``alpha``), or launches of the arm's configuration
     that spread more than it predicts (:func:`launch_test`); None when it applies."""
-    if calibration.between_var <= 0:
+    if calibration.launch_variance_p >= LAUNCH_VARIANCE_SHOWN_ALPHA:
         return (
-            "its launch means spread no more than their runs do (launch-to-launch variance "
-            "measured 0), so it bounds no launch offset: calibrate with more launches"
+            "its launch means do not spread more than their runs explain (launch-to-launch "
+            f"CV {math.sqrt(calibration.between_var):.2%}; F test p={calibration.launch_variance_p:.2g}"
+            f" on {calibration.df:g} degrees of freedom, at {LAUNCH_VARIANCE_SHOWN_ALPHA:g}), so "
+            "it bounds no launch offset: calibrate with more launches"
         )
     hours = _age_h(calibration, run)
     if hours is None:
@@ -709,8 +765,7 @@ def account_for_launches(
             continue
         tests = [launch_test(cal, run) for cal, run in ((first, base), (second, arm))]
         var_base, var_arm = (
-            cal.mean_var(len(run.values), test is not None)
-            for cal, run, test in zip((first, second), (base, arm), tests, strict=True)
+            cal.mean_var(len(run.values)) for cal, run in ((first, base), (second, arm))
         )
         if first is second:  # one estimate for both arms: its own degrees of freedom
             df = first.df
@@ -722,7 +777,9 @@ def account_for_launches(
             NoteKind.launch_variance,
             f"tested against the launch-to-launch variance of calibration runs {', '.join(sources)} "
             f"({_age(first, base)}, within {CALIBRATION_MAX_AGE_H / 24:.0f} days; its stack and "
-            "run-to-run spread checked against the arms'); against each arm's launches: "
+            "run-to-run spread checked against the arms'; its launch variance, told from its run "
+            f"noise at p={max(first.launch_variance_p, second.launch_variance_p):.2g}, used as "
+            f"measured with its {df:.0f} degrees of freedom); against each arm's launches: "
             + "; ".join(
                 _launch_finding(run, test) for run, test in zip((base, arm), tests, strict=True)
             ),
@@ -731,17 +788,10 @@ def account_for_launches(
 
 def _launch_finding(run: JobRun, test: Optional[LaunchTest]) -> str:
     """What the launches of ``run``'s configuration say of the calibration's launch variance
-    (``test``; None without an earlier launch), and the multiple it is used at all the same
-    (one launch per arm cannot show it grew)."""
+    (``test``; None without an earlier launch)."""
     if test is None:
-        return (
-            f"{run.name} not tested: no earlier launch of this configuration, so the "
-            f"calibration's launch variance is taken x{UNCHECKED_LAUNCH_VARIANCE_MARGIN:g}"
-        )
-    return (
-        f"{run.name} {test.describe()}; the calibration's launch variance is taken "
-        f"x{LAUNCH_VARIANCE_MARGIN:g}"
-    )
+        return f"{run.name} not tested: no earlier launch of this configuration"
+    return f"{run.name} {test.describe()}"
 
 
 def compare_arms(

@@ -23,6 +23,7 @@ from specexp.analysis.arms import (
     compare_arms,
     judge_sequences,
     make_arms,
+    stack_of,
 )
 from specexp.analysis.capacity import (
     ArmCapacity,
@@ -82,6 +83,17 @@ def caveats(comparisons: Sequence[Comparison]) -> list[Caveat]:
     return sorted(found, key=lambda caveat: -len(caveat.subjects))
 
 
+@dataclass(frozen=True)
+class Sides:
+    """A comparison's two arms and the stack each ran on (a sweep's case may set the stack:
+    reference_cpu's older-stack stand-ins against its baseline)."""
+
+    baseline: str
+    baseline_stack: str
+    candidate: str
+    candidate_stack: str
+
+
 def _checks_named(record: dict[str, Any]) -> dict[str, Any]:
     """A format 5 report with its switch-off checks under their field's name."""
     return {("checks" if k == "switch_off_checks" else k): v for k, v in record.items()}
@@ -121,6 +133,7 @@ class SweepReport(Record):
             ),
         ),
     )
+    DERIVED = ("sides",)
 
     parent_run_id: str
     engine: str
@@ -155,6 +168,17 @@ class SweepReport(Record):
     energy: Optional[EnergyReport] = None
     # Speed-up per cell of concurrency x another factor (prompt length), crossover per row.
     surfaces: list[Surface] = field(default_factory=list)
+
+    @property
+    def sides(self) -> list[Sides]:
+        """Each comparison's arms with their stacks, in the comparisons' order."""
+        stacks = {a.label: stack_of(a) for a in self.arms}
+        return [
+            Sides(
+                c.baseline, stacks.get(c.baseline, "?"), c.candidate, stacks.get(c.candidate, "?")
+            )
+            for c in self.comparisons
+        ]
 
     @property
     def verdict_counts(self) -> dict[str, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from specexp.analysis.arms import Arm, ClaimCheck, ci_label
+from specexp.analysis.arms import Arm, ClaimCheck, ci_label, stack_of
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
@@ -29,6 +29,7 @@ from specexp.output.tables import (
     schedule_rows,
     sequence_rows,
     setting_rows,
+    several_stacks,
     share,
     surface_crossover,
     surface_decided,
@@ -180,18 +181,20 @@ def _findings(report: SweepReport) -> list[str]:
 def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]:
     by_label = {c.candidate: c for c in report.comparisons}
     baselines = {c.baseline for c in report.comparisons}
+    stacks = several_stacks(report.arms)
     lines = [
-        f"| job | tok/s | {ci_label(report.arms)} | vs baseline | simultaneous CI | verdict | "
-        "one launch each says | engaged |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| job | {'stack | ' if stacks else ''}tok/s | {ci_label(report.arms)} | vs baseline | "
+        "simultaneous CI | verdict | one launch each says | engaged |",
+        "|---|---|---|---|---|---|---|---|" + ("---|" if stacks else ""),
     ]
     for arm in report.arms:
         versus = by_label.get(arm.label)
         verdict = versus.label if versus else "baseline" if arm.label in baselines else "-"
         change = f"{pct(versus.change)} | {interval(versus)}" if versus else "- | -"
         apart = within_launch(versus) if versus else "-"
+        stack = f"{stack_of(arm)} | " if stacks else ""
         lines.append(
-            f"| [{arm.label}]({run_link(arm.run_id)}) | {fmt(arm.summary.mean)} | "
+            f"| [{arm.label}]({run_link(arm.run_id)}) | {stack}{fmt(arm.summary.mean)} | "
             f"{arm_interval(arm)} | {change} | {verdict} | {apart} | "
             f"{arm.run.tags.get(Tag.engaged, '-')} |"
         )

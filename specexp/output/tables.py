@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from specexp.analysis.arms import Arm, ClaimCheck, ci_label
+from specexp.analysis.arms import Arm, ClaimCheck, ci_label, stack_of
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.energy_arms import EnergyReport, in_energy_words
@@ -116,10 +116,18 @@ def arm_interval(arm: Arm) -> str:
     return f"[{fmt(arm.summary.ci_low)}, {fmt(arm.summary.ci_high)}]"
 
 
+def several_stacks(arms: Sequence[Arm]) -> bool:
+    """Whether the arms ran on more than one stack: then each row names its own, so that a
+    comparison across stacks shows the stack of each side."""
+    return len({stack_of(a) for a in arms}) > 1
+
+
 def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> Rows:
+    stacks = several_stacks(arms)
     table = Rows(
         [
             "configuration",
+            *(["stack"] if stacks else []),
             "n",
             "mean",
             ci_label(arms),
@@ -141,6 +149,7 @@ def comparison_rows(arms: Sequence[Arm], comparisons: Sequence[Comparison]) -> R
         s, c = arm.summary, by_label.get(arm.label)
         row = [
             arm.label + (" (baseline)" if arm.label in baselines else ""),
+            *([stack_of(arm)] if stacks else []),
             Unit(arm.unit).counted(s.n),
             fmt(s.mean),
             arm_interval(arm),
@@ -175,9 +184,9 @@ def energy_rows(energy: EnergyReport) -> Rows:
         for column in words:
             row[column] = in_energy_words(row[column])
         # Three significant figures: a small model's joules per token is a few thousandths.
-        s = arm.summary
-        row[2] = f"{s.mean:.3g}"
-        row[3] = f"[{s.ci_low:.3g}, {s.ci_high:.3g}]" if s.n > 1 else "-"
+        s, mean = arm.summary, table.headers.index("mean")
+        row[mean] = f"{s.mean:.3g}"
+        row[mean + 1] = f"[{s.ci_low:.3g}, {s.ci_high:.3g}]" if s.n > 1 else "-"
     table.marks = [str(swapped[Verdict(m)]) if m in swapped else m for m in table.marks]
     return table
 

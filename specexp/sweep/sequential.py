@@ -25,7 +25,7 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
-from specexp.analysis.arms import Calibration, Selector
+from specexp.analysis.arms import Calibration, Selector, pair_by_factor
 from specexp.core.schemas import JobOrder
 from specexp.core.sequential import (
     Costs,
@@ -231,24 +231,25 @@ def fixed_detectable(
 
 def baseline_jobs(plan: Plan, baseline: Optional[str]) -> list[tuple[PlannedJob, PlannedJob]]:
     """(baseline, candidate) jobs the sweep report will compare: with a FACTOR=VALUE
-    baseline, each job paired with the baseline job that shares its other factors; capacity
-    searches left out (their runs are at rates of the search's choosing: the estimate is
-    their verdict)."""
+    baseline, each job paired with the baseline job that shares its other factors, by the
+    report's own rule (analysis.arms.pair_by_factor: within a sweep its factors set the
+    engine, model, workload and stack); capacity searches left out (their runs are at rates
+    of the search's choosing: the estimate is their verdict)."""
     selector = Selector(baseline) if baseline else None
     if selector is None or selector.factor is None:
         return []
-    wanted = f"{selector.factor}={selector.value}"
+    factor = selector.factor
 
-    def others(job: PlannedJob) -> tuple[str, ...]:
-        return tuple(sorted(f for f in job.factors if not f.startswith(f"{selector.factor}=")))
+    def factors(job: PlannedJob) -> dict[str, str]:
+        return dict(f.split("=", 1) for f in job.factors if "=" in f)
 
-    bases = {others(j): j for j in plan.to_run if wanted in j.factors}
+    def others(job: PlannedJob) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, v) for k, v in factors(job).items() if k != factor))
+
     return [
-        (bases[others(job)], job)
-        for job in plan.to_run
-        if wanted not in job.factors
-        and others(job) in bases
-        and job.job.config.concurrency.search is None
+        (base, job)
+        for base, job in pair_by_factor(plan.to_run, selector, factors, others)
+        if job.job.config.concurrency.search is None
     ]
 
 

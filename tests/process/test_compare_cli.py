@@ -148,7 +148,7 @@ def test_baseline_must_match_one_run(store, capsys):
 
 def test_reproduction_report_says_hardware_differs(store, capsys):
     tmp, env = store
-    sweep_in_process(
+    swept = sweep_in_process(
         *QUICK,
         "stats.measured_runs=2",
         # Short runs, no warm-up: the report's claims are judged by direction, whichever.
@@ -162,6 +162,12 @@ def test_reproduction_report_says_hardware_differs(store, capsys):
         cwd=tmp,
         env=env,
     )
+    # The sweep's own report compares every case with its baseline, the older stack's two
+    # too (at 2ac0bae it paired runs by stack and held two), each side's stack shown.
+    assert swept.report is not None
+    sides = {s.candidate: (s.baseline_stack, s.candidate_stack) for s in swept.report.sides}
+    assert len(sides) == len(swept.report.comparisons) == 4
+    assert sides["cpu_case=graph-reuse-off-draft-costs"] == ("local", "llamacpp-graph-reuse-off")
     result = compare(store, capsys, "--experiment", "repro", "--reference", "cuda13_story")
     assert result.returncode == 0, result.stderr
     assert "Hardware differs" in result.stdout and "cannot be judged here" in result.stdout
