@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Iterator, Optional, Sequence
 
-import hydra
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -50,8 +50,9 @@ from specexp import hydra_app
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag
 from specexp.compare import ComparisonReport, compare_runs
+from specexp.host import failure, interrupt
 from specexp.hydra_app import Observe
-from specexp.options import NotRun, UsageError, unknown
+from specexp.options import USAGE_EXIT, NotRun, UsageError, unknown
 from specexp.output import terminal
 from specexp.run.session import JobResult
 from specexp.tracking.observer import RUN_FILE
@@ -75,8 +76,9 @@ __all__ = [
 
 @dataclass
 class SweepResult:
-    """A finished sweep: its exit status (0: every job finished; 1: some failed, which it
-    said; 2: refused before launching), each job's result as this process saw it (jobs in
+    """A finished sweep: its exit status, as ``specexp sweep`` exits (0: every job finished
+    and compared; 1: some failed, which it said; 2: refused before launching; 74, 75...:
+    docs/cli.md's table), each job's result as this process saw it (jobs in
     other processes are read back from the store by :func:`load`), and the sweep's report
     when it was tracked."""
 
@@ -159,14 +161,31 @@ def _launch(args: list[str], observers: Collection[Observe], quiet: bool) -> int
                 f"hydra.sweep.dir={scratch}",
                 "hydra.output_subdir=null",
             ]
-        sys.argv = ["specexp", *args, *extra]
-        try:
-            hydra.main(version_base="1.3", config_path=hydra_app.CONFIG_DIR, config_name="config")(
-                hydra_app.run_one
-            )()
-        except SystemExit as stopped:
-            return stopped.code if isinstance(stopped.code, int) else 1
-    return 0
+        return hydra_app.launch([*args, *extra])
+
+
+def run_command(args: Sequence[str]) -> int:
+    """``python -m specexp ARGS`` - and ``specexp run``, ``specexp sweep`` (``-m ARGS``),
+    which are the same command - in this process: the overrides checked, the jobs run, what
+    stopped one printed; the exit status, one for each outcome (docs/cli.md's table)."""
+    interrupt.install()
+    terminal.quiet_libraries()
+    try:
+        check_overrides(args)
+    except UsageError as exc:
+        terminal.print_stopped("usage error", str(exc))
+        return USAGE_EXIT
+    hydra_app.on_not_run.append(_print_not_run)
+    try:
+        return hydra_app.launch(args)
+    except KeyboardInterrupt:
+        return terminal.interrupted(interrupt.received() or signal.SIGINT)
+    finally:
+        hydra_app.on_not_run.remove(_print_not_run)
+
+
+def _print_not_run(stopped: NotRun) -> None:
+    terminal.print_stopped(stopped.what, stopped.why)
 
 
 def run_job(
@@ -224,11 +243,14 @@ def run_sweep(
     jobs = collected.results
     parent = _parent_of(jobs)
     record = _run_record(jobs[0].output_dir) if jobs else None
+    # Only a report the sweep published is read back: one left in a journal (75), or a
+    # sweep stopped before its report, has none in the store.
+    published = code in (0, failure.RUN_FAILED)
     report = (
         load(
             parent, tracking_uri=record.get("tracking_uri"), experiment=record["experiment"]
         ).report
-        if parent and record
+        if parent and record and published
         else None
     )
     return SweepResult(code, jobs, parent, report)

@@ -26,8 +26,7 @@ import urllib.request
 from typing import Callable, Optional
 
 from specexp import api, compare, doctor, history, models, options, upload
-from specexp.analysis.results import RunStatus
-from specexp.host import interrupt
+from specexp.host import failure, interrupt
 from specexp.host.leases import free_port
 from specexp.options import USAGE_EXIT, UsageError
 from specexp.output import terminal
@@ -109,12 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    result = api.run_job(args.overrides)
-    return 1 if result.status == RunStatus.failed else 0
+    return api.run_command(args.overrides)  # python -m specexp OVERRIDES, exit status and all
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    return api.run_sweep(args.overrides).exit_status  # the sweep said which jobs failed
+    return api.run_command(["-m", *args.overrides])
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -190,9 +188,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     except UsageError as exc:
         terminal.print_stopped("usage error", str(exc))
         return USAGE_EXIT
-    except api.NotRun as exc:
-        terminal.print_stopped(exc.what, exc.why)
-        return exc.exit_status
+    except Exception as exc:
+        if not failure.is_store_down(exc):
+            raise
+        # A store read (compare, history) or written (upload) that does not answer.
+        kept = "; the journals not uploaded are kept: upload them later" * (
+            args.command == "upload"
+        )
+        terminal.print_stopped("MLflow store unreachable", failure.one_line(exc) + kept)
+        return failure.NOT_IN_STORE if args.command == "upload" else failure.STORE_DOWN
     except KeyboardInterrupt:
         return terminal.interrupted(interrupt.received() or signal.SIGINT)
 

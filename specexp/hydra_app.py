@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TypeVar
 
+import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
@@ -24,7 +25,7 @@ from omegaconf import DictConfig, EnumNode, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
-from specexp.analysis.results import RunStatus
+from specexp.analysis.results import Artifact, RunStatus
 from specexp.core.schemas import (
     GROUP_SCHEMAS,
     ConcurrencyConfig,
@@ -53,6 +54,7 @@ from specexp.run import launchers
 from specexp.run.events import JobObserver
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
+from specexp.sweep.observer import say_left_to_upload
 from specexp.sweep.plan import ComposeJob, case_mismatches, expand_overrides, with_levels
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
 from specexp.tracking.store import uri_in_force, uri_problem
@@ -245,6 +247,30 @@ def _required(value: Any, what: str) -> Any:
     return value
 
 
+def launch(args: Sequence[str]) -> int:
+    """Hydra on ``args`` (``python -m specexp``'s: overrides, ``-m`` for a sweep, Hydra's
+    flags), each job run by :func:`run_one`, in this process; the exit status the jobs, the
+    sweep or Hydra ended with (docs/cli.md's table), never raised. Both doors -
+    ``python -m specexp`` and ``specexp run|sweep`` - and the Python API launch here."""
+    register()
+    argv = sys.argv
+    sys.argv = [argv[0] if argv else "specexp", *args]  # what hydra.main parses
+    try:
+        hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")(run_one)()
+    except SystemExit as stopped:
+        return _code(stopped.code)
+    finally:
+        sys.argv = argv
+    return 0
+
+
+def _code(code: object) -> int:
+    """A SystemExit's code as an exit status, as the interpreter makes it one."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
 def run_one(cfg: DictConfig) -> str:
     """Hydra's task: one job from its composed config. A module-level function of an
     importable module, so that launchers pickle it by reference for jobs in other processes."""
@@ -259,9 +285,21 @@ def run_one(cfg: DictConfig) -> str:
         result = _run_logged(cfg, output_dir)
     for listener in on_result:
         listener(result)
-    if result.status == RunStatus.failed and hydra_config.mode == RunMode.RUN:
-        sys.exit(result.exit_status)
+    if hydra_config.mode == RunMode.RUN:
+        _exit_as_ended(result, output_dir)
     return result.status
+
+
+def _exit_as_ended(result: JobResult, output_dir: Path) -> None:
+    """A single run's exit status when it is not 0: its failure's, else 75 when its record
+    went to a journal, not the store (as a sweep's: a script learns it must upload), the
+    upload command its last line."""
+    journal = output_dir / Artifact.offline_journal
+    if Observe.mlflow in observing and journal.exists():
+        say_left_to_upload(output_dir, [journal])
+        sys.exit(result.exit_status if result.status == RunStatus.failed else failure.NOT_IN_STORE)
+    if result.status == RunStatus.failed:
+        sys.exit(result.exit_status)
 
 
 def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:

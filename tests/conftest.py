@@ -101,6 +101,12 @@ def runs_in(uri: str, experiment: str = "specexp") -> list:
     return mlflow.search_runs(experiment_names=[experiment], output_format="list")
 
 
+# run_cli's and start_cli's module for `specexp ARGS`, the console script
+# (`[project.scripts] specexp = "specexp.cli:main"`), the documented door; their default,
+# "specexp", is `python -m specexp OVERRIDES`.
+SPECEXP = "specexp.cli"
+
+
 def start_cli(
     *overrides: str,
     cwd: Path,
@@ -180,9 +186,13 @@ def call_main(
 
 
 def specexp_in_process(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    main: Callable[[], int] = specexp_main,
 ) -> subprocess.CompletedProcess:
-    """`python -m specexp ARGS` - the command line's own ``main`` - in this process: its exit
+    """`python -m specexp ARGS` - the command line's own ``main`` - in this process (with
+    ``main=cli.main``, `specexp ARGS`, the console script's): its exit
     status and printed output as run_cli returns them, without the ~4 s a new process spends
     importing specexp, scipy and MLflow. For what a run or sweep does; run_cli's tests keep
     the process itself covered (its exit codes, signals, what a killed one leaves). What the
@@ -202,7 +212,7 @@ def specexp_in_process(
             contextlib.redirect_stderr(err),
         ):
             sys.argv = ["specexp", *args]
-            code = exit_status(specexp_main)
+            code = exit_status(main)
     finally:
         hydra_app.on_not_run[:] = hooks
         for sig, handler in handlers.items():

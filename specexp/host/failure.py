@@ -34,8 +34,23 @@ def is_disk_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS
 
 
+def is_store_down(exc: BaseException) -> bool:
+    """Whether ``exc`` is the tracking store not answering (a tracking server down, refusing,
+    timing out or failing its requests after MLflow's retries), not an error of specexp's.
+    Its client's errors only: a server's refused connection is a run's failure."""
+    # MLflow's REST client: "API request to URL failed with exception ..." or "... failed
+    # with error code 503 != 200"; requests' own errors where MLflow lets them through.
+    kind = type(exc)
+    if kind.__name__ == "MlflowException" and str(exc).startswith("API request to"):
+        return True
+    return isinstance(exc, OSError) and kind.__module__.split(".")[0] in ("requests", "urllib3")
+
+
 def exit_status(exc: BaseException, otherwise: int = BUG) -> int:
-    return DISK if is_disk_error(exc) else otherwise
+    """The exit status of a command stopped by ``exc`` (docs/cli.md's table)."""
+    if is_disk_error(exc):
+        return DISK
+    return STORE_DOWN if is_store_down(exc) else otherwise
 
 
 def log_traceback(exc: BaseException) -> None:
