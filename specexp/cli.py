@@ -9,8 +9,18 @@
     specexp models list                                     # the models and their files
     specexp ui                                              # the MLflow UI on the store
 
-Exit status: 0 done; 1 a run, a sweep's job or a check failed; 2 a usage error (the
-nearest valid spelling is named); 3 ``history --fail-on-regression`` found one.
+``specexp run ARGS`` is ``python -m specexp ARGS`` and ``specexp sweep ARGS`` is
+``python -m specexp -m ARGS``: one command, one exit status for each outcome (docs/cli.md):
+
+    0    done (a sweep's jobs compared, its report in the store)
+    1    a run, a sweep's job, a doctor check or a journal's upload failed
+    2    a usage error (the nearest valid spelling is named) or a config refused
+    3    ``history --fail-on-regression`` found a regression
+    69   the tracking store does not answer (a sweep's start, compare, history)
+    70   an error specexp did not expect
+    74   specexp's own files could not be written (a full disk)
+    75   measured, but in a journal, not the store: ``specexp upload DIR`` later
+    130  interrupted (128+N for signal N: 143 SIGTERM)
 """
 
 from __future__ import annotations
