@@ -316,10 +316,12 @@ def _load_directory(path: Path, tracking_uri: Optional[str], experiment: str) ->
 def check_overrides(overrides: Sequence[str]) -> None:
     """Raise :class:`UsageError` for an override Hydra would refuse or silently take for
     another: an unknown group, option or key, or an enum value out of its choices, naming
-    the nearest valid spelling. What it cannot judge is left to Hydra."""
+    the nearest valid spelling; the options of a user's own config folders (``--config-dir``,
+    ``hydra.searchpath``) are known. What it cannot judge is left to Hydra."""
     hydra_app.register()
+    search, rest = hydra_app.config_search(overrides)
     # -m is a sweep's; Hydra's other flags (--cfg job, --info ...) are Hydra's to judge.
-    given = [o for o in overrides if o not in ("-m", "--multirun")]
+    given = [o for o in rest if o not in ("-m", "--multirun")]
     if any(o.startswith("-") for o in given):
         return
     parsed = [o for o in _parse(given) if not o.get_key_element().lstrip("+~").startswith("hydra")]
@@ -328,11 +330,11 @@ def check_overrides(overrides: Sequence[str]) -> None:
     # the checks below find which and name its nearest spelling.
     if all("," not in o and not o.startswith(("+", "~")) for o in given):
         with contextlib.suppress(HydraException, OmegaConfBaseException, ValueError):
-            hydra_app.compose_config([o for o in given if not o.startswith("hydra")])
+            hydra_app.compose_config([o for o in given if not o.startswith("hydra")], search)
             return
-    groups = hydra_app.config_groups()
+    groups = hydra_app.config_groups(search)
     try:
-        composed = hydra_app.compose_config(_group_selections(parsed, groups))
+        composed = hydra_app.compose_config(_group_selections(parsed, groups), search)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UsageError(str(exc)) from None
     known = hydra_app.config_keys(composed)
@@ -343,7 +345,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
     # (a sweep's comma lists and Hydra's own keys left to Hydra).
     single = [o for o in given if "," not in o and not o.lstrip("+~").startswith("hydra")]
     try:
-        hydra_app.compose_config(single)
+        hydra_app.compose_config(single, search)
     except (HydraException, OmegaConfBaseException) as exc:
         reason = f": {str(exc.__cause__).splitlines()[0]}" if exc.__cause__ else ""
         raise UsageError(f"{str(exc).splitlines()[0]}{reason}") from None

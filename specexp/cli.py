@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 from typing import Callable, Optional
 
 from specexp import api, compare, doctor, history, models, options, upload
@@ -72,6 +74,37 @@ def _overrides(parser: argparse.ArgumentParser, what: str) -> None:
         metavar="OVERRIDE",
         help=f"Hydra overrides of conf/config.yaml, e.g. model=tiny-pair-small {what}",
     )
+    _config_options(parser)
+
+
+def _config_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Hydra's own option for a user's configs, as ``python -m specexp`` takes it."""
+    parser.add_argument(
+        "-cd",
+        "--config-dir",
+        metavar="DIR",
+        help="a folder of your own config groups (DIR/model/NAME.yaml: model=NAME), "
+        "searched after specexp's",
+    )
+    return parser
+
+
+def _hydra_args(args: argparse.Namespace) -> list[str]:
+    """``python -m specexp``'s arguments: the command's ``--config-dir``, given before its
+    overrides or among them (where argparse leaves it to the overrides), then the rest."""
+    among = _config_options(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
+    chosen, overrides = among.parse_known_args(args.overrides, argparse.Namespace(**vars(args)))
+    return ([f"--config-dir={chosen.config_dir}"] if chosen.config_dir else []) + overrides
+
+
+def _version() -> str:
+    """The installed version, and where it is imported from (a checkout, or a wheel's copy)."""
+    try:
+        version = importlib.metadata.version("specexp")
+    except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed
+        version = "(not installed)"
+    python = ".".join(map(str, sys.version_info[:2]))
+    return f"specexp {version} from {Path(__file__).parent} (python {python})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show third-party libraries' INFO lines (MLflow's, Alembic's)",
     )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:
@@ -118,16 +152,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return api.run_command(args.overrides)  # python -m specexp OVERRIDES, exit status and all
+    return api.run_command(_hydra_args(args))  # python -m specexp ARGS, exit status and all
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    return api.run_command(["-m", *args.overrides])
+    return api.run_command(["-m", *_hydra_args(args)])
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    api.check_overrides(args.overrides)
-    return doctor.main(args.overrides)
+    api.check_overrides(_hydra_args(args))
+    return doctor.main(_hydra_args(args))
 
 
 def _ui(args: argparse.Namespace) -> int:

@@ -294,12 +294,14 @@ def _links_check(hardware: dict[str, str], declared: Optional[str]) -> Check:
     return Check("GPU links", PASS if measured == "nvlink" else NOTE, detail)
 
 
-def sweep_plan(overrides: list[str]) -> Plan:
+def sweep_plan(overrides: list[str], search: hydra_app.ConfigSearch) -> Plan:
     """The jobs a sweep with these overrides would run (its +sweep params included), composed
-    and checked as the sweeper composes them."""
+    and checked as the sweeper composes them, its configs found where ``search`` says."""
     loader = GlobalHydra.instance().config_loader()
     master = loader.load_configuration(
-        "config", [o for o in overrides if "," not in o], RunMode.MULTIRUN
+        "config",
+        [*search.overrides, *(o for o in overrides if "," not in o)],
+        RunMode.MULTIRUN,
     )
     params = [f"{k}={v}" for k, v in (master.hydra.sweeper.params or {}).items()]
     jobs = hydra_app.sweep_jobs(loader, overrides, params, list(master.concurrency.levels))
@@ -307,11 +309,12 @@ def sweep_plan(overrides: list[str]) -> Plan:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    overrides = [a for a in (sys.argv[1:] if argv is None else argv) if a != "-m"]
+    search, overrides = hydra_app.config_search(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in overrides if a != "-m"]
     hydra_app.register()
     failed = 0
     with hydra_app.composing():
-        plan = sweep_plan(overrides)
+        plan = sweep_plan(overrides, search)
         checked = [(" ".join(j.overrides), check_job(j.job)) for j in plan.jobs]
         refused = [("", [Check("configuration", FAIL, error)]) for error in plan.errors]
         for title, checks in checked + refused:

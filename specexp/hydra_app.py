@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.resources
 import signal
 import sys
 from enum import StrEnum
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TypeVar
 
@@ -20,6 +22,8 @@ from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, EnumNode, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
@@ -46,7 +50,7 @@ from specexp.core.trainedmodels import (
 from specexp.engines import engines, get_engine
 from specexp.host import failure, interrupt
 from specexp.host.job import Job, checked
-from specexp.options import USAGE_EXIT, NotRun
+from specexp.options import USAGE_EXIT, NotRun, UsageError
 from specexp.output import terminal
 from specexp.output.console import ConsoleObserver
 from specexp.output.files import FilesObserver
@@ -377,10 +381,69 @@ def _with_run_id(result: JobResult, output_dir: Path) -> JobResult:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ConfigSearch:
+    """Where a command's configs are found: specexp's conf/, then a user's own folders
+    (``--config-dir`` and ``hydra.searchpath``'s, in Hydra's order)."""
+
+    searchpath: tuple[str, ...] = ()
+
+    @property
+    def overrides(self) -> list[str]:
+        """The override that adds the user's folders, for each composition."""
+        if not self.searchpath:
+            return []
+        # Quoted: a folder's name may hold the override grammar's commas and brackets.
+        quoted = (f'"{path}"' if "'" in path else f"'{path}'" for path in self.searchpath)
+        return [f"hydra.searchpath=[{','.join(quoted)}]"]
+
+
+# Hydra's option that adds a folder of the user's configs, in both spellings.
+CONFIG_DIR_OPTIONS = ("--config-dir", "-cd")
+
+
+def config_search(args: Sequence[str]) -> tuple[ConfigSearch, list[str]]:
+    """``python -m specexp``'s ``args`` split: where they say configs are found (Hydra's
+    ``--config-dir DIR``, also as ``-cd DIR`` or ``--config-dir=DIR``, and a
+    ``hydra.searchpath=[...]`` override), and the rest. Raises :class:`UsageError` for a
+    folder that is not one (Hydra only warns of a search path's)."""
+    config_dirs: list[str] = []
+    searchpath: list[str] = []
+    rest: list[str] = []
+    remaining = iter(args)
+    for arg in remaining:
+        option, equals, value = arg.partition("=")
+        if option in CONFIG_DIR_OPTIONS:
+            config_dirs.append(value if equals else next(remaining, ""))
+            if not config_dirs[-1]:
+                raise UsageError(f"{option} needs a folder")
+        elif option == "hydra.searchpath":
+            searchpath = _searchpath(arg)
+        else:
+            rest.append(arg)
+    # As Hydra: one --config-dir (the last given), searched before hydra.searchpath's folders.
+    folders = [f"file://{Path(config_dirs[-1]).resolve()}"] if config_dirs else []
+    for given, folder in zip(config_dirs[-1:] + searchpath, folders + searchpath, strict=True):
+        if not _folder(folder).is_dir():
+            raise UsageError(f"no config folder {given!r} (of --config-dir or hydra.searchpath)")
+    return ConfigSearch(tuple(folders + searchpath)), rest
+
+
+def _searchpath(override: str) -> list[str]:
+    """A ``hydra.searchpath=[...]`` override's folders."""
+    try:
+        value = OverridesParser.create().parse_override(override).value()
+    except OverrideParseException as exc:
+        raise UsageError(f"not an override: {override!r} ({exc})") from None
+    if not isinstance(value, list) or not all(isinstance(path, str) for path in value):
+        raise UsageError(f"hydra.searchpath is a list of folders, e.g. [file://DIR]: {override}")
+    return value
+
+
 @contextlib.contextmanager
 def composing() -> Iterator[None]:
     """Hydra's compose API on specexp's config directory, whatever Hydra state the process
-    holds (put back after)."""
+    holds (put back after); a user's folders are added by :class:`ConfigSearch`'s override."""
     held = GlobalHydra.instance().hydra
     GlobalHydra.instance().clear()
     try:
@@ -390,21 +453,39 @@ def composing() -> Iterator[None]:
         GlobalHydra.instance().hydra = held
 
 
-def compose_config(overrides: Sequence[str]) -> DictConfig:
-    """The config ``python -m specexp OVERRIDES`` would run with (Hydra's own node left out)."""
+def compose_config(overrides: Sequence[str], search: ConfigSearch = ConfigSearch()) -> DictConfig:
+    """The config ``python -m specexp OVERRIDES`` would run with (Hydra's own node left out),
+    its configs found where ``search`` says."""
     register()
     with composing():
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=[*search.overrides, *overrides])
 
 
-def config_groups() -> dict[str, list[str]]:
-    """Each config group of conf/ (``+`` groups such as sweep and case among them) and its
-    options, by name."""
-    return {
-        group.name: sorted(p.stem for p in group.glob("*.yaml"))
-        for group in sorted(Path(CONFIG_DIR).iterdir())
-        if group.is_dir() and group.name != "hydra"
-    }
+def config_groups(search: ConfigSearch = ConfigSearch()) -> dict[str, list[str]]:
+    """Each config group (``+`` groups such as sweep and case among them) and its options, by
+    name: conf/'s and those of the user's folders of ``search``."""
+    groups: dict[str, set[str]] = {}
+    for folder in [Path(CONFIG_DIR), *map(_folder, search.searchpath)]:
+        for group in folder.iterdir() if folder.is_dir() else ():
+            if group.is_dir() and group.name != "hydra":
+                options = {
+                    p.name[: -len(".yaml")] for p in group.iterdir() if p.name.endswith(".yaml")
+                }
+                groups.setdefault(group.name, set()).update(options)
+    return {group: sorted(options) for group, options in sorted(groups.items()) if options}
+
+
+def _folder(searchpath: str) -> Traversable:
+    """A search path's folder, as Hydra reads it: ``pkg://PACKAGE[/FOLDER]`` a package's,
+    ``file://FOLDER`` or a bare path a file system's."""
+    scheme, _, where = searchpath.rpartition("://")
+    if scheme != "pkg":
+        return Path(where)
+    package, _, folder = where.partition("/")
+    try:
+        return importlib.resources.files(package).joinpath(folder)
+    except ModuleNotFoundError:
+        return Path(searchpath)  # no such package: no such folder
 
 
 def config_keys(cfg: DictConfig, prefix: str = "") -> dict[str, Optional[list[str]]]:

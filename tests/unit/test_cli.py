@@ -110,9 +110,9 @@ def test_one_jobs_overrides_that_compose_are_checked_with_one_composition(monkey
     against 0.43 at a start)."""
     composed = []
 
-    def counted(overrides):
+    def counted(overrides, search):
         composed.append(list(overrides))
-        return compose(overrides)
+        return compose(overrides, search)
 
     compose = hydra_app.compose_config
     monkeypatch.setattr(hydra_app, "compose_config", counted)
