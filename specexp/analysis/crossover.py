@@ -42,7 +42,6 @@ from specexp.analysis.arms import (
     Selector,
     account_for_launches,
     family_key,
-    launch_test,
     same_server,
     why_not_applicable,
 )
@@ -230,7 +229,7 @@ def _can_draw(values: np.ndarray, scale: Scale) -> bool:
 @dataclass(frozen=True)
 class LaunchOffset:
     """How much one arm's single-launch means move from launch to launch (variance of log
-    throughput beyond the runs', from calibration runs at Calibration.offset_var's margin,
+    throughput beyond the runs', as calibration runs measured it, Calibration.between_var,
     with its degrees of freedom); ``shared``: the arm's levels ran on one server, so one
     offset moves all of them."""
 
@@ -559,8 +558,7 @@ def launch_offsets(
         ):
             return None
         shared = all(same_server(a, b) for a, b in pairwise(runs))
-        checked = all(launch_test(known, run) is not None for run in runs)
-        found.append((LaunchOffset(known.offset_var(checked), known.df, shared), known.runs))
+        found.append((LaunchOffset(known.between_var, known.df, shared), known.runs))
     names = sorted({r[:8] for _, runs in found for r in runs})
     return (found[0][0], found[1][0]), f"calibration runs {', '.join(names)}"
 

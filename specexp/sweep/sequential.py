@@ -88,6 +88,11 @@ class Spreads:
 # The spreads the README's sequential figures are measured at: what a budget is judged by
 # until calibration runs measure the server family's own.
 ASSUMED = Spreads(0.02, 0.02, "assuming 2% launch-to-launch and 2% run-to-run spread")
+# Seconds from a launch to ready, and of one run, that a budget's server-minutes are judged
+# at until calibration runs measure the family's own: those docs/statistics.md's budget
+# figures are simulated at (with 2 warm-ups the configured 5 runs per launch are then the
+# cheapest information at the assumed spreads).
+ASSUMED_LAUNCH_S, ASSUMED_RUN_S = 230.0, 10.0
 
 
 def sequential_power(
@@ -135,9 +140,9 @@ class Design(StrEnum):
 
 @dataclass(frozen=True)
 class Affordable:
-    """What a sequence's server time buys at its family's measured launch and run times
-    (``source``): launches per arm, and the power they have at the printed effect and at
-    the threshold (:func:`sequential_power`)."""
+    """What a sequence's server time buys at its family's launch and run times, ``measured``
+    by calibration runs or assumed (``source`` says which): launches per arm, and the power
+    they have at the printed effect and at the threshold (:func:`sequential_power`)."""
 
     launches: int
     costs: Costs
@@ -145,6 +150,11 @@ class Affordable:
     at_effect: float
     at_threshold: float
     minutes_needed: float  # server-minutes the design's max_launches take, both arms
+    measured: bool = True
+
+    def below(self, power: float) -> bool:
+        """Whether the power at the printed effect, as printed (2 decimals), misses ``power``."""
+        return round(self.at_effect, 2) < power
 
 
 @dataclass(frozen=True)
@@ -160,7 +170,7 @@ class BudgetPower:
     runs: int  # per launch, as configured
     spreads: Spreads
     server_minutes: Optional[float] = None  # a sequence's server-time budget
-    affordable: Optional[Affordable] = None  # what that budget buys, where costs are known
+    affordable: Optional[Affordable] = None  # what that budget buys (sequential designs)
 
     @property
     def short(self) -> bool:
@@ -169,7 +179,7 @@ class BudgetPower:
         return (
             self.detectable is None
             or self.detectable > self.threshold
-            or (self.affordable is not None and self.affordable.at_effect < self.power)
+            or (self.affordable is not None and self.affordable.below(self.power))
         )
 
     @property
@@ -203,13 +213,16 @@ class BudgetPower:
                 f"{self.detectable:.1%}, {bought.at_threshold:.2f} at the "
                 f"{self.threshold:.1%} threshold"
             )
-            if bought.at_effect < self.power:
+            if bought.below(self.power):
                 line += (
                     f" - below {self.power:g}: {self.launches} launches per arm take "
                     f"stats.sequential.max_server_minutes={math.ceil(bought.minutes_needed)}"
                 )
-        elif self.server_minutes is not None:
-            line += "; launch and run times not measured for this server family yet"
+            if not bought.measured:
+                line += (
+                    "; the power is unknown until calibration runs (stats.launches=3) measure "
+                    "this family's launch and run times"
+                )
         return line
 
 
@@ -293,16 +306,24 @@ def affordable(
     effect: float,
     known: Mapping[tuple[str, ...], Calibration],
     hardware: str,
-) -> Optional[Affordable]:
+) -> Affordable:
     """What the sequence's server-minutes buy at the launch and run times calibration runs
-    of the job's family measured (both arms alike; a round is one launch of each, stopped
-    before a round would pass the budget, as :func:`run_sequences` does); None where no
-    calibration recorded them."""
+    of the job's family measured, else at the assumed ones (both arms alike; a round is one
+    launch of each, stopped before a round would pass the budget, as :func:`run_sequences`
+    does)."""
     config = job.job.config
     found = known.get((job.job.engine.name, config.model.name, config.stack.name, hardware))
-    if found is None or not (math.isfinite(found.launch_s) and math.isfinite(found.run_s)):
-        return None
-    costs = Costs(found.launch_s, found.run_s, config.stats.warmup_runs)
+    measured = found is not None and math.isfinite(found.launch_s) and math.isfinite(found.run_s)
+    if found is not None and measured:
+        times = (found.launch_s, found.run_s)
+        source = f"measured by calibration runs {', '.join(r[:8] for r in found.runs)}"
+    else:
+        times = (ASSUMED_LAUNCH_S, ASSUMED_RUN_S)
+        source = (
+            "assumed, as docs/statistics.md's budget figures: not measured for this server "
+            "family yet"
+        )
+    costs = Costs(*times, config.stats.warmup_runs)
     runs = config.stats.measured_runs
     round_s = 2 * costs.launch(runs)
     budget_s = config.stats.sequential.max_server_minutes * 60
@@ -311,10 +332,11 @@ def affordable(
     return Affordable(
         launches,
         costs,
-        f"measured by calibration runs {', '.join(r[:8] for r in found.runs)}",
+        source,
         sequential_power(design, launch_var, effect, launches),
         sequential_power(design, launch_var, design.threshold, launches),
         design.max_launches * round_s / 60,
+        measured,
     )
 
 

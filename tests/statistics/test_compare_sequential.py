@@ -6,10 +6,8 @@ sequence happened to stop at. Whole A/A sequences of the sweep's protocol
 seeded; each arm's launch means stored as its run (per-launch values, ``Tag.parent`` the
 sweep, ``Tag.config_fingerprint`` the arm), then judged as ``compare_runs`` judges them:
 make_arms, baseline_pairs, compare_arms, then ``specexp.compare.judge_sequences`` with the
-sweep report's sequences.
-
-Mutation: ``specexp.compare.judge_sequences`` replaced by a no-op (compare's fixed-sample
-test alone on the sequence's launches, as before the fix)."""
+sweep report's sequences. Every comparison is required to be its sequence's last look as
+it is judged, so that a broken judge fails at its first sequence."""
 
 from __future__ import annotations
 
@@ -37,6 +35,7 @@ from specexp.core.sequential import (
 )
 from specexp.core.stats import Comparison, Verdict
 from specexp.sweep.sequential import ASSUMED
+from tests.statistics.mutations import guards
 
 DEFAULTS = StatsConfig()
 ALPHA = round(1 - DEFAULTS.confidence, 12)
@@ -101,12 +100,12 @@ def judged_sequences(
     within_cv: float,
     costs: Costs,
     candidate_between_cv: Optional[float] = None,
-) -> tuple[float, float, int]:
+) -> tuple[float, float]:
     """(false faster/slower as compare says them, as Welch's fixed-sample test on the same
-    launches says them, comparisons whose interval or verdict is not the last look's) over
-    ``n`` A/A sequences at the shipped budget (12 launches per arm, 120 server-min)."""
+    launches says them) over ``n`` A/A sequences at the shipped budget (12 launches per arm,
+    120 server-min); each comparison's interval and verdict its sequence's last look's."""
     rng = np.random.default_rng(seed)
-    judged = fixed = differs = 0
+    judged = fixed = 0
     for _ in range(n):
         outcome = simulate(
             shipped_design(),
@@ -132,19 +131,32 @@ def judged_sequences(
         )
         cli.judge_sequences(pairs, comparisons, {SWEEP: [sequence]})
         judged += comparison.verdict in CLAIMS
-        differs += not same_as_look(comparison, outcome.record.looks[-1])
-    return judged / n, fixed / n, differs
+        assert same_as_look(comparison, outcome.record.looks[-1]), comparison
+    return judged / n, fixed / n
 
 
+JUDGE_SEQUENCES_A_NO_OP = guards(
+    "specexp.compare.judge_sequences a no-op: compare's fixed-sample test alone on the "
+    "launches a sequence stopped at, as before issue 50",
+    cli,
+    "judge_sequences",
+    lambda _: lambda *args, **kwargs: None,
+)
+
+
+@JUDGE_SEQUENCES_A_NO_OP
 def test_compare_judges_a_sequences_launches_with_its_repeated_interval_at_alpha():
     """Arms unlike in launch variance (launch sd 1% against 3%, runs 1%, 60 s launches,
     10 s runs), the shipped budget: of 4,000 A/A sequences compare calls 4.40% faster or
     slower (SE 0.32%), each with its sequence's last look. Welch's fixed-sample test on the
     launches each sequence stopped at says 7.68% (SE 0.42%; 5.4% on 12 launches fixed in
     advance: the rest is the optional stopping). Bound alpha + 3 SE = 6.03%, 3.9 SE of the
-    broken rate below it: the mutation (judge_sequences a no-op) fails it at 7.68%."""
+    broken rate below it.
+
+    Mutation: judge_sequences a no-op: the first sequence's comparison is not its last
+    look (and over all 4,000 the rate is 7.68%), and the test fails."""
     n = 4000
-    judged, fixed, differs = judged_sequences(
+    judged, fixed = judged_sequences(
         n,
         seed=1,
         between_cv=0.01,
@@ -154,21 +166,22 @@ def test_compare_judges_a_sequences_launches_with_its_repeated_interval_at_alpha
     )
     bound = ALPHA + 3 * se(ALPHA, n)
     assert judged <= bound, (judged, fixed, bound)
-    assert differs == 0, differs
     # The test's reach: the fixed-sample rate it would see without the fix, 3 SE clear.
     assert fixed - 3 * se(fixed, n) >= bound, (fixed, bound)
 
 
+@JUDGE_SEQUENCES_A_NO_OP
 def test_at_the_assumed_spreads_compare_says_what_the_sequence_said():
     """The shipped design at the assumed 2% / 2% spreads, 230 s launches (the issue's case:
     12 + 12 launches, 10 looks): of 1,000 A/A sequences compare calls 3.1% faster or slower
     (SE 0.55%; bound alpha + 3 SE = 7.07%), each with its sequence's last look. Welch's
     fixed-sample test on the same launches: 5.5% (at 3,000 sequences of this seed, 2.97%
-    against 5.90%, SE 0.43%) - within the bound, so here the mutation (judge_sequences a
-    no-op) is caught by the verdicts and intervals that are not the last look's, not by
-    the rate."""
+    against 5.90%, SE 0.43%) - within the bound.
+
+    Mutation: judge_sequences a no-op: caught by the first verdict and interval that is not
+    the last look's, not by the rate."""
     n = 1000
-    judged, fixed, differs = judged_sequences(
+    judged, fixed = judged_sequences(
         n,
         seed=2,
         between_cv=ASSUMED.between_cv,
@@ -176,7 +189,6 @@ def test_at_the_assumed_spreads_compare_says_what_the_sequence_said():
         costs=Costs(launch_s=230.0, run_s=10.0, warmup_runs=2),
     )
     assert judged <= ALPHA + 3 * se(ALPHA, n), (judged, fixed)
-    assert differs == 0, differs
 
 
 def test_judge_sequences_leaves_alone_runs_of_other_sweeps_or_other_configurations():

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from specexp.core import stats
 from specexp.core.stats import percentile_estimates, values_needed
+from tests.statistics.mutations import guards
 
 CONFIDENCE = 0.95
 
@@ -93,6 +95,13 @@ def requests(rng, trials: int, count: int, values: int, icc: float, rho: float) 
 @pytest.mark.parametrize(
     ("count", "icc", "rho"),
     [(30, 0.1, 0.0), (30, 0.3, 0.0), (30, 0.5, 0.0), (30, 0.0, 0.8), (120, 0.1, 0.0)],
+)
+@guards(
+    "the requests as clusters turned off: stats.request_effective_values returning inf",
+    stats,
+    "request_effective_values",
+    lambda _: lambda centred, request, tail: math.inf,
+    args=(30, 0.3, 0.0),
 )
 def test_values_of_one_request_count_once_with_its_level(count, icc, rho):
     """Seeded Monte Carlo: ``count`` requests x 47 gaps, each request with its own level
