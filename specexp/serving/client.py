@@ -267,6 +267,10 @@ class LoadClient:
         self._pool: Optional[multiprocessing.pool.Pool] = None
         # Told of each request as it ends (live progress), in this process only.
         self.on_request: Optional[Callable[[RequestRecord], None]] = None
+        # The server let a request or a probe wait workload.stall_timeout_s in this run: it
+        # is silent (stopped, hung), and nothing more of the run waits on it, so that it is
+        # named one stall timeout after it went quiet, not one per request or probe after.
+        self._silent = False
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker gets the client, not the pool nor the listener (this process's console).
@@ -289,6 +293,14 @@ class LoadClient:
         was due by an open-loop schedule, so that a late send counts against it, else from now."""
         workload = self._request_workload(record)
         stall = workload.stall_timeout_s
+        if self._silent:
+            record.error = (
+                f"StallError: the server went silent in this run (no answer for {stall:.0f} s)"
+            )
+            record.stalled, record.e2e_s = True, 0.0
+            if self.on_request is not None:
+                self.on_request(record)
+            return
         start = time.perf_counter()
         if due is not None:
             record.send_lag_s, start = start - due, due
@@ -318,6 +330,7 @@ class LoadClient:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
             record.stalled = isinstance(exc, TimeoutError)  # a stall, or no answer in time
+            self._silent = self._silent or record.stalled
         if self.on_request is not None:
             self.on_request(record)
 
@@ -411,14 +424,17 @@ class LoadClient:
         self._token_sources = (await self._tokenize(session, self.workload.prompt), words)
 
     async def _get(self, session: aiohttp.ClientSession, path: Optional[str]) -> Optional[str]:
-        """The body of GET ``path``, or None (no such endpoint, or no answer)."""
-        if not path:
+        """The body of GET ``path``, or None (no such endpoint, no answer, a silent server)."""
+        if not path or self._silent:
             return None
         try:
             timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
             async with session.get(self.base_url + path, timeout=timeout) as response:
                 return await response.text() if response.status == 200 else None
-        except (TimeoutError, aiohttp.ClientError):
+        except TimeoutError:
+            self._silent = True
+            return None
+        except aiohttp.ClientError:
             return None
 
     async def _counters(self, session: aiohttp.ClientSession) -> dict[str, float]:
@@ -450,6 +466,8 @@ class LoadClient:
         if self.server.caches != CacheUse.none or self.server.prompts != PromptReuse.fresh:
             return waited
         flushes = self.engine.cache_flush(self.server, (await self._state(session))[1])
+        if self._silent:  # the requests will say so, at once
+            return waited
         for method, path in flushes:
             timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
             async with session.request(method, self.base_url + path, timeout=timeout) as response:
@@ -478,6 +496,7 @@ class LoadClient:
         if self._trace is not None:
             rate = self._trace.rate
         rate = rate if rate is not None else level.rate
+        self._silent = False
         await self._prepare_prompts(session)
         settled = await self._settle(session)
         before = await self._counters(session)

@@ -178,6 +178,43 @@ def test_server_stalled_mid_stream_is_ended_by_the_stall_timeout(tmp_path, track
     assert server_pids() == set()  # the stopped server was woken and stopped
 
 
+@pytest.mark.no_engine_server
+def test_a_server_alive_but_silent_is_named_within_the_stall_timeout(tmp_path):
+    """Issue 60: after SIGSTOP, 244 s passed before "stopped answering" against a 120 s
+    stall timeout: the stalled request's 120 s, then the run's closing read of the server's
+    counters another 120 s. Now nothing of the run waits on a server that let one request or
+    probe wait the stall timeout: it is named that timeout after it went quiet, plus the
+    health probe's 2 s (the test server paces 50 events a second: stopped mid-stream or
+    between requests; before, 2 stall timeouts at least)."""
+    stall_s = 10
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "20")
+    process = start_cli(
+        *TINY,
+        f"stack.bin_dir={bin_dir}",
+        "stats.measured_runs=1000",
+        f"workload.stall_timeout_s={stall_s}",
+        "tracking=off",
+        cwd=tmp_path,
+        stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("run 1:"):  # measuring
+            break
+    for pid in server_pids():
+        os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    named = None
+    for line in process.stdout:
+        if "stopped answering, its health endpoint too" in line:
+            named = time.monotonic() - stopped
+            break
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == failure.RUN_FAILED, output[-3000:]
+    assert named is not None and named < 1.7 * stall_s, (named, output[-3000:])
+    assert server_pids() == set()  # the stopped server was woken and stopped
+
+
 @pytest.mark.load_tolerant
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupt_stops_the_server_and_ends_with_one_line(tmp_path, tracking_env, signum):
