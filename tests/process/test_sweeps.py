@@ -61,6 +61,8 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     # Blocked: whole jobs one after another, so the first finishes while the others are
     # still to run (interleaved, the four would take turns and finish together).
     args = ["-m", *TINY, "stats.measured_runs=6", "multirun.order=blocked", "replicate=0,1,2,3"]
+    # Resumed into the same directory: a sweep resumes what its own directory finished.
+    args.append(f"hydra.sweep.dir={tmp_path}/sweep")
     before = server_pids()
     sweep = start_cli(*args, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
