@@ -15,6 +15,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
 
 from specexp.core.durable import write_atomic
+from specexp.core.redaction import redact_tree
 
 
 @dataclass
@@ -54,7 +55,10 @@ class SpecexpSweeper(Sweeper):
         loader, config = self.hydra_context.config_loader, self.config
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
+        # The sweep's config as Hydra composed it, its overrides among them (a tracking URI
+        # with a password), credentials redacted.
+        composed = OmegaConf.to_container(self.config, resolve=False)
+        write_atomic(sweep_dir / "multirun.yaml", OmegaConf.to_yaml(redact_tree(composed)))
         return run_sweep(
             hydra_app.sweep_composer(loader, config),
             sweep_dir,

@@ -1,39 +1,144 @@
-"""What never leaves the machine in clear: values of secret-looking variables, and the
-user-info (user:password@, token@) of any URL, wherever specexp writes or prints them."""
+"""What never leaves the machine in clear, wherever specexp writes or prints: credentials.
+
+One rule, :func:`redact_text` for any text and :func:`redact_env` for variables (names and
+values) on top of it, used by every writer - the console, the files of a run and a sweep,
+their journals, and the MLflow store (params, tags, descriptions, artifacts).
+
+What is replaced by ``***``:
+
+- the value of a variable (or config key) whose name says it holds a secret: a word of it
+  is or ends in PASSWORD, PASSWD, PWD, PASS, SECRET, TOKEN, KEY, CREDENTIAL(S), COOKIE, or is
+  PAT, AUTH..., SESSION..., SIG, SIGNATURE, PRIVATE, DSN, WEBHOOK (``MYSQL_PWD``,
+  ``SSHPASS``, ``GITHUB_PAT``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``SESSION_COOKIE``);
+- in any text, whatever its name: the password of a URL (``scheme://user:***@``, any scheme:
+  http, redis, postgres, mysql+driver...) or its user where there is no password (often a
+  token: ``https://***@github.com``); a query parameter or ``NAME=value`` pair with such a
+  name (``X-Amz-Signature=``, ``X-Amz-Credential=``, ``sig=``, ``token=``, ``api_key=``);
+  the token after ``Bearer`` and anything after ``Authorization:``; the path of a webhook
+  (Slack's hooks.slack.com, Discord's /api/webhooks/, any host or path named webhook), whose
+  address is itself the credential; a PEM private key block.
+
+What is kept, because it identifies the stack and the run and holds no credential: every
+other variable's name and value (``PATH``, ``CUDA_VISIBLE_DEVICES``, ``NCCL_*``, ``VLLM_*``,
+``TOKENIZERS_PARALLELISM``, the shell's ``PWD`` and ``OLDPWD``, which are folders), every
+name of a redacted variable (that it was set can matter), and the rest of a redacted URL -
+scheme, user, host, port, path and its other query parameters - so that which store or
+which data set a run used stays readable.
+"""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Mapping
 
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-# scheme://user:password@ or scheme://token@ (a user alone in a URL is often a token).
-_USER_INFO = re.compile(
-    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@\s:]+)(?::[^/@\s]*)?@"
-)
 REDACTED = "***"
+
+# Words of a name that say its value is a secret, wherever they stand (MYSQL_PWD, SSHPASS,
+# GITHUB_PAT, SESSION_COOKIE, X-Amz-Signature) ...
+_SECRET_WORD = re.compile(
+    r"\w*PASS\w*|\w*PWD|\w*SECRETS?|\w*CREDENTIALS?|\w*COOKIES?|PAT|AUTH|AUTHORIZATION"
+    r"|SIG|SIGNATURE|DSN|\w*WEBHOOKS?",
+    re.IGNORECASE,
+)
+# ... and those that do only as its last word (HF_TOKEN, API_KEY, access_token, session=),
+# which EOS_TOKEN_ID, KEY_FILE or SESSION_TYPE are not.
+_SECRET_LAST_WORD = re.compile(r"\w*TOKEN|\w*KEY|SESSION|SESSIONID", re.IGNORECASE)
+# The shell's working folders, named like passwords.
+_NOT_SECRET = {"PWD", "OLDPWD"}
+# Words of a name: split at anything not a letter or digit, and where camelCase turns.
+_WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+# scheme://user:password@ or scheme://token@ (a user alone in a URL is often a token); a
+# password runs to the last @ before the host (it may hold an @ unescaped).
+_USER_INFO = re.compile(
+    r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^/@\s:?#\"'<>]*)"
+    r"(?P<password>:[^/\s?#\"'<>]*)?@"
+)
+# NAME=value, in a query string (?name=, &name=, ;name=), a shell line or a flag (--name=).
+_ASSIGNMENT = re.compile(r"(?P<name>(?<![\w.-])-{0,2}[A-Za-z_][\w.-]*)=(?P<value>[^&;\s#\"'<>]+)")
+# --name VALUE on a command line.
+_FLAG = re.compile(r"(?P<flag>(?<![\w-])--?[A-Za-z][\w-]*)(?P<space>\s+)(?P<value>[^\s-]\S*)")
+_AUTHORIZATION = re.compile(
+    r"(?P<header>\b(?:Proxy-)?Authorization\s*[:=]\s*)[^\s\"',;]+(?:\s+[^\s\"',;]+)?",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"(?P<kind>\bBearer\s+)[\w.~+/=-]{8,}", re.IGNORECASE)
+_URL = re.compile(r"(?P<address>https?://[^/\s\"'<>]+)(?P<rest>/[^\s\"'<>]*)?", re.IGNORECASE)
+# Tokens that say what they are by their prefix: GitHub's, Hugging Face's, Slack's,
+# GitLab's, OpenAI-style keys, AWS access key ids.
+_KNOWN_TOKEN = re.compile(
+    r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|hf_[A-Za-z0-9]{20,}"
+    r"|xox[abposr]-[\w-]{10,}|glpat-[\w-]{20,}|sk-[\w-]{20,}|AKIA[0-9A-Z]{16})"
+)
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.DOTALL
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a variable, config key or query parameter named ``name`` holds a secret."""
+    words = [word for word in _WORD_BREAK.split(name) if word]
+    if not words or name.upper() in _NOT_SECRET:
+        return False
+    return bool(_SECRET_LAST_WORD.fullmatch(words[-1])) or any(
+        _SECRET_WORD.fullmatch(word) for word in words
+    )
 
 
 def redact_text(text: str) -> str:
-    """``text`` with the password (or, without one, the user) of every URL in it replaced."""
+    """``text`` with every credential in it replaced (the module's docstring says which)."""
 
-    def hide(match: re.Match[str]) -> str:
-        has_password = ":" in match.group(0)[len(match.group("scheme")) :]
-        user = match.group("user") if has_password else REDACTED
-        return f"{match.group('scheme')}{user}{':' + REDACTED if has_password else ''}@"
+    def user_info(match: re.Match[str]) -> str:
+        scheme, user, password = match.group("scheme", "user", "password")
+        if password is not None:
+            return f"{scheme}{user}:{REDACTED}@"
+        return f"{scheme}{REDACTED}@"
 
-    return _USER_INFO.sub(hide, text)
+    def assignment(match: re.Match[str]) -> str:
+        name = match.group("name")
+        return f"{name}={REDACTED}" if is_secret_name(name) else match.group(0)
+
+    def webhook(match: re.Match[str]) -> str:
+        address, rest = match.group("address", "rest")
+        if rest and ("hooks.slack.com" in address.lower() or "webhook" in match.group(0).lower()):
+            return f"{address}/{REDACTED}"
+        return match.group(0)
+
+    def flag(match: re.Match[str]) -> str:
+        name = match.group("flag")
+        return f"{name}{match.group('space')}{REDACTED}" if is_secret_name(name) else match.group(0)
+
+    text = _PRIVATE_KEY.sub(REDACTED, text)
+    text = _URL.sub(webhook, text)
+    text = _USER_INFO.sub(user_info, text)
+    text = _AUTHORIZATION.sub(lambda m: m.group("header") + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group("kind") + REDACTED, text)
+    text = _KNOWN_TOKEN.sub(REDACTED, text)
+    text = _FLAG.sub(flag, text)
+    return _ASSIGNMENT.sub(assignment, text)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Environment with values of secret-looking names replaced, and credentials in URLs."""
-    return {k: (REDACTED if _SECRET_NAME.search(k) else redact_text(v)) for k, v in env.items()}
+    """Variables with the values of secret-looking names replaced, and the credentials in
+    every other value."""
+    return {k: REDACTED if is_secret_name(k) else redact_text(str(v)) for k, v in env.items()}
 
 
 def redact_tree(tree: Any) -> Any:
-    """Every string in nested dicts and lists, with credentials in URLs replaced."""
+    """Nested dicts and lists (a config, a record) with the value of every secret-looking
+    key replaced, and the credentials in every other string."""
     if isinstance(tree, dict):
-        return {key: redact_tree(value) for key, value in tree.items()}
+        return {
+            key: REDACTED
+            if isinstance(key, str) and is_secret_name(key) and _scalar(value)
+            else redact_tree(value)
+            for key, value in tree.items()
+        }
     if isinstance(tree, list):
         return [redact_tree(value) for value in tree]
     return redact_text(tree) if isinstance(tree, str) else tree
+
+
+def _scalar(value: Any) -> bool:
+    """A value to hide under a secret's name: set, and not a container (whose own keys say)."""
+    return value not in (None, "") and not isinstance(value, (dict, list, bool))

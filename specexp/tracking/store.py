@@ -231,12 +231,17 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): tree}
 
 
-def _client_defaults() -> None:
+def _client_defaults(uri: str) -> None:
     """Unless the user says otherwise: no telemetry, and an unreachable tracking server is
-    noticed in seconds, not after minutes of retries."""
+    noticed in seconds, not after minutes of retries. A URI with credentials in it
+    (http://user:password@host) keeps MLflow from printing its "View run ... at: URI" lines,
+    whatever the user says: they would print the password (specexp names the run itself,
+    redacted)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    if redact_text(uri) != uri:
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 class TrackingStore:
@@ -249,8 +254,8 @@ class TrackingStore:
     metric_time_ms: Optional[int] = None
 
     def __init__(self, uri: Optional[str], experiment: str, create: bool = True):
-        _client_defaults()
         self.uri, artifact_root = tracking_uri(uri)
+        _client_defaults(self.uri)
         # Imported here, not with the module: the commands that write no run (help, usage
         # errors, dry runs, the doctor) start 0.8 s sooner without MLflow.
         try:
