@@ -1,29 +1,33 @@
 """What never leaves the machine in clear, wherever specexp writes or prints: credentials.
 
-One rule, :func:`redact_text` for any text and :func:`redact_env` for variables (names and
-values) on top of it, used by every writer - the console, the files of a run and a sweep,
-their journals, and the MLflow store (params, tags, descriptions, artifacts).
+One rule - :func:`redact_text` for any text, :func:`redact_env` and :func:`redact_tree` for
+variables and configs (names and values) on top of it - used by every writer: the console,
+a run's and a sweep's files (environment.json, config.yaml, command.txt, multirun.yaml, the
+server's log, the journals), and the MLflow store (every param and tag, descriptions among
+them, at :func:`specexp.tracking.store.stored_values`; artifacts are those files).
 
-What is replaced by ``***``:
+Replaced by ``***``:
 
-- the value of a variable (or config key) whose name says it holds a secret: a word of it
-  is or ends in PASSWORD, PASSWD, PWD, PASS, SECRET, TOKEN, KEY, CREDENTIAL(S), COOKIE, or is
-  PAT, AUTH..., SESSION..., SIG, SIGNATURE, PRIVATE, DSN, WEBHOOK (``MYSQL_PWD``,
-  ``SSHPASS``, ``GITHUB_PAT``, ``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``SESSION_COOKIE``);
-- in any text, whatever its name: the password of a URL (``scheme://user:***@``, any scheme:
-  http, redis, postgres, mysql+driver...) or its user where there is no password (often a
-  token: ``https://***@github.com``); a query parameter or ``NAME=value`` pair with such a
-  name (``X-Amz-Signature=``, ``X-Amz-Credential=``, ``sig=``, ``token=``, ``api_key=``);
-  the token after ``Bearer`` and anything after ``Authorization:``; the path of a webhook
-  (Slack's hooks.slack.com, Discord's /api/webhooks/, any host or path named webhook), whose
-  address is itself the credential; a PEM private key block.
+- the value of a variable, config key or query parameter whose name says it is a secret: a
+  word of the name is or ends in PASS (PASSWORD, SSHPASS), PWD, SECRET, CREDENTIAL, COOKIE,
+  WEBHOOK, or is PAT, AUTH, AUTHORIZATION, SIG, SIGNATURE, DSN; or its last word ends in
+  TOKEN or KEY or is SESSION (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``X-Amz-Signature``);
+- in any text, whatever its name: a URL's password (``scheme://user:***@``, any scheme:
+  http, redis, postgres, mysql+driver...) or its user where it has no password (often a
+  token: ``https://***@github.com``); such a name's value in ``NAME=value``, ``?name=value``,
+  ``--name=value`` and ``--name value``; what follows ``Authorization:`` or ``Bearer``; the
+  path of a webhook (hooks.slack.com, Discord's /api/webhooks/, any URL naming a webhook),
+  whose address is the credential; tokens that say what they are by their prefix (GitHub's
+  ghp_ and github_pat_, Hugging Face's hf_, Slack's xox*-, GitLab's glpat-, sk-, AWS's AKIA);
+  a PEM private key.
 
-What is kept, because it identifies the stack and the run and holds no credential: every
-other variable's name and value (``PATH``, ``CUDA_VISIBLE_DEVICES``, ``NCCL_*``, ``VLLM_*``,
-``TOKENIZERS_PARALLELISM``, the shell's ``PWD`` and ``OLDPWD``, which are folders), every
-name of a redacted variable (that it was set can matter), and the rest of a redacted URL -
-scheme, user, host, port, path and its other query parameters - so that which store or
-which data set a run used stays readable.
+Kept, because it identifies the stack and the run and is no credential: every other
+variable's name and value (``PATH``, ``CUDA_VISIBLE_DEVICES``, ``NCCL_*``, ``VLLM_*``), names
+that only look like secrets (``TOKENIZERS_PARALLELISM``, ``EOS_TOKEN_ID``, ``KEY_FILE``, the
+shell's ``PWD`` and ``OLDPWD``, which are folders, MLflow's ``viewStateShareKey``, a saved
+view's name), the name of every redacted variable (that it was set can matter), and the rest
+of a redacted URL - scheme, user, host, port, path, its other query parameters - so that
+which store, server or data set a run used stays readable.
 """
 
 from __future__ import annotations
@@ -43,8 +47,8 @@ _SECRET_WORD = re.compile(
 # ... and those that do only as its last word (HF_TOKEN, API_KEY, access_token, session=),
 # which EOS_TOKEN_ID, KEY_FILE or SESSION_TYPE are not.
 _SECRET_LAST_WORD = re.compile(r"\w*TOKEN|\w*KEY|SESSION|SESSIONID", re.IGNORECASE)
-# The shell's working folders, named like passwords.
-_NOT_SECRET = {"PWD", "OLDPWD"}
+# The shell's working folders, and the UI's saved view in the store's links, named like secrets.
+_NOT_SECRET = {"PWD", "OLDPWD", "VIEWSTATESHAREKEY"}
 # Words of a name: split at anything not a letter or digit, and where camelCase turns.
 _WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 

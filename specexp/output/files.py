@@ -149,9 +149,12 @@ class FilesObserver:
             return
         write_atomic(
             self._path(Artifact.command),
-            f"# not started by specexp: measured the running server at {event.url}\n"
-            if event.command is None
-            else LaunchSpec(event.command.argv, redact_env(event.command.env)).shell_line() + "\n",
+            redact_text(
+                f"# not started by specexp: measured the running server at {event.url}\n"
+                if event.command is None
+                else LaunchSpec(event.command.argv, redact_env(event.command.env)).shell_line()
+                + "\n"
+            ),
         )
         self._command_written = True
 

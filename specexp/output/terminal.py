@@ -37,7 +37,7 @@ from specexp.analysis.summary import JobSummary
 from specexp.analysis.surface import Surface
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.redaction import redact_env
+from specexp.core.redaction import redact_env, redact_text
 from specexp.core.schemas import (
     ASSUMED_TOK_PER_S_PER_STREAM,
     RunConfig,
@@ -234,11 +234,13 @@ def print_dry_run(job: Job, launch: LaunchSpec, resolution: Optional[Resolution]
             f"({escape(resolution.chosen_for)})"
         )
     if cfg.engine.url:
-        console.print(f"# measures the running server at {cfg.engine.url}: nothing is launched")
+        console.print(
+            f"# measures the running server at {redact_text(cfg.engine.url)}: nothing is launched"
+        )
         return
     # Plain print: the command must stay one copy-pasteable line, never wrapped by rich.
     if not console.quiet:
-        print(LaunchSpec(launch.argv, env).shell_line(), flush=True)
+        print(redact_text(LaunchSpec(launch.argv, env).shell_line()), flush=True)
 
 
 def print_stopped(what: str, why: str) -> None:

@@ -231,6 +231,13 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): tree}
 
 
+def stored_values(values: dict[str, Any]) -> dict[str, str]:
+    """Params or tags as the store (or a journal) takes them: strings, with any credential in
+    them redacted - a server's URL, a swept override, a description (the config's own
+    secret-named values are redacted where it is flattened, by name)."""
+    return {key: redact_text(str(value)) for key, value in values.items()}
+
+
 def _client_defaults(uri: str) -> None:
     """Unless the user says otherwise: no telemetry, and an unreachable tracking server is
     noticed in seconds, not after minutes of retries. A URI with credentials in it
@@ -340,7 +347,7 @@ class TrackingStore:
     def start_run(
         self, run_name: str, tags: dict[str, str], parent_run_id: Optional[str] = None
     ) -> RunLog:
-        all_tags = dict(tags)
+        all_tags = stored_values(tags)
         if parent_run_id:
             all_tags[PARENT_RUN_ID] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
@@ -527,7 +534,7 @@ class RunLog:
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param  # noqa: PLC0415 (DEFERRED)
 
-        batch = [Param(k, str(v)[:_MAX_PARAM]) for k, v in sorted(params.items())]
+        batch = [Param(k, v[:_MAX_PARAM]) for k, v in sorted(stored_values(params).items())]
         for i in range(0, len(batch), 100):  # MLflow caps params per batch at 100
             self.client.log_batch(self.run_id, params=batch[i : i + 100])
 
@@ -547,7 +554,9 @@ class RunLog:
     def set_tags(self, tags: dict[str, Any]) -> None:
         from mlflow.entities import RunTag  # noqa: PLC0415 (DEFERRED)
 
-        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self.client.log_batch(
+            self.run_id, tags=[RunTag(k, v) for k, v in stored_values(tags).items()]
+        )
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         for path in paths:
@@ -588,7 +597,7 @@ class OfflineRun:
             **(
                 {"continues": continues}
                 if continues
-                else {"start": [run_name, tags or {}, parent_run_id]}
+                else {"start": [run_name, stored_values(tags or {}), parent_run_id]}
             ),
             "calls": [],
         }
@@ -605,7 +614,7 @@ class OfflineRun:
         self._write()
 
     def log_params(self, params: dict[str, Any]) -> None:
-        self._record("log_params", {k: str(v) for k, v in params.items()})
+        self._record("log_params", stored_values(params))
 
     def log_metrics(
         self, metrics: dict[str, float], step: int = 0, timestamp_ms: Optional[int] = None
@@ -613,7 +622,7 @@ class OfflineRun:
         self._record("log_metrics", metrics, step, timestamp_ms or now_ms())
 
     def set_tags(self, tags: dict[str, Any]) -> None:
-        self._record("set_tags", {k: str(v) for k, v in tags.items()})
+        self._record("set_tags", stored_values(tags))
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         self._record("log_artifacts", [str(p) for p in paths], artifact_path)

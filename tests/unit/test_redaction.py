@@ -92,6 +92,9 @@ def test_text_keeps_its_shape_around_a_redacted_url():
     assert redact_text('{"a":"redis://:pw@h:1","b":"x@y"}') == '{"a":"redis://:***@h:1","b":"x@y"}'
     assert redact_text("http://host:80/x?email=a@b.org") == "http://host:80/x?email=a@b.org"
     assert redact_text("MYSQL_PWD=pw ls; n_tokens=5") == "MYSQL_PWD=*** ls; n_tokens=5"
+    # A run's description links to a saved view of the UI by its name.
+    link = "#/experiments/1/runs?workflowType=machine_learning&viewStateShareKey=specexp-benchmark"
+    assert redact_text(link) == link
 
 
 def test_a_tree_hides_values_under_secret_keys_and_credentials_in_any_string():
