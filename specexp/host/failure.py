@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import traceback
 
 from specexp.core.redaction import redact_text
 
@@ -54,15 +55,11 @@ def exit_status(exc: BaseException, otherwise: int = BUG) -> int:
 
 
 def log_traceback(exc: BaseException) -> None:
-    """The traceback to the log files (never the terminal: it gets :func:`one_line`)."""
+    """The traceback to the log files (never the terminal: it gets :func:`one_line`),
+    credentials redacted (a store's error names its URL, password and all)."""
+    trace = redact_text("".join(traceback.format_exception(exc)).rstrip())
     record = _log.makeRecord(
-        _log.name,
-        logging.ERROR,
-        __file__,
-        0,
-        one_line(exc),
-        (),
-        (type(exc), exc, exc.__traceback__),
+        _log.name, logging.ERROR, __file__, 0, f"{one_line(exc)}\n{trace}", (), None
     )
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):

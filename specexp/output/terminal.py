@@ -145,7 +145,7 @@ def logged_to(path: Path) -> Iterator[None]:
 def log_traceback() -> None:
     """The exception being handled, with its traceback, into the log files (the terminal
     gets one line for it where it is handled)."""
-    console.log_only(traceback.format_exc().rstrip())
+    console.log_only(redact_text(traceback.format_exc().rstrip()))
 
 
 # What a sweep tells its jobs besides their own overrides (their parent run, label, part,

@@ -59,6 +59,7 @@ from specexp.tracking.store import (
     OfflineRun,
     TrackingStore,
     flatten,
+    stored_values,
     uri_in_force,
 )
 
@@ -215,7 +216,7 @@ def start_tracking(job: Job, output_dir: Path, say: Callable[[str], None]) -> Op
 def log_stack(job: Job, tracker: TrackedRun, output_dir: Path) -> None:
     url = job.config.engine.url
     # A server specexp did not start runs on a stack it cannot see: nothing is guessed.
-    info = {"external_server": url} if url else capture.stack(job.server, job.engine)
+    info = stored_values({"external_server": url} if url else capture.stack(job.server, job.engine))
     write_atomic(output_dir / Artifact.stack, json.dumps(info, indent=2, sort_keys=True))
     tracker.set_tags({f"{STACK}{k}": v[:MAX_TAG] for k, v in info.items()})
     tracker.log_artifacts([output_dir / Artifact.stack])

@@ -3,9 +3,12 @@ over what must stay readable: the stack's variables and the rest of a redacted U
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from specexp.core.redaction import REDACTED, is_secret_name, redact_env, redact_text, redact_tree
+from specexp.host import failure
 
 # (variable, value, what of it is the secret, what is kept of it)
 SHAPES = [
@@ -110,3 +113,21 @@ def test_a_tree_hides_values_under_secret_keys_and_credentials_in_any_string():
         "runs": [{"api_key": REDACTED}, "Bearer ***"],
         "workload": {"max_tokens": 48, "draft_key": None},
     }
+
+
+def test_a_traceback_in_the_log_file_names_the_store_without_its_password(tmp_path):
+    """MLflow's error for a store that is down names its URL, password and all."""
+    log = tmp_path / "specexp.log"
+    handler = logging.FileHandler(log)
+    logging.getLogger().addHandler(handler)
+    try:
+        try:
+            raise RuntimeError("API request to http://alice:pw-7Hq2@127.0.0.1:9/api failed")
+        except RuntimeError as exc:
+            failure.log_traceback(exc)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    written = log.read_text()
+    assert "Traceback" in written and "alice:***@127.0.0.1:9" in written
+    assert "pw-7Hq2" not in written
