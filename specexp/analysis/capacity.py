@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.results import Metric, capacity_points, rate_curve
-from specexp.core.capacity import RatePoint, capacity_ratio, interval_text
+from specexp.core.capacity import Capacity, RatePoint, bracket, capacity_ratio, interval_text
 from specexp.core.load_curve import (
     CurvePoint,
     Knee,
@@ -70,6 +70,20 @@ class ArmCapacity:
     def rate_points(self) -> list[RatePoint]:
         return [RatePoint(rate, requests, good) for rate, requests, good in self.points]
 
+    def capacity(self, confidence: float) -> Capacity:
+        """The capacity as its job reported it (its interval at ``confidence``)."""
+        points = self.rate_points()
+        return Capacity(
+            self.target or 0.0,
+            confidence,
+            tuple(points),
+            bracket(points, self.target or 0.0),
+            self.rate,
+            self.ci_low,
+            self.ci_high,
+            self.log_se,
+        )
+
     def describe(self) -> str:
         if self.rate is None:
             return "not estimated"
@@ -112,15 +126,16 @@ def has_capacity(arm: Arm) -> bool:
 def compare_capacity(
     pairs: Sequence[tuple[Arm, Arm]], confidence: float
 ) -> list[CapacityComparison]:
-    """Each (baseline, candidate) pair of capacity-search arms compared from both searches'
-    runs (:func:`specexp.core.capacity.capacity_ratio`); the pairs share one simultaneous
-    level (Bonferroni), as the sweep's other comparisons do."""
+    """Each (baseline, candidate) pair of capacity-search arms compared from the capacities
+    their jobs reported (:func:`specexp.core.capacity.capacity_ratio`: the ratio printed is
+    the ratio of the capacities printed); the pairs share one simultaneous level
+    (Bonferroni), as the sweep's other comparisons do."""
     level = 1 - (1 - confidence) / max(1, len(pairs))
     compared = []
     for base_arm, arm in pairs:
         base, candidate = ArmCapacity.of(base_arm), ArmCapacity.of(arm)
         found = (
-            capacity_ratio(base.rate_points(), candidate.rate_points(), base.target, level)
+            capacity_ratio(base.capacity(confidence), candidate.capacity(confidence), level)
             if base.target is not None and base.target == candidate.target
             else None
         )

@@ -9,13 +9,14 @@ coverage is counted, not argued."""
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specexp.core.capacity import RatePoint, capacity_ratio, estimate, next_rate
+from specexp.core.capacity import Capacity, RatePoint, capacity_ratio, estimate, next_rate
 from specexp.core.schemas import CapacitySearchConfig
 
 pytestmark = pytest.mark.statistics
@@ -25,38 +26,81 @@ TARGET, TRUE_CAPACITY = 0.9, 1.0
 
 def searched(seed: int, excess: float, runs: int = 8, requests: int = 24, slope: float = -6.0):
     """One search of ``runs`` runs from a start up to 3.3x off the truth; its estimate."""
+    return simulated_search(seed, logistic(slope), excess, runs, requests)
+
+
+def logistic(slope: float, capacity: float = TRUE_CAPACITY) -> Callable[[float], float]:
+    """Attainment's logit, logistic in log rate through the target at ``capacity``."""
+    intercept = math.log(TARGET / (1 - TARGET)) - slope * math.log(capacity)
+    return lambda rate: intercept + slope * math.log(rate)
+
+
+def on_the_limit(rate: float) -> float:
+    """A draft arm whose TPOT sits on the SLO's limit: attainment falls through the target
+    at the true capacity, then rises again to about one half at 1.4x it (busier batches meet
+    the limit more often) and falls for good - not monotone; the capacity is the first
+    crossing."""
+    falling = math.log(TARGET / (1 - TARGET)) - 25 * math.log(rate / TRUE_CAPACITY)
+    if rate <= TRUE_CAPACITY:
+        return falling
+    return falling + 6.0 * math.exp(-((math.log(rate / (1.4 * TRUE_CAPACITY)) / 0.12) ** 2))
+
+
+def simulated_search(
+    seed: int,
+    logit: Callable[[float], float],
+    excess: float,
+    runs: int,
+    requests: int,
+    capacity: float = TRUE_CAPACITY,
+) -> Capacity:
+    """A search as the CLI makes it (``next_rate``, ``estimate``) against a simulated server
+    whose attainment's logit at each rate is ``logit``, each run shifted by its own load
+    (normal, sd ``excess``), its requests binomial; started up to 3.3x off ``capacity``."""
     rng = np.random.default_rng(seed)
-    intercept = math.log(TARGET / (1 - TARGET)) - slope * math.log(TRUE_CAPACITY)
     search = CapacitySearchConfig(
-        start_rate=float(TRUE_CAPACITY * math.exp(rng.uniform(-1.2, 1.2))),
+        start_rate=float(capacity * math.exp(rng.uniform(-1.2, 1.2))),
         min_rate=0.01,
         max_rate=100.0,
     )
     points: list[RatePoint] = []
     for _ in range(runs):
         rate = next_rate(points, search, TARGET)
-        logit = intercept + slope * math.log(rate) + rng.normal(0.0, excess)
-        attained = int(rng.binomial(requests, 1 / (1 + math.exp(-logit))))
+        shifted = logit(rate) + rng.normal(0.0, excess)
+        attained = int(rng.binomial(requests, 1 / (1 + math.exp(-shifted))))
         points.append(RatePoint(rate, requests, attained))
     return estimate(points, TARGET, 0.95)
 
 
-@pytest.mark.parametrize("excess", [0.0, 0.3])
-def test_the_capacity_interval_covers_the_true_capacity_at_its_level(excess):
-    """95% intervals from eight runs of 24 requests: coverage within Monte Carlo error of
-    95% (unbounded intervals cover, and are counted: they must stay rare)."""
-    trials = 300
-    outcomes = [searched(seed, excess) for seed in range(trials)]
-    assert all(c.rate is not None for c in outcomes)  # the search always brackets it
-    bounded = [c for c in outcomes if c.ci_low is not None]
-    covered = sum(c.ci_low <= TRUE_CAPACITY <= c.ci_high for c in bounded)
-    coverage = (covered + trials - len(bounded)) / trials
-    # 3 standard errors of a binomial proportion at 95% over 300 trials: +-0.038.
-    assert 0.91 <= coverage <= 0.99, coverage
-    assert len(bounded) >= 0.9 * trials
-    # And it says something: the median interval spans less than +-20% of the capacity.
-    widths = sorted(c.ci_high / c.ci_low for c in bounded)
-    assert widths[len(widths) // 2] < 1.44
+SERVERS = {
+    # Eight runs of 24 requests, as capacity_cpu's runs are small (binomial noise dominates).
+    "small runs": (logistic(-6.0), 0.3, 8, 24),
+    "small runs, no excess": (logistic(-6.0), 0.0, 8, 24),
+    # capacity_gpu: seven runs of 320 arrivals, attainment from 1 to 0 within 10% of the rate.
+    "steep, 320 arrivals": (logistic(-30.0), 0.3, 7, 320),
+    # Noisy near the limit: a shallow curve and runs that differ twice as much.
+    "noisy near the limit": (logistic(-4.0), 0.6, 7, 320),
+    "not monotone": (on_the_limit, 0.3, 7, 320),
+}
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_the_capacity_interval_covers_the_true_capacity_and_is_bounded_when_bracketed(server):
+    """95% intervals of whole searches: coverage of the true capacity at least 0.93 among
+    the searches that bracket it (measured 0.93-0.985 over 200; on the steep curve 0.91
+    before the excess floor, 0.82 before Williams' excess) and bounded in at least 90% of
+    them (measured 97.5-100%); the estimate inside its interval and its bracket."""
+    trials = 200
+    outcomes = [simulated_search(seed, *SERVERS[server]) for seed in range(trials)]
+    bracketed = [c for c in outcomes if c.rate is not None]
+    assert len(bracketed) >= 0.9 * trials
+    bounded = [c for c in bracketed if c.ci_low is not None and c.ci_high is not None]
+    assert len(bounded) >= 0.9 * len(bracketed)
+    covered = sum((c.ci_low or 0.0) <= TRUE_CAPACITY <= (c.ci_high or math.inf) for c in bracketed)
+    assert covered >= 0.93 * len(bracketed), covered / len(bracketed)
+    for c in bounded:
+        assert c.ci_low <= c.rate <= c.ci_high
+        assert c.bracket.passing <= c.rate <= c.bracket.failing
 
 
 def test_the_point_estimate_is_close_and_unbiased_on_the_log_scale():
@@ -66,46 +110,38 @@ def test_the_point_estimate_is_close_and_unbiased_on_the_log_scale():
     assert float(np.std(logs)) < 0.12
 
 
-def search_points(seed: int, capacity: float, excess: float) -> list[RatePoint]:
-    """The runs of one search as the real ones were made (8 runs of 16 requests from 0.4
-    req/s) on a curve through 90% at ``capacity``."""
-    rng = np.random.default_rng(seed)
-    slope = -6.0
-    intercept = math.log(TARGET / (1 - TARGET)) - slope * math.log(capacity)
-    search = CapacitySearchConfig(start_rate=0.4, min_rate=0.01, max_rate=100.0)
-    points: list[RatePoint] = []
-    for _ in range(8):
-        rate = next_rate(points, search, TARGET)
-        logit = intercept + slope * math.log(rate) + rng.normal(0.0, excess)
-        points.append(RatePoint(rate, 16, int(rng.binomial(16, 1 / (1 + math.exp(-logit))))))
-    return points
-
-
 @pytest.mark.parametrize(
-    "candidate,excess,decided_at_most,decided_at_least",
-    [(1.0, 0.5, 0.06, 0.0), (0.5, 0.0, 1.0, 0.85)],
+    "server,candidate,excess,decided_at_most,decided_at_least",
+    [
+        ("small runs", 1.0, 0.5, 0.06, 0.0),
+        ("small runs", 0.5, 0.0, 1.0, 0.85),
+        ("steep, 320 arrivals", 1.0, 0.3, 0.06, 0.0),
+        ("steep, 320 arrivals", 0.8, 0.3, 1.0, 0.85),
+    ],
 )
-def test_the_capacity_ratio_holds_its_level_and_finds_a_halved_capacity(
-    candidate, excess, decided_at_most, decided_at_least
+def test_the_capacity_ratio_holds_its_level_and_finds_a_lower_capacity(
+    server, candidate, excess, decided_at_most, decided_at_least
 ):
-    """Two searches' runs compared: identical arms (A/A) are called different in at most 6%
-    of pairs (measured 3.5%; Wald's interval on the log ratio, used before, 8.3%), a halved
-    capacity in at least 85% (measured 95%), and the 95% interval covers the true ratio."""
-    trials, decided, covered, estimated = 200, 0, 0, 0
+    """Two searches compared as the report compares them, from the capacities it prints:
+    identical arms (A/A) are called different in at most 6% of pairs (measured 0-1%), a
+    halved capacity (small runs) or one 20% lower (320 arrivals) found in at least 85%
+    (measured 98-100%), and the 95% interval covers the true ratio in at least 93%."""
+    _, _, runs, requests = SERVERS[server]
+    slope = -6.0 if requests < 100 else -30.0
+    trials, decided, covered, estimated = 100, 0, 0, 0
     for trial in range(trials):
-        found = capacity_ratio(
-            search_points(2 * trial, 1.0, excess),
-            search_points(2 * trial + 1, candidate, excess),
-            TARGET,
-            0.95,
+        base = simulated_search(2 * trial, logistic(slope), excess, runs, requests)
+        cand = simulated_search(
+            2 * trial + 1, logistic(slope, candidate), excess, runs, requests, candidate
         )
-        if found is None:  # a search whose fit did not converge: not estimated, said so
+        found = capacity_ratio(base, cand, 0.95)
+        if found is None:  # a search that did not bracket: not estimated, said so
             continue
         estimated += 1
         low, high = found.ci_low or 0.0, found.ci_high or math.inf
         decided += low > 1 or high < 1
         covered += low <= candidate <= high
-    assert estimated >= 0.98 * trials
+    assert estimated >= 0.95 * trials
     assert decided_at_least <= decided / estimated <= decided_at_most
     assert covered / estimated >= 0.93
 
@@ -150,9 +186,10 @@ def test_the_capacity_search_never_crashes_on_any_attainment_curve(
                 assert found.ci_low <= found.ci_high
 
 
-def test_flat_attainment_at_the_target_gives_a_reason_not_an_overflow():
+def test_flat_attainment_at_the_target_gives_a_capacity_in_its_bracket_not_an_overflow():
     """The search that overflowed exp: five runs at 0.28-0.56 req/s whose attainment hovers
-    at the 0.9 target (a curve too flat to place the capacity)."""
+    at the 0.9 target (a curve too flat to place the capacity): the capacity is kept to the
+    bracket, between the highest rate that met the target and the one above that failed."""
     points = [
         RatePoint(0.5601643369560027, 24, 21),
         RatePoint(0.2800821684780013, 24, 22),
@@ -161,6 +198,6 @@ def test_flat_attainment_at_the_target_gives_a_reason_not_an_overflow():
         RatePoint(0.5136729618477183, 24, 24),
     ]
     found = estimate(points, TARGET, 0.95)
-    assert found.rate is None and "too flat" in (found.reason or "")
+    assert found.rate is not None and 0.513 <= found.rate <= 0.561
     search = CapacitySearchConfig(start_rate=0.28, min_rate=0.01, max_rate=100.0)
-    assert 0.28 < next_rate(points, search, TARGET) < 0.57
+    assert 0.28 < next_rate(points, search, TARGET) < 0.56
