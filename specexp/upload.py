@@ -84,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"published the report of sweep {journal.parent} on run {parent}")
                 continue
             done = replay(journal, args.tracking_uri)
+            if done.already:
+                console.print(f"{journal}: already uploaded, as run {done.run_id}; nothing changed")
+                continue
             journal.rename(uploaded(journal))
             cut = (
                 "; the journal stopped before the run's end, so the run is ended FAILED"

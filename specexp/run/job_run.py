@@ -68,6 +68,18 @@ class OpenJobs:
             finally:
                 close_session(session)
 
+    def fail(self, session: JobSession, why: str) -> None:
+        """End one job kept open as failed, saying ``why`` (its sequential comparison stopped
+        for the other arm's failure: its launches are half a comparison, not a result)."""
+        for output_dir, held in list(self._sessions.items()):
+            if held is session:
+                del self._sessions[output_dir]
+                session.result.status = RunStatus.failed
+                try:
+                    _failed(session, "run failed", why, why)
+                finally:
+                    close_session(session)
+
     def end_all(self, status: RunStatus) -> None:
         """End the jobs still waiting for their next part (an interrupted or failed sweep)."""
         while self._sessions:

@@ -21,7 +21,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from rich.markup import escape
 
 from specexp.analysis.arms import calibrations
-from specexp.analysis.results import RunStatus, Tag
+from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison
@@ -169,7 +169,12 @@ def run_sweep(
     emit: Emitter[SweepEvent] = Emitter([SweepConsole(), tracker])
     schedule = _schedule(plan, first, baseline, launcher, tracker, emit, compose)
     returns, stopped_with = _launch_all(launcher, plan, schedule, tracker, emit, max_batch_size)
-    journals = [j for kind in journals_under([sweep_dir]).values() for j in kind] if store else []
+    left = journals_under([sweep_dir])
+    journals = (
+        [*store.not_uploaded(left[Artifact.offline_journal]), *left[Artifact.report_journal]]
+        if store
+        else []
+    )
     if journals:
         say_left_to_upload(sweep_dir, journals)
     # A failure first (the console said which), then what is left to upload.
@@ -231,9 +236,7 @@ def _schedule(
                     len(plan.jobs),
                 )
             mark_finished(plan, store, [tracker.sweep_dir, *earlier])
-            pairs = [
-                (b, c) for b, c in pairs if b.finished_run_id is None and c.finished_run_id is None
-            ]
+            pairs = unfinished_pairs(pairs)
     sequential = {id(j) for pair in pairs for j in pair}
     steps = plan_steps(
         [j for j in plan.to_run if id(j) not in sequential],
@@ -257,6 +260,18 @@ def _schedule(
     if first.dry_run:  # nothing is measured: each job's command once
         return _Schedule([Step(planned) for planned in plan.to_run], [])
     return _Schedule(steps, pairs)
+
+
+def unfinished_pairs(
+    pairs: list[tuple[PlannedJob, PlannedJob]],
+) -> list[tuple[PlannedJob, PlannedJob]]:
+    """The comparisons a resumed sweep still measures until decided: each whose arms are not
+    both finished, measured again whole (issue 60: one arm finished with the launches it had
+    when the other failed was skipped, and the other measured alone - no comparison)."""
+    left = [(b, c) for b, c in pairs if b.finished_run_id is None or c.finished_run_id is None]
+    for baseline, candidate in left:
+        baseline.finished_run_id = candidate.finished_run_id = None
+    return left
 
 
 def _launch_all(

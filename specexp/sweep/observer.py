@@ -7,6 +7,7 @@ emits and launches; this module prints and writes."""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from specexp.core.schemas import JobOrder
 from specexp.core.sequential import SequentialComparison
 from specexp.host import failure, owner
 from specexp.output import terminal
+from specexp.output.files import RUN_FILE
 from specexp.sweep.plan import Plan, PlannedJob, describe
 from specexp.sweep.report import (
     end_sweep,
@@ -114,6 +116,9 @@ class SweepTracker:
     ):
         self.store, self.sweep_dir, self.order, self.say = store, sweep_dir, order, say
         self.parent: Optional[RunLog] = None
+        # When the parent started: each publication of its report logs its points at this
+        # time, so that the store keeps them once (a sweep resumed, its report published again).
+        self.started_ms: Optional[int] = None
         self._planned: Optional[SweepPlanned] = None
 
     @property
@@ -129,19 +134,27 @@ class SweepTracker:
             self._ended(event)
 
     def _start_parent(self, store: TrackingStore, plan: Plan) -> RunLog:
-        parent = store.start_run(
-            f"sweep ({len(plan.jobs)} jobs)",
-            {
-                Tag.kind: RunKind.sweep,
-                Tag.process: owner.this_process(),
-                Tag.jobs: str(len(plan.jobs)),
-                Tag.jobs_to_run: str(len(plan.to_run)),
-                Tag.planned_server_launches: str(plan.server_launches),
-                Tag.order: self.order,
-            },
-        )
-        parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
+        """The sweep's parent run: the one an earlier run of this sweep (its folder) started,
+        open again, so that a sweep has one parent however often it is resumed and its
+        report published; else a new one."""
+        tags: dict[str, str] = {
+            Tag.kind: RunKind.sweep,
+            Tag.process: owner.this_process(),
+            Tag.jobs: str(len(plan.jobs)),
+            Tag.jobs_to_run: str(len(plan.to_run)),
+            Tag.planned_server_launches: str(plan.server_launches),
+            Tag.order: self.order,
+        }
+        earlier = earlier_parent(store, self.sweep_dir)
+        if earlier is not None:
+            store.client.update_run(earlier, status="RUNNING")
+            parent = store.run(earlier)
+            parent.set_tags(tags)
+        else:
+            parent = store.start_run(f"sweep ({len(plan.jobs)} jobs)", tags)
+            parent.log_params({"overrides": redact_text(" ".join(sys.argv[1:]))})
         sweep_view(store, parent.run_id, plan)
+        self.started_ms = store.client.get_run(parent.run_id).info.start_time
         return parent
 
     def _ended(self, event: SweepEnded) -> None:
@@ -158,7 +171,25 @@ class SweepTracker:
                 event.end_children,
                 self.sweep_dir,
                 self.say,
+                self.started_ms,
             )
+
+
+def earlier_parent(store: TrackingStore, sweep_dir: Path) -> Optional[str]:
+    """The parent run an earlier run of the sweep in ``sweep_dir`` started, as its tracked
+    jobs wrote it down, if the store holds it."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 (DEFERRED)
+
+    for record in sorted(sweep_dir.glob(f"*/{RUN_FILE}")):
+        try:
+            parent_id = json.loads(record.read_text()).get("parent_run_id")
+            run = store.client.get_run(parent_id) if parent_id else None
+        except (OSError, ValueError, MlflowException):
+            continue
+        if run is not None and run.info.experiment_id == store.experiment_id:
+            if run.data.tags.get(Tag.kind) == RunKind.sweep:
+                return str(parent_id)
+    return None
 
 
 def publish_end(
@@ -169,20 +200,22 @@ def publish_end(
     end_children: bool,
     sweep_dir: Path,
     say: Callable[[str], None],
+    published_at_ms: Optional[int] = None,
 ) -> None:
-    """The report and the parent's end in the store, journaled beside the jobs' directories
-    first: kept there when the store fails now or the sweep is killed while publishing, for
+    """The report and the parent's end in the store (its metrics logged at
+    ``published_at_ms``, else now), journaled beside the jobs' directories first: kept there
+    when the store fails now or the sweep is killed while publishing, for
     `python -m specexp.upload` (or the sweep resumed here) to publish later (``say`` tells
     where). A job whose record went to its journal holds the report back with it: the
     upload publishes the report once that record is in the store, so that it counts the job
     as it ended, not as an open run ended FAILED."""
-    at_ms = now_ms()
+    at_ms = published_at_ms or now_ms()
     try:
         journal = journal_sweep_end(sweep_dir, store, facts, status, end_children, at_ms)
     except OSError as exc:  # a full disk: the store may still take the report
         failure.log_traceback(exc)
         journal = None
-    held_by = journals_under([sweep_dir])[Artifact.offline_journal]
+    held_by = store.not_uploaded(journals_under([sweep_dir])[Artifact.offline_journal])
     if journal is not None and held_by:
         say(
             f"[bold yellow]{len(held_by)} job record(s) of the sweep are in journals[/] (the "

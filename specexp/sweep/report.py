@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from specexp.analysis.arms import calibrations, with_launches
 from specexp.analysis.report import SweepFacts, compile_sweep_report
-from specexp.analysis.results import FACTOR, Artifact, Metric, RunStatus
+from specexp.analysis.results import FACTOR, Artifact, JobRun, Metric, RunStatus, Tag
 from specexp.core.durable import write_atomic
 from specexp.core.records import structure, unstructure
 from specexp.core.redaction import redact_text
@@ -146,12 +146,27 @@ def replay_sweep_end(path: Path, uri: Optional[str] = None) -> str:
     return facts.parent_run_id
 
 
+def _latest(runs: Sequence[JobRun]) -> list[JobRun]:
+    """Each configuration's newest run of ``runs`` (the store's order: newest first): a sweep
+    resumed in its folder keeps its one parent, whose children are its earlier attempts'
+    runs too (one killed, then finished)."""
+    seen: set[str] = set()
+    latest = []
+    for run in runs:
+        configuration = run.tags.get(Tag.config_fingerprint) or run.run_id
+        if configuration not in seen:
+            seen.add(configuration)
+            latest.append(run)
+    return latest
+
+
 def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> None:
     """The sweep's report on its parent run: every job's run (resumed ones too), compared
     with the baseline when one is configured, and how their runs were ordered in time.
     Written also when jobs failed."""
-    resumed = list(facts.resumed)
-    children = store.job_runs(parent=parent.run_id)
+    children = _latest(store.job_runs(parent=parent.run_id))
+    ours = {r.run_id for r in children}
+    resumed = [r for r in facts.resumed if r not in ours]  # not twice: resumed under one parent
     resumed_runs = store.job_runs(run_ids=resumed) if resumed else []
     under_slo = facts.crossover_factor and any(
         Metric.goodput_tok_per_s in r.metrics for r in [*children, *resumed_runs]
@@ -169,13 +184,13 @@ def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> Non
         ),
         store.job_prompts(r.run_id for r in [*children, *resumed_runs]),
         goodput_runs=[
-            *store.job_runs(parent=parent.run_id, metric=Metric.goodput_tok_per_s),
+            *_latest(store.job_runs(parent=parent.run_id, metric=Metric.goodput_tok_per_s)),
             *(store.job_runs(run_ids=resumed, metric=Metric.goodput_tok_per_s) if resumed else []),
         ]
         if under_slo
         else (),
         energy_runs=[
-            *store.job_runs(parent=parent.run_id, metric=Metric.energy_j_per_token),
+            *_latest(store.job_runs(parent=parent.run_id, metric=Metric.energy_j_per_token)),
             *(store.job_runs(run_ids=resumed, metric=Metric.energy_j_per_token) if resumed else []),
         ]
         if metered

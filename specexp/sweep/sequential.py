@@ -504,8 +504,24 @@ def run_sequences(
                 sessions[id(job)] = found
         for sequence in (s for s in sequences if s.open):
             _look(sequence, sessions, round_index, runs)
+    _fail_halves(sequences, sessions, open_jobs)
     open_jobs.finish_all()
     return [s.outcome() for s in sequences]
+
+
+def _fail_halves(
+    sequences: Sequence[_Running], sessions: dict[int, JobSession], open_jobs: OpenJobs
+) -> None:
+    """The arm still open of each comparison that stopped for its other arm's failure (a
+    full disk, a server that died) ended failed, not finished with the launches it had: a
+    resumed sweep would skip it as done and lose the comparison; failed, both arms are
+    measured again."""
+    for sequence in sequences:
+        if sequence.record.stop == StopReason.failed:
+            for job in (sequence.baseline, sequence.candidate):
+                held = sessions.get(id(job))
+                if held is not None:
+                    open_jobs.fail(held, "its comparison stopped: the other arm failed")
 
 
 def _look(

@@ -433,6 +433,36 @@ class TrackingStore:
         runs = self._search(f"tags.`{Tag.journal}` = '{journal_id}'", max_results=1)
         return runs[0].info.run_id if runs else None
 
+    def uploaded_run(self, journal: dict[str, Any]) -> Optional[str]:
+        """The run an earlier upload of ``journal`` completed, if one did: the run it continues
+        or the one made of it (by the journal's id), ended - not RUNNING, nor ended by
+        :meth:`end_abandoned`, whose runs the upload completes."""
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 (DEFERRED)
+
+        journal_id = journal.get("id")
+        run_id = journal.get("continues") or (journal_id and self.journaled_run(journal_id))
+        if not run_id:
+            return None
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:  # not in this store
+            return None
+        ended = run.info.status != "RUNNING" and run.data.tags.get(Tag.failure) != ABANDONED
+        return run_id if ended else None
+
+    def not_uploaded(self, journals: Iterable[Path]) -> list[Path]:
+        """The job journals of ``journals`` whose runs an upload has not completed (a copy of
+        one uploaded, left in a sweep's folder, is not a record the store lacks)."""
+        left = []
+        for journal in journals:
+            try:
+                done = self.uploaded_run(json.loads(journal.read_text()))
+            except Exception:  # not whole (the upload names it), or the store down: left
+                done = None
+            if done is None:
+                left.append(journal)
+        return left
+
     def end_children(self, parent_run_id: str, status: str) -> None:
         """End the child runs of ``parent_run_id`` that are still open."""
         for run in self._search(
@@ -686,12 +716,14 @@ class FailoverRun:
 
 @dataclass
 class Replayed:
-    """What an upload of a journal did: its run, the calls replayed, and whether the
-    journal stopped before the run ended (its process killed, its disk full)."""
+    """What an upload of a journal did: its run, the calls replayed, whether the journal
+    stopped before the run ended (its process killed, its disk full), and whether an earlier
+    upload had completed it (then nothing was replayed)."""
 
     run_id: str
     calls: int
     cut_short: bool
+    already: bool = False
 
 
 def replay(journal_path: Path, uri: Optional[str] = None) -> Replayed:
@@ -703,6 +735,9 @@ def replay(journal_path: Path, uri: Optional[str] = None) -> Replayed:
     journal = json.loads(journal_path.read_text())
     store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
     store.end_abandoned()
+    done = store.uploaded_run(journal)
+    if done:  # a copy of a journal uploaded before: the store has it all
+        return Replayed(done, 0, False, already=True)
     journal_id = journal.get("id")
     run_id = journal.get("continues") or (journal_id and store.journaled_run(journal_id))
     if run_id:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -28,6 +29,7 @@ from specexp.core.schemas import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.hydra_app import prepare
+from specexp.output import files
 from specexp.tracking.store import RunLog, TrackingStore
 from specexp.upload import main as upload_main
 from tests.conftest import (
@@ -572,7 +574,7 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
         lines = (tmp_path / "sweep" / job / "requests.jsonl").read_text().splitlines()
         assert len(lines) == 6 and all(json.loads(line)["ok"] for line in lines)
     assert statuses(uri) == {
-        "sweep (3 jobs)": ["FINISHED", "KILLED"],
+        "sweep (3 jobs)": ["FINISHED"],  # one parent, resumed (issue 60)
         "replicate=0": ["FINISHED"],
         "replicate=1": ["FINISHED", "KILLED"],
         "replicate=2": ["FINISHED"],
@@ -732,6 +734,128 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
     assert journal.with_name(name.replace(".json", ".uploaded.json")).exists()
     if step == "report":
         assert f"on run {published.info.run_id}" in upload.stdout
+
+
+@pytest.mark.no_engine_server
+def test_a_full_disk_in_a_sequential_sweep_loses_no_comparison(tmp_path, tracking_env):
+    """Issue 60: the first arm of a comparison measured until decided hit ENOSPC; the second
+    ran one launch and was ended FINISHED; the resumed sweep skipped it, measured the first
+    arm whole, reported over 0 comparisons and exited 0. Now the second arm ends FAILED
+    (its comparison stopped), the sweep exits 1, and the resumed sweep measures the pair
+    again and makes the comparison."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
+    sweep_dir = tmp_path / "sweep"
+    sweep = (
+        "-m",
+        *TINY,
+        f"stack.bin_dir={bin_dir}",
+        "replicate=0,1",
+        "multirun.reuse_servers=false",  # launch by launch: measured until decided
+        "multirun.baseline='replicate=0'",
+        "stats.sequential.max_launches=5",
+        "stats.threshold=0.0001",
+        "stats.confidence=0.99999",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    appended = files.append_whole
+    full: list[Path] = []
+
+    def disk_full_once(path: Path, lines: Any) -> None:
+        if path.name == "requests.jsonl" and not full:
+            full.append(path)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        appended(path, lines)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "append_whole", disk_full_once)
+        first = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
+    assert first.returncode == failure.RUN_FAILED, first.stdout[-3000:]
+    assert full and statuses(uri)["replicate=0"] == ["FAILED"], first.stdout + first.stderr
+    assert statuses(uri)["replicate=1"] == ["FAILED"], first.stdout  # not FINISHED with one launch
+
+    resumed = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "over 1 comparison(s)" in resumed.stdout, resumed.stdout[-3000:]
+    finished = [r for r in runs_in(uri) if not is_sweep(r) and r.info.status == "FINISHED"]
+    assert sorted(r.data.tags["replicate"] for r in finished) == ["0", "1"]
+    assert all(r.data.metrics["launches"] == 5 for r in finished)
+
+
+def store_contents(uri: str) -> list[tuple]:
+    """Every run of the store - its status, tags and each metric's whole history - to tell
+    that a command changed nothing."""
+    client = MlflowClient(uri)
+    return sorted(
+        (
+            run.info.run_id,
+            run.info.status,
+            sorted(run.data.tags.items()),
+            sorted(
+                (
+                    key,
+                    sorted(
+                        (m.step, m.timestamp, m.value)
+                        for m in client.get_metric_history(run.info.run_id, key)
+                    ),
+                )
+                for key in run.data.metrics
+            ),
+        )
+        for run in runs_in(uri)
+    )
+
+
+@pytest.mark.no_engine_server
+def test_a_journal_already_uploaded_changes_nothing_and_a_sweep_keeps_one_parent(
+    tmp_path, tracking_env, capsys
+):
+    """Issue 60: a copy of an uploaded mlflow_offline.json left in a sweep's folder was taken
+    as new: the resumed sweep said the store had failed during its jobs (it had not), exited
+    75 and left a new parent RUNNING; each publication added a parent and logged the
+    comparison's metrics again. Now an upload of it says it was uploaded and changes nothing,
+    and the sweep resumed in its folder publishes its report on its one parent, each metric
+    point once, and exits 0."""
+    uri = tracking_env["MLFLOW_TRACKING_URI"]
+    sweep_dir = tmp_path / "sweep"
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
+    sweep = (
+        "-m",
+        *TINY,
+        f"stack.bin_dir={bin_dir}",
+        "replicate=0,1",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        store_down_at("job", patch)  # the first job's record goes on in its journal
+        first = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
+    assert first.returncode == failure.NOT_IN_STORE, first.stdout[-3000:]
+    upload = call_main(upload_main, str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys)
+    assert upload.returncode == 0, upload.stdout + upload.stderr
+    (done,) = sweep_dir.rglob("mlflow_offline.uploaded.json")
+    stray = Path(shutil.copy(done, done.with_name("mlflow_offline.json")))
+    published = store_contents(uri)
+
+    again = call_main(upload_main, str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (
+        f"{stray}: already uploaded, as run" in again.stdout and "nothing changed" in again.stdout
+    )
+    assert store_contents(uri) == published and stray.exists()
+
+    for _ in range(2):  # resumed twice: its report published twice more
+        resumed = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
+        output = resumed.stdout + resumed.stderr
+        assert resumed.returncode == 0, output[-3000:]
+        assert "in journals" not in output and "not in the MLflow store" not in output
+    runs = runs_in(uri)
+    (parent,) = [r for r in runs if is_sweep(r)]
+    assert parent.info.status == "FINISHED"
+    client = MlflowClient(uri)
+    compared = [r for r in runs if Tag.verdict in r.data.tags and "speedup_pct" in r.data.metrics]
+    assert compared
+    for run in compared:
+        assert len(client.get_metric_history(run.info.run_id, "speedup_pct")) == 1
 
 
 def full_disk_at(size: int) -> None:

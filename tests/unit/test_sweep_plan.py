@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from specexp.core.schemas import JobOrder
+from specexp.sweep.launch import unfinished_pairs
 from specexp.sweep.plan import (
     Plan,
     PlannedJob,
@@ -208,3 +209,21 @@ def test_a_sweep_over_one_factor_is_compared_with_its_first_value_unless_told_ot
     assert default_baseline(two_factors, None, streams) is None
     single = Plan([planned("model=tiny-pair-small", "speculative=none")])
     assert default_baseline(single, None, streams) is None
+
+
+def test_a_resumed_comparison_with_one_arm_finished_measures_both_again():
+    """Issue 60: a comparison measured until decided whose one arm was finished (with the
+    launches it had when the other failed) was dropped: the other arm was measured alone,
+    and the resumed sweep made no comparison. Only a pair finished on both sides is done."""
+    done = (
+        planned("model=tiny-pair-small", "replicate=0"),
+        planned("model=tiny-pair-small", "replicate=1"),
+    )
+    half = (
+        planned("model=tiny-pair-small", "replicate=2"),
+        planned("model=tiny-pair-small", "replicate=3"),
+    )
+    done[0].finished_run_id = done[1].finished_run_id = half[0].finished_run_id = "r"
+    assert unfinished_pairs([done, half]) == [half]
+    assert half[0].finished_run_id is None and half[1].finished_run_id is None
+    assert done[0].finished_run_id == "r"
