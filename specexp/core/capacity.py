@@ -33,9 +33,9 @@ from scipy import optimize
 from scipy import stats as scipy_stats
 
 from specexp.core.load_curve import curve_point
-from specexp.core.measurements import RunResult
+from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.schemas import CapacitySearchConfig, SloConfig
-from specexp.core.slo import run_goodput
+from specexp.core.slo import meets, run_goodput
 
 
 @dataclass(frozen=True)
@@ -496,6 +496,48 @@ def next_rate(points: Sequence[RatePoint], search: CapacitySearchConfig, target:
     if narrow % 2:
         return math.sqrt(fitted * high)
     return max(search.min_rate, fitted / (1 + 2 * search.precision))
+
+
+@dataclass(frozen=True)
+class RateDecision:
+    """Whether one run's attainment is decided against the target, so that its client can
+    stop sending arrivals (the run's cap is ``concurrency.arrivals``): Wald's sequential
+    probability ratio test of the share met, missing at half the allowed share (met) against
+    twice it (failed), each error at most ``error``. Read on the run's first arrivals whose
+    outcomes are all known, in the order they arrived - the first to finish are the fast
+    ones, and would say "met" too soon. "Met" is not decided before ``least_met`` arrivals:
+    an overloaded server serves its first requests from empty slots, and only a queue shows
+    what the rate does (a run shorter than that measured a transient's capacity)."""
+
+    target: float
+    least_met: int
+    error: float = 0.05
+
+    def verdict(self, outcomes: Sequence[bool]) -> Optional[bool]:
+        """True (met), False (failed) or None (not yet) after ``outcomes`` in order."""
+        allowed = 1 - self.target
+        met, failed = 1 - allowed / 2, 1 - min(1.0, 2 * allowed)
+        if failed <= 0:
+            failed = 1e-9
+        bound = math.log((1 - self.error) / self.error)
+        good = sum(outcomes)
+        ratio = good * math.log(met / failed) + (len(outcomes) - good) * math.log(
+            (1 - met) / (1 - failed)
+        )
+        if ratio <= -bound:
+            return False
+        if ratio >= bound and len(outcomes) >= self.least_met:
+            return True
+        return None
+
+    def decided(self, records: Sequence[RequestRecord], slo: SloConfig) -> bool:
+        """Whether the run whose arrivals so far are ``records`` (in the order sent) is decided."""
+        known = []
+        for record in records:
+            if record.e2e_s is None:  # still running: the prefix of known outcomes ends here
+                break
+            known.append(meets(record, slo))
+        return self.verdict(known) is not None
 
 
 def rate_points(runs: Sequence[RunResult], slo: SloConfig) -> list[RatePoint]:

@@ -545,8 +545,12 @@ class CapacitySearchConfig:
     start_rate: float = 1.0
     min_rate: float = 0.01
     max_rate: float = 1000.0
-    # Once the bracket is this narrow (high / low - 1), runs go to the fitted capacity.
+    # Once the bracket is this narrow (high / low - 1), runs go either side of the fitted
+    # capacity (never at or above a rate that failed).
     precision: float = 0.1
+    # Each run stops sending arrivals once its attainment against slo.target is decided
+    # (a sequential test; concurrency.arrivals is its cap), not before 2 x concurrency.streams.
+    stop_when_decided: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.min_rate <= self.start_rate <= self.max_rate:

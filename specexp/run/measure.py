@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from specexp.core.capacity import next_rate, rate_points
+from specexp.core.capacity import RateDecision, next_rate, rate_points
 from specexp.core.measurements import RunResult
 from specexp.core.schemas import run_requests
 from specexp.engines.stack import host_cpus, server_share
@@ -330,6 +330,13 @@ async def _measure(
         prompt_namespace=job.prompt_namespace(),
         idle_timeout_s=cfg.stats.idle_timeout_s,
     )
+    # A search's run stops sending once its attainment is decided (not a warm-up's: it
+    # measures nothing), not before twice the server's slots have arrived.
+    decision = (
+        RateDecision(cfg.slo.target, min(2 * cfg.concurrency.streams, cfg.concurrency.arrivals))
+        if search is not None and search.stop_when_decided
+        else None
+    )
     results: list[RunResult] = []
     with contextlib.closing(client):
         client.on_request = lambda record: emit(RequestDone(record))
@@ -337,7 +344,16 @@ async def _measure(
             schedule = [(i, True) for i in range(warmups)] + [(i, False) for i in runs]
             for run, warmup in schedule:
                 rate = rate_for(warmup, results)
-                result = await client.run(run, warmup, http, launch=launch, rate=rate)
+                result = await client.run(
+                    run,
+                    warmup,
+                    http,
+                    launch=launch,
+                    rate=rate,
+                    decided=None
+                    if decision is None or warmup
+                    else lambda sent: decision.decided(sent, cfg.slo),
+                )
                 energy_source = _energy_of(result, monitor)
                 results.append(result)
                 # Said between runs, never during one: what its observers write would land

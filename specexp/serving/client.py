@@ -488,10 +488,13 @@ class LoadClient:
         session: aiohttp.ClientSession,
         launch: int = 0,
         rate: Optional[float] = None,
+        decided: Optional[Callable[[Sequence[RequestRecord]], bool]] = None,
     ) -> RunResult:
         """One run: every stream's requests (open loop: every arrival's), from one start; the
         server's counters as deltas. ``rate``: an open-loop run's arrival rate, when not
-        ``concurrency.rate`` (a capacity search's)."""
+        ``concurrency.rate`` (a capacity search's); ``decided``: told the arrivals sent so
+        far before each next one, it ends the run's sending when it says so (a capacity
+        search's run whose attainment is decided; one client process only)."""
         level = self.concurrency
         if self._trace is not None:
             rate = self._trace.rate
@@ -508,7 +511,7 @@ class LoadClient:
         if len(shares) == 1:
             started = time.perf_counter()
             records, finished = await self._share(
-                session, shares[0], run, warmup, launch, started, rate
+                session, shares[0], run, warmup, launch, started, rate, decided
             )
         else:
             records, started, finished = await asyncio.get_running_loop().run_in_executor(
@@ -540,6 +543,7 @@ class LoadClient:
         launch: int,
         started: float,
         rate: Optional[float],
+        decided: Optional[Callable[[Sequence[RequestRecord]], bool]] = None,
     ) -> tuple[list[RequestRecord], float]:
         """This process's streams, or with open-loop arrivals its arrivals."""
         if not self.concurrency.open_loop:
@@ -551,7 +555,7 @@ class LoadClient:
         else:
             due = arrival_offsets(self.concurrency, rate, launch, run, warmup)
         return await self._arrivals(
-            session, [(k, due[k]) for k in share], run, warmup, launch, started
+            session, [(k, due[k]) for k in share], run, warmup, launch, started, decided
         )
 
     async def _arrivals(
@@ -562,13 +566,17 @@ class LoadClient:
         warmup: bool,
         launch: int,
         started: float,
+        decided: Optional[Callable[[Sequence[RequestRecord]], bool]] = None,
     ) -> tuple[list[RequestRecord], float]:
         """Send each arrival when it is due (``started`` plus its offset) whatever the ones
-        before it are doing: none waits for another (no coordinated omission)."""
+        before it are doing: none waits for another (no coordinated omission). Sending ends
+        early once ``decided`` says so; the requests in flight finish."""
         records: list[RequestRecord] = []
         in_flight: list[asyncio.Task[None]] = []
         for arrival, offset in due:
             await asyncio.sleep(max(0.0, started + offset - time.perf_counter()))
+            if decided is not None and decided(records):
+                break
             record = _begin(records, run, warmup, launch, arrival, due_s=offset)
             in_flight.append(
                 asyncio.create_task(self._stream_one(session, record, started + offset))
