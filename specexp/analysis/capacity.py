@@ -12,7 +12,15 @@ from typing import Optional, Sequence
 
 from specexp.analysis.arms import Arm
 from specexp.analysis.results import Metric, capacity_points, rate_curve
-from specexp.core.capacity import Capacity, RatePoint, bracket, capacity_ratio, interval_text
+from specexp.core.capacity import (
+    Capacity,
+    RatePoint,
+    bracket,
+    capacity_ratio,
+    estimate,
+    interval_text,
+    within_completed,
+)
 from specexp.core.load_curve import (
     CurvePoint,
     Knee,
@@ -21,6 +29,7 @@ from specexp.core.load_curve import (
     fit_latency_model,
     knee,
     model_ratio,
+    no_latency_model,
 )
 from specexp.core.records import History, Record, Version
 
@@ -48,11 +57,26 @@ class ArmCapacity:
     curve: tuple[CurvePoint, ...] = ()
     knee: Optional[Knee] = None
     latency_model: Optional[LatencyModel] = None
+    # Why there is no latency model (None: there is one).
+    no_model: Optional[str] = None
+    # What the capacity's estimate says of itself (not monotone, capped, an open end).
+    caveat: Optional[str] = None
 
     @classmethod
     def of(cls, arm: Arm) -> ArmCapacity:
         metrics = arm.run.metrics
         curve = rate_curve(arm.run.tags)
+        model = fit_latency_model(curve)
+        points = capacity_points(arm.run.tags)
+        target = metrics.get(Metric.capacity_target)
+        # The job's estimate again, for what it said of itself (its figures are the metrics).
+        said = (
+            within_completed(
+                estimate(points, target), max((p.completed_rps for p in curve), default=None)
+            ).reason
+            if points and target is not None
+            else None
+        )
         return cls(
             arm.label,
             arm.run_id,
@@ -60,11 +84,13 @@ class ArmCapacity:
             metrics.get(Metric.capacity_ci_low_rps),
             metrics.get(Metric.capacity_ci_high_rps),
             metrics.get(Metric.capacity_log_se),
-            tuple((p.rate, p.requests, p.good) for p in capacity_points(arm.run.tags)),
-            metrics.get(Metric.capacity_target),
+            tuple((p.rate, p.requests, p.good) for p in points),
+            target,
             curve,
             knee(curve) if curve else None,
-            fit_latency_model(curve),
+            model,
+            None if model else no_latency_model(curve),
+            said,
         )
 
     def rate_points(self) -> list[RatePoint]:
@@ -86,8 +112,9 @@ class ArmCapacity:
 
     def describe(self) -> str:
         if self.rate is None:
-            return "not estimated"
-        return f"{self.rate:.3g} {interval_text(self.ci_low, self.ci_high)}"
+            return f"not estimated: {self.caveat}" if self.caveat else "not estimated"
+        said = f" ({self.caveat})" if self.caveat else ""
+        return f"{self.rate:.3g} {interval_text(self.ci_low, self.ci_high)}{said}"
 
 
 @dataclass(frozen=True)
@@ -101,7 +128,8 @@ class CapacityComparison(Record):
             Version(
                 1,
                 "the capacity ratio and its interval; the latency models' ratio (model) and "
-                "each arm's curve, knee and latency_model came later within format 1",
+                "each arm's curve, knee, latency_model, no_model and caveat came later within "
+                "format 1",
                 ("model",),
             ),
         ),

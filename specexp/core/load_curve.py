@@ -228,6 +228,18 @@ class LatencyModel:
         )
 
 
+def no_latency_model(points: Sequence[CurvePoint]) -> str:
+    """Why :func:`fit_latency_model` fitted no model to ``points``, said where C1 and C2
+    would be."""
+    kept = {p.rate for p in points if not p.oversaturated}
+    if len(kept) < 3:
+        return (
+            f"not fitted: {len(kept)} rate(s) the server kept up with, of {len(points)}; "
+            "the model needs three"
+        )
+    return "not fitted: the least-squares fit did not converge"
+
+
 def _model(rate: np.ndarray, c1: float, c2: float) -> np.ndarray:
     return c1 / (1 - rate * c2)
 

@@ -179,6 +179,8 @@ def _findings(report: SweepReport) -> list[str]:
 
 
 def _job_table(report: SweepReport, run_link: Callable[[str], str]) -> list[str]:
+    if not report.arms:  # a sweep of capacity searches only: no tok/s table, not an empty one
+        return []
     by_label = {c.candidate: c for c in report.comparisons}
     baselines = {c.baseline for c in report.comparisons}
     stacks = several_stacks(report.arms)

@@ -338,13 +338,15 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
                 arm.label,
                 arm.describe(),
                 f"{completed:.3g}" if completed is not None else "-",
-                f"{model.c1:.3g} {interval_text(*model.c1_ci)}" if model else "-",
+                f"{model.c1:.3g} {interval_text(*model.c1_ci)}" if model else arm.no_model or "-",
                 f"{model.c2 * 1e3:.3g} {interval_text(model.c2_ci[0] * 1e3, model.c2_ci[1] * 1e3)}"
                 if model
-                else "-",
+                else arm.no_model or "-",
                 f"{knee.rate:.3g} {interval_text(knee.ci_low, knee.ci_high)}"
                 if knee and knee.rate is not None
-                else "-",
+                else knee.reason or "-"
+                if knee
+                else "no runs on the rate curve",
                 *ratio,
                 verdict,
             ],
