@@ -545,9 +545,14 @@ def rate_points(runs: Sequence[RunResult], slo: SloConfig) -> list[RatePoint]:
     sent at, not what was asked) and SLO outcome. A run whose server did not keep up
     (:attr:`CurvePoint.oversaturated`) counts none of its requests as good: the latencies it
     saw were a backlog's first minutes, which grow without end at that rate, so a capacity
-    read from them would be one the server cannot sustain."""
+    read from them would be one the server cannot sustain. A run whose server died (failed
+    requests: in a search nothing else ends a run) counts, as a failed rate, only once a
+    second run at its rate died too: the first death is measured again on a new server."""
+    died = [r.asked_rate for r in runs if r.faults and not r.warmup]
     points = []
     for run in runs:
+        if run.faults and died.count(run.asked_rate) < 2:
+            continue
         goodput = run_goodput(run, slo)
         offered = run.offered_rate
         if not run.warmup and offered is not None and goodput and goodput.requests:

@@ -122,13 +122,19 @@ class ConsoleObserver:
         terminal.print_summary(self.job.config, event.summary, list(event.runs))
 
     def _server_died(self, event: ServerDied) -> None:
-        terminal.console.print(
-            f"[yellow]server died:[/] {escape(redact_text(event.what))}; the run counts as a "
-            "failed rate, and the search goes on with a new server"
+        # One line; the backtrace stays in the log it names.
+        then = (
+            "the warm-up runs again on a new server"
+            if event.warmup
+            else "it died at this rate before: the rate counts as failed, and the search goes "
+            "on with a new server"
+            if event.again
+            else "the rate is measured once more on a new server before it counts as failed"
         )
-        last = "\n".join(event.log_tail.splitlines()[-5:])
-        if last:
-            terminal.console.print(f"[dim]{escape(redact_text(last))}[/]")
+        terminal.console.print(
+            f"[yellow]server died:[/] {escape(redact_text(event.what))}; {then} "
+            f"(log: {escape(str(event.log_path))})"
+        )
 
     def _failed(self, event: JobFailed) -> None:
         terminal.console.print(f"[red]{event.what}:[/] {escape(redact_text(event.why))}")

@@ -152,11 +152,17 @@ class JobFinished:
 
 @dataclass(frozen=True)
 class ServerDied:
-    """The server exited or stopped answering mid-run, in a capacity search, which counts
-    that run as a failed rate and goes on with a new server."""
+    """The server exited or stopped answering mid-run, in a capacity search, which measures
+    that rate once more on a new server, and counts it as failed if that one dies too."""
 
     what: str  # one line: which process, how it ended, during which run, the log's reason
     log_tail: str
+    log_path: Path  # where the whole of it is (the backtrace stays there)
+    run: int
+    warmup: bool
+    rate: Optional[float]  # the rate asked of the run
+    # False: the first death at this rate (measured again); True: the second (counted failed).
+    again: bool = False
 
 
 @dataclass(frozen=True)

@@ -75,22 +75,40 @@ def _measured(
     shared: bool,
 ) -> tuple[ServerProcess, list[RunResult], Optional[Exception]]:
     """The runs measured on ``server``: (the server they ended on, the last server's runs,
-    the error that ends the job, if one does). A run ends at its first failed request; a
-    capacity search counts the rate that ended its server as a failed point (its requests
-    met no SLO) and goes on, on a new server."""
+    the error that ends the job, if one does). A run ends at its first failed request; in a
+    capacity search a run whose server died is measured once more on a new server (the
+    search asks the same rate again: :func:`rate_points` leaves out a rate's first death),
+    and counts as a failed rate only when that server dies too; the search goes on."""
     records = _monitored_runs(session, server, launch, warmups, runs, session.result.runs)
     session.result.runs += records
     while records and records[-1].faults:
-        run, failed = records[-1].run, records[-1].faults
-        died = server.death(f"during run {run}", failed[0].error or "")
+        dead, failed = records[-1], records[-1].faults
+        during = "during the warm-up" if dead.warmup else f"during run {dead.run}"
+        died = server.death(during, failed[0].error or "")
         if died is None or session.job.config.concurrency.search is None:
             return (
                 server,
                 records,
                 died or RuntimeError(f"{len(failed)} request(s) failed; first: {failed[0].error}"),
             )
-        session.emit(ServerDied(str(died), died.log_tail))
-        left = range(run + 1, runs.stop)
+        again = not dead.warmup and any(
+            r.faults and r.asked_rate == dead.asked_rate and r is not dead
+            for r in session.result.runs
+            if not r.warmup
+        )
+        session.emit(
+            ServerDied(
+                str(died),
+                died.log_tail,
+                server.log_path,
+                dead.run,
+                dead.warmup,
+                dead.asked_rate,
+                again,
+            )
+        )
+        measured = [r.run for r in session.result.runs if not r.warmup and r.run in runs]
+        left = range(max(measured) + 1 if measured else runs.start, runs.stop)
         if not left:
             break
         server, ready_s = _restarted(session, label, shared)
