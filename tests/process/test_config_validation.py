@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from tests.conftest import nothing_tracked, run_cli, server_pids
+from tests.conftest import SPECEXP, nothing_tracked, run_cli, server_pids
 
 
 def test_cli_fails_fast_without_traceback_and_launches_nothing(tmp_path, tracking_env):
     before = server_pids()
-    result = run_cli("allreduce_backend=nccl", cwd=tmp_path, env=tracking_env, timeout=120)
+    result = run_cli(
+        "run", "allreduce_backend=nccl", cwd=tmp_path, env=tracking_env, timeout=120, module=SPECEXP
+    )
     assert result.returncode == 2
     assert (
         "config error: allreduce_backend=nccl is not supported by engine=llamacpp" in result.stdout
@@ -18,7 +20,7 @@ def test_cli_fails_fast_without_traceback_and_launches_nothing(tmp_path, trackin
 
 
 def test_unknown_group_option_is_a_usage_error_listing_choices(tmp_path):
-    result = run_cli("speculative=medusa", cwd=tmp_path, timeout=120)
+    result = run_cli("run", "speculative=medusa", cwd=tmp_path, timeout=120, module=SPECEXP)
     assert result.returncode == 2  # a usage error, caught before Hydra composes
     assert "unknown speculative option 'medusa'" in result.stdout
     assert "eagle3" in result.stdout and "ngram" in result.stdout

@@ -35,6 +35,7 @@ from specexp.upload import main as upload_main
 from tests.conftest import (
     CONFIG_DIR,
     REPO,
+    SPECEXP,
     TINY,
     call_main,
     compose_job,
@@ -98,7 +99,9 @@ def test_server_never_ready_is_a_readiness_timeout(tmp_path, tracking_env):
 
 
 def _start_run(tmp_path, env, *overrides):
-    process = start_cli(*overrides, cwd=tmp_path, env=env, stderr=subprocess.STDOUT)
+    process = start_cli(
+        "run", *overrides, cwd=tmp_path, env=env, module=SPECEXP, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         records = list(Path(tmp_path).glob("outputs/*/*/requests.jsonl"))
@@ -191,12 +194,14 @@ def test_a_server_alive_but_silent_is_named_within_the_stall_timeout(tmp_path):
     stall_s = 10
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "20")
     process = start_cli(
+        "run",
         *TINY,
         f"stack.bin_dir={bin_dir}",
         "stats.measured_runs=1000",
         f"workload.stall_timeout_s={stall_s}",
         "tracking=off",
         cwd=tmp_path,
+        module=SPECEXP,
         stderr=subprocess.STDOUT,
     )
     assert process.stdout is not None
@@ -285,11 +290,13 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
         cwd=store,
     ) as url:
         process = start_cli(
+            "run",
             *QUICK,
             f"stack.bin_dir={bin_dir}",
             "stats.measured_runs=8",
             cwd=tmp_path,
             env={**NO_BACKOFF, "MLFLOW_TRACKING_URI": url},
+            module=SPECEXP,
             stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 120
@@ -610,7 +617,15 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
     env = {**tracking_env, "PYTHONUNBUFFERED": "1"}
     killed_output = tmp_path / "killed.txt"
     with killed_output.open("w") as out:
-        process = start_cli(*sweep, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = start_cli(
+            "sweep",
+            *sweep[1:],
+            cwd=tmp_path,
+            env=env,
+            module=SPECEXP,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 300
         while "look 1:" not in killed_output.read_text():
             assert process.poll() is None and time.monotonic() < deadline, (
@@ -974,12 +989,14 @@ def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
     uri = f"sqlite:///{small_disk / 'mlflow.db'}"
     process = start_cli(
+        "run",
         *TINY,
         f"stack.bin_dir={bin_dir}",
         "stats.warmup_runs=1",
         "stats.measured_runs=300",
         cwd=small_disk,
         env={"MLFLOW_TRACKING_URI": uri},
+        module=SPECEXP,
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 300
@@ -1035,10 +1052,12 @@ def test_a_run_killed_before_it_measures_is_ended_killed_by_the_next_command(
     uri = tracking_env["MLFLOW_TRACKING_URI"]
     process = start_cli(
         # Warm-ups enough to outlast the wait below on a quiet machine (20 took under 2 s).
+        "run",
         *TINY,
         "stats.warmup_runs=500",
         cwd=tmp_path,
         env=tracking_env,
+        module=SPECEXP,
         stderr=subprocess.STDOUT,
     )
     deadline = time.monotonic() + 180

@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
 from tests.conftest import (
+    SPECEXP,
     TINY,
     is_sweep,
     runs_in,
@@ -64,7 +65,9 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     # Resumed into the same directory: a sweep resumes what its own directory finished.
     args.append(f"hydra.sweep.dir={tmp_path}/sweep")
     before = server_pids()
-    sweep = start_cli(*args, cwd=tmp_path, env=tracking_env, stderr=subprocess.STDOUT)
+    sweep = start_cli(
+        "sweep", *args[1:], cwd=tmp_path, env=tracking_env, module=SPECEXP, stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         finished = [
