@@ -34,7 +34,15 @@ from specexp.analysis.capacity import (
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.energy_arms import EnergyReport, energy_report
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
-from specexp.analysis.results import JobRun, Metric, RunStatus, Tag, tag_flag
+from specexp.analysis.results import (
+    JobRun,
+    Metric,
+    RunStatus,
+    ServerDeath,
+    Tag,
+    server_deaths,
+    tag_flag,
+)
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.analysis.surface import Surface, surfaces
 from specexp.core.notes import Note, NoteKind
@@ -128,8 +136,9 @@ class SweepReport(Record):
             ),
             Version(
                 7,
-                "surfaces: the crossover as a surface over concurrency and another factor",
-                ("surfaces",),
+                "surfaces: the crossover as a surface over concurrency and another factor; "
+                "deaths (capacity searches' servers that died) came later within format 7",
+                ("surfaces", "deaths"),
             ),
         ),
     )
@@ -168,6 +177,8 @@ class SweepReport(Record):
     energy: Optional[EnergyReport] = None
     # Speed-up per cell of concurrency x another factor (prompt length), crossover per row.
     surfaces: list[Surface] = field(default_factory=list)
+    # Capacity searches' servers that died: (the job's label, the death).
+    deaths: list[tuple[str, ServerDeath]] = field(default_factory=list)
 
     @property
     def sides(self) -> list[Sides]:
@@ -403,12 +414,13 @@ def _compare_with_baseline(
 
 def server_launches(children: Sequence[JobRun]) -> int:
     """The servers a sweep's jobs started: each of a job's launches (a job measured launch by
-    launch, or calibrated, starts one per launch) when it did not reuse a server."""
+    launch, or calibrated, starts one per launch) when it did not reuse a server, and one
+    more for each server that died under a capacity search (its replacement)."""
     return sum(
         int(r.metrics.get(Metric.launches, 1))
         for r in children
         if tag_flag(r.tags.get(Tag.server_reused)) is False
-    )
+    ) + sum(len(server_deaths(r.tags)) for r in children)
 
 
 def compile_sweep_report(
@@ -463,6 +475,12 @@ def compile_sweep_report(
         except SelectionError as exc:
             report.notes.append(Note(NoteKind.no_baseline, str(exc)))
     report.capacity_arms = [ArmCapacity.of(a) for a in searched]
+    # Every job's, finished or not: a job whose servers died may have died of it.
+    report.deaths = [
+        (r.name, death)
+        for r in sorted(runs, key=lambda r: r.name)
+        for death in server_deaths(r.tags)
+    ]
     if selector and arms:
         try:
             _compare_with_baseline(

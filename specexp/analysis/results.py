@@ -91,6 +91,8 @@ class Tag(StrEnum):
     steady_state = "specexp.steady_state"
     # A capacity search's job: its runs as points of the rate curve (rate_curve_tag).
     rate_curve = "specexp.rate_curve"
+    # A capacity search's job: the servers that died under it (server_deaths_tag).
+    server_deaths = "specexp.server_deaths"
     # Where a job's energy per token came from (specexp.host.energy.EnergySource), or "not
     # measured".
     energy_source = "specexp.energy_source"
@@ -477,6 +479,42 @@ def steady_states(tags: Mapping[str, str]) -> dict[int, SteadyState]:
         int(run): SteadyState(**{**state, "verdict": SteadyVerdict(state["verdict"])})
         for run, state in json.loads(tags.get(Tag.steady_state, "{}")).items()
     }
+
+
+@dataclass(frozen=True)
+class ServerDeath:
+    """A server that died under a capacity search: its one line, the run it died in (or its
+    warm-up), the rate asked, the log the rest is in, and whether it was the rate's second
+    death (which counted the rate as failed; a first one measured it again)."""
+
+    what: str
+    run: int
+    warmup: bool
+    rate: Optional[float]
+    log: str
+    again: bool
+
+    def describe(self) -> str:
+        during = "in the warm-up" if self.warmup else f"in run {self.run}"
+        rate = f" at {self.rate:.3g} req/s" if self.rate is not None else ""
+        then = (
+            "the warm-up ran again on a new server"
+            if self.warmup
+            else "its second death at this rate: counted as a failed rate"
+            if self.again
+            else "measured once more on a new server"
+        )
+        return f"{during}{rate}: {self.what} ({then}; log: {self.log})"
+
+
+def server_deaths_tag(deaths: Sequence[ServerDeath]) -> str:
+    """A job's server deaths as its tag (``Tag.server_deaths``)."""
+    return json.dumps([asdict(d) for d in deaths])
+
+
+def server_deaths(tags: Mapping[str, str]) -> tuple[ServerDeath, ...]:
+    """The deaths :func:`server_deaths_tag` wrote; none when the run has no such tag."""
+    return tuple(ServerDeath(**d) for d in json.loads(tags.get(Tag.server_deaths, "[]")))
 
 
 def rate_curve_tag(points: Sequence[CurvePoint]) -> str:

@@ -203,9 +203,8 @@ class Rise:
         return (
             f"attainment is not monotone in the rate: it rose from {self.below.attainment:.0%} "
             f"at {self.below.rate:.3g} req/s to {self.above.attainment:.0%} at "
-            f"{self.above.rate:.3g} req/s (a latency on the SLO's limit, met more often as the "
-            f"server's batches change); the curve is read from the runs below "
-            f"{self.above.rate:.3g} req/s"
+            f"{self.above.rate:.3g} req/s; the capacity is the first crossing, read from the "
+            f"runs below {self.above.rate:.3g} req/s"
         )
 
 

@@ -21,6 +21,7 @@ from specexp.output.tables import (
     category_rows,
     claim_rows,
     comparison_rows,
+    death_summary,
     energy_rows,
     fmt,
     interval,
@@ -232,6 +233,9 @@ def _measured_sections(report: SweepReport, plot_link: Callable[[str], str]) -> 
             "",
             f"![attainment against load]({plot_link('goodput/attainment.png')})",
         ]
+    if report.deaths:
+        lines += ["", f"**{death_summary(report)}**", ""]
+        lines += [f"- {label}: {death.describe()}" for label, death in report.deaths]
     if report.schedule:
         lines += [
             "",
@@ -330,4 +334,10 @@ def sweep_markdown(report: SweepReport, metric: str) -> str:
         else ""
     )
     surfaces = "".join("\n## Surface\n\n" + surface_markdown(s) for s in report.surfaces)
-    return f"Order: {report.order}.\n\n" + body + surfaces + capacity + categories + checks
+    deaths = (
+        f"\n**{death_summary(report)}**\n\n"
+        + "".join(f"- {label}: {death.describe()}\n" for label, death in report.deaths)
+        if report.deaths
+        else ""
+    )
+    return f"Order: {report.order}.\n\n" + body + surfaces + capacity + deaths + categories + checks

@@ -13,6 +13,7 @@ from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.prompts import PromptComparison
+from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
 from specexp.analysis.surface import LaunchVariance, Surface, SurfaceRow
@@ -353,6 +354,22 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
             verdict,
         )
     return table
+
+
+def death_summary(report: SweepReport) -> str:
+    """The sweep's server deaths in one line: how many, in warm-ups, at which rates, and how
+    many rates they counted as failed (a rate's second death)."""
+    deaths = [death for _, death in report.deaths]
+    warmups = sum(d.warmup for d in deaths)
+    rates = sorted({d.rate for d in deaths if not d.warmup and d.rate is not None})
+    failed = sum(d.again for d in deaths)
+    return (
+        f"{len(deaths)} server(s) died under the capacity searches"
+        + (f", {warmups} in a warm-up" if warmups else "")
+        + (f", at {', '.join(f'{r:.3g}' for r in rates)} req/s" if rates else "")
+        + f"; each rate whose server died was measured once more on a new server, and "
+        f"{failed} rate(s) died there too and count as failed"
+    )
 
 
 def schedule_rows(schedule: DraftSchedule) -> Rows:

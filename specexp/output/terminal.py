@@ -56,6 +56,7 @@ from specexp.output.tables import (
     category_rows,
     claim_rows,
     comparison_rows,
+    death_summary,
     energy_rows,
     point_rows,
     schedule_rows,
@@ -636,6 +637,14 @@ def print_reproduction(
     console.print(rich_table("published claims, as ratios with their CI", claim_rows(claims)))
 
 
+def _print_deaths(report: SweepReport) -> None:
+    """The capacity searches' server deaths: the summary line, then one line each."""
+    if report.deaths:
+        console.print(f"[yellow]{escape(death_summary(report))}[/]")
+        for label, death in report.deaths:
+            console.print(f"  {escape(label)}: {escape(death.describe())}")
+
+
 def print_sweep_report(report: SweepReport, ui_line: str) -> None:
     """The sweep report in the terminal: what ran, the comparison, the findings."""
     console.print(
@@ -659,6 +668,7 @@ def print_sweep_report(report: SweepReport, ui_line: str) -> None:
                 capacity_rows(report.capacity_arms, report.capacities),
             )
         )
+    _print_deaths(report)
     for note in report.notes:
         if note.kind != NoteKind.left_out:  # the skipped runs are listed above
             console.print(f"[yellow]note:[/] {escape(note.message)}")

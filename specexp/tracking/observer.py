@@ -21,6 +21,7 @@ from specexp.analysis.results import (
     Metric,
     RunKind,
     RunStatus,
+    ServerDeath,
     Tag,
     capacity_points_tag,
     effective_tags,
@@ -29,6 +30,7 @@ from specexp.analysis.results import (
     flag_tag,
     launch_metric,
     rate_curve_tag,
+    server_deaths_tag,
     steady_state_tag,
 )
 from specexp.analysis.summary import run_metrics
@@ -49,6 +51,7 @@ from specexp.run.events import (
     LaunchMeasured,
     MeasuringStarted,
     RunMeasured,
+    ServerDied,
     ServerReady,
     ServerStopped,
     SettingsReadBack,
@@ -232,9 +235,11 @@ class MlflowObserver:
         self.output_dir: Optional[Path] = None
         self.tracker: Optional[TrackedRun] = None
         self._energy_tagged = False
+        self._deaths: list[ServerDeath] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
             JobOpened: self._opened,
             ServerReady: self._ready,
+            ServerDied: self._died,
             MeasuringStarted: self._measuring,
             RunMeasured: self._run,
             LaunchMeasured: self._launch,
@@ -290,6 +295,20 @@ class MlflowObserver:
             self.tracker.log_metrics(
                 {Metric.server_ready_s: event.ready_s}, step=event.launch_index
             )
+
+    def _died(self, event: ServerDied) -> None:
+        assert self.tracker is not None
+        self._deaths.append(
+            ServerDeath(
+                redact_text(event.what),
+                event.run,
+                event.warmup,
+                event.rate,
+                str(event.log_path),
+                event.again,
+            )
+        )
+        self.tracker.set_tags({Tag.server_deaths: server_deaths_tag(self._deaths)})
 
     def _measuring(self, event: MeasuringStarted) -> None:
         assert self.tracker is not None
