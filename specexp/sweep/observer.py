@@ -178,17 +178,13 @@ class SweepTracker:
 def earlier_parent(store: TrackingStore, sweep_dir: Path) -> Optional[str]:
     """The parent run an earlier run of the sweep in ``sweep_dir`` started, as its tracked
     jobs wrote it down, if the store holds it."""
-    from mlflow.exceptions import MlflowException  # noqa: PLC0415 (DEFERRED)
-
     for record in sorted(sweep_dir.glob(f"*/{RUN_FILE}")):
         try:
             parent_id = json.loads(record.read_text()).get("parent_run_id")
-            run = store.client.get_run(parent_id) if parent_id else None
-        except (OSError, ValueError, MlflowException):
+        except (OSError, ValueError):  # a record cut short: the others say it
             continue
-        if run is not None and run.info.experiment_id == store.experiment_id:
-            if run.data.tags.get(Tag.kind) == RunKind.sweep:
-                return str(parent_id)
+        if parent_id and store.is_sweep_parent(parent_id):
+            return str(parent_id)
     return None
 
 

@@ -433,6 +433,19 @@ class TrackingStore:
         runs = self._search(f"tags.`{Tag.journal}` = '{journal_id}'", max_results=1)
         return runs[0].info.run_id if runs else None
 
+    def is_sweep_parent(self, run_id: str) -> bool:
+        """Whether ``run_id`` is a sweep's parent run in this store's experiment."""
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 (DEFERRED)
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:  # not in this store
+            return False
+        return (
+            run.info.experiment_id == self.experiment_id
+            and run.data.tags.get(Tag.kind) == RunKind.sweep
+        )
+
     def uploaded_run(self, journal: dict[str, Any]) -> Optional[str]:
         """The run an earlier upload of ``journal`` completed, if one did: the run it continues
         or the one made of it (by the journal's id), ended - not RUNNING, nor ended by
