@@ -126,7 +126,8 @@ class RunResult(Record):
     telemetry: dict[str, float] = field(default_factory=dict)
     machine_warnings: list[Note] = field(default_factory=list)
     # Before the run: how long the client waited for the server to be idle; what it was
-    # still doing when the wait ran out (None: it was idle); cache-emptying requests sent.
+    # still doing when the wait ran out (None: it was idle); requests that reset its state
+    # (caches emptied, llama.cpp's slots released in order) sent.
     idle_wait_s: float = 0.0
     busy_at_start: Optional[str] = None
     caches_flushed: int = 0

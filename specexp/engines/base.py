@@ -210,3 +210,12 @@ class Engine(Generic[EngineConfigT]):
         before it, sent before each run when workload.caches=none and prompts are fresh
         (``state``: the answer of :attr:`state_path`); none by default."""
         return []
+
+    def slot_order(
+        self, server: ServerSettings[EngineConfigT], state: Any
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Requests (path, JSON body to POST) that put back the order in which the server
+        hands out its slots, as a fresh server has it, sent one after another before each
+        run when caches are flushed (``state``: the answer of :attr:`state_path`); none by
+        default."""
+        return []

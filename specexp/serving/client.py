@@ -76,6 +76,9 @@ class StreamingEngine(Protocol):
     def parse_event(self, event: dict[str, Any]) -> StreamChunk: ...
     def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]: ...
     def cache_flush(self, server: ServerSettings[Any], state: Any) -> list[tuple[str, str]]: ...
+    def slot_order(
+        self, server: ServerSettings[Any], state: Any
+    ) -> list[tuple[str, dict[str, Any]]]: ...
 
 
 def run_async(work: Coroutine[Any, Any, T]) -> T:
@@ -457,7 +460,8 @@ class LoadClient:
 
     async def _settle(self, session: aiohttp.ClientSession) -> IdleWait:
         """Wait until the server is idle; then, when no cache may carry work between runs and
-        prompts are fresh, empty its caches (and wait for that work too)."""
+        prompts are fresh, empty its caches and put its slot order back (and wait for that
+        work too)."""
 
         async def probe() -> Optional[ServerLoad]:
             return (await self._state(session))[0]
@@ -465,21 +469,41 @@ class LoadClient:
         waited = await wait_until_idle(probe, self.idle_timeout_s)
         if self.server.caches != CacheUse.none or self.server.prompts != PromptReuse.fresh:
             return waited
-        flushes = self.engine.cache_flush(self.server, (await self._state(session))[1])
+        state = (await self._state(session))[1]
+        flushes = self.engine.cache_flush(self.server, state)
+        reorders = self.engine.slot_order(self.server, state)
         if self._silent:  # the requests will say so, at once
             return waited
         for method, path in flushes:
-            timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
-            async with session.request(method, self.base_url + path, timeout=timeout) as response:
-                if response.status != 200:
-                    raise RuntimeError(
-                        f"emptying the server's caches before the run: {method} {path} answered "
-                        f"HTTP {response.status}: {(await response.text())[:300]}"
-                    )
-        if not flushes:
+            await self._reset(session, method, path, None, "emptying the server's caches")
+        # One after another: the server hands out slots in the order they were released.
+        for path, body in reorders:
+            await self._reset(session, "POST", path, body, "putting the server's slots in order")
+        sent = len(flushes) + len(reorders)
+        if not sent:
             return waited
         again = await wait_until_idle(probe, self.idle_timeout_s)
-        return IdleWait(waited.waited_s + again.waited_s, again.load, len(flushes))
+        return IdleWait(waited.waited_s + again.waited_s, again.load, sent)
+
+    async def _reset(
+        self,
+        session: aiohttp.ClientSession,
+        method: str,
+        path: str,
+        body: Optional[dict[str, Any]],
+        purpose: str,
+    ) -> None:
+        """One request of the settling before a run, answered in full, or the run fails."""
+        timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
+        async with session.request(
+            method, self.base_url + path, json=body, timeout=timeout
+        ) as response:
+            text = await response.text()
+            if response.status != 200:
+                raise RuntimeError(
+                    f"{purpose} before the run: {method} {path} answered "
+                    f"HTTP {response.status}: {text[:300]}"
+                )
 
     async def run(
         self,
@@ -656,7 +680,8 @@ def _begin(
 @dataclass(frozen=True)
 class IdleWait:
     """How a run's start waited for the server: for how long, its last reading (None: the
-    server says nothing of its load), and how many cache-emptying requests were sent."""
+    server says nothing of its load), and how many requests reset its state (caches emptied,
+    slots put in order)."""
 
     waited_s: float
     load: Optional[ServerLoad]

@@ -106,6 +106,24 @@ def test_a_unified_kv_cache_is_emptied_slot_by_slot_before_each_fresh_run():
     assert separate.engine.cache_flush(separate.server, slots) == []
 
 
+def test_split_kv_slots_are_released_in_id_order_before_each_fresh_run():
+    """llama.cpp hands out the idle slot released longest ago and batches only consecutive
+    slot ids without a unified KV cache: one-token requests pinned to slots 0, 1, 2... in
+    turn give the next run the order a fresh server has."""
+    _, slots = llamacpp_reading("idle")
+    separate = compose_job(*QUICK, "workload.prompts=fresh")
+    reorders = separate.engine.slot_order(separate.server, list(reversed(slots)))
+    assert [body["id_slot"] for _, body in reorders] == sorted(s["id"] for s in slots)
+    assert {path for path, _ in reorders} == {"/completion"}
+    assert all(body["n_predict"] == 1 for _, body in reorders)
+    unified = compose_job(*QUICK, "engine.kv_unified=true", "workload.prompts=fresh")
+    assert unified.engine.slot_order(unified.server, slots) == []  # any slots batch together
+    elsewhere = compose_job(*QUICK, "engine.url=http://10.0.0.5:8080")
+    assert elsewhere.engine.slot_order(elsewhere.server, slots) == []  # not ours to reorder
+    assert separate.engine.slot_order(separate.server, slots[:1]) == []
+    assert separate.engine.slot_order(separate.server, None) == []
+
+
 def test_the_host_prompt_cache_is_off_unless_the_caches_are_the_subject():
     measured = compose_job(*QUICK).planned_launch().argv
     studied = compose_job(*QUICK, "workload.caches=kept").planned_launch().argv

@@ -160,6 +160,26 @@ class LlamaCppEngine(Engine[LlamaCppConfig]):
             return []
         return [("POST", f"/slots/{slot['id']}?action=erase") for slot in state if "id" in slot]
 
+    def slot_order(
+        self, server: ServerSettings[LlamaCppConfig], state: Any
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Without a unified KV cache, every slot released again in id order: a one-token
+        request pinned to each, one after another. llama-server gives a request the idle slot
+        released longest ago (server-context.cpp get_available_slot, LRU by t_last_used,
+        which release() sets) and batches only consecutive slot ids in one forward pass
+        (llama-batch.cpp split_equal, sequential without --kv-unified). Slots do not end in
+        the order they were handed out, so the runs before leave scattered slots to the next
+        one and a decode step takes a pass per run of consecutive ids: a capacity search's
+        later rates measured the ones before them. Released in order, the next requests get
+        slots 0, 1, 2... as on a fresh server."""
+        engine = server.engine
+        if engine.kv_unified or engine.url or not isinstance(state, list):
+            return []
+        ids = sorted(slot["id"] for slot in state if "id" in slot)
+        if len(ids) < 2:
+            return []
+        return [("/completion", {"prompt": "a", "n_predict": 1, "id_slot": i}) for i in ids]
+
     def stream_fields(self, server: ServerSettings[LlamaCppConfig], stream: int) -> dict[str, Any]:
         engine = server.engine
         slots = engine.parallel_slots or server.streams
