@@ -589,20 +589,11 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
     assert server_pids() == set()
 
 
-@pytest.mark.no_engine_server
-def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
-    tmp_path, tracking_env
-):
-    """Issue 52, item 3: a sweep in the default order (comparisons measured until decided)
-    killed with SIGKILL and resumed measured every launch again. Killed after its first
-    look, on test servers: the resumed sweep takes back each launch the killed one
-    completed (attempt-1/ keeps the killed attempt's files, run.json among them), prints
-    the killed sweep's looks again as they were, starts a server only for the launches
-    missing, and ends with every launch in each job's files, run and report. The A/A cannot
-    be decided (a threshold of 0.01%, read at 99.999%): it runs its five launches."""
-    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "2")
-    sweep_dir = tmp_path / "sweep"
-    sweep = (
+def undecidable_aa(bin_dir: Path, sweep_dir: Path) -> tuple[str, ...]:
+    """`python -m specexp -m`'s arguments for an A/A comparison on test servers, measured
+    launch by launch until decided, which it cannot be (a threshold of 0.01%, read at
+    99.999%): its five launches each."""
+    return (
         "-m",
         *TINY,
         f"stack.bin_dir={bin_dir}",
@@ -614,6 +605,21 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
         "stats.confidence=0.99999",
         f"hydra.sweep.dir={sweep_dir}",
     )
+
+
+@pytest.mark.no_engine_server
+def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
+    tmp_path, tracking_env
+):
+    """Issue 52, item 3: a sweep in the default order (comparisons measured until decided)
+    killed with SIGKILL and resumed measured every launch again. Killed after its first
+    look, on test servers: the resumed sweep takes back each launch the killed one
+    completed (attempt-1/ keeps the killed attempt's files, run.json among them), prints
+    the killed sweep's looks again as they were, starts a server only for the launches
+    missing, and ends with every launch in each job's files, run and report. The A/A cannot
+    be decided (a threshold of 0.01%, read at 99.999%): it runs its five launches."""
+    sweep_dir = tmp_path / "sweep"
+    sweep = undecidable_aa(fake_llama_server(tmp_path, "--itl-ms", "2"), sweep_dir)
     env = {**tracking_env, "PYTHONUNBUFFERED": "1"}
     killed_output = tmp_path / "killed.txt"
     with killed_output.open("w") as out:
@@ -759,20 +765,8 @@ def test_a_full_disk_in_a_sequential_sweep_loses_no_comparison(tmp_path, trackin
     (its comparison stopped), the sweep exits 1, and the resumed sweep measures the pair
     again and makes the comparison."""
     uri = tracking_env["MLFLOW_TRACKING_URI"]
-    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
     sweep_dir = tmp_path / "sweep"
-    sweep = (
-        "-m",
-        *TINY,
-        f"stack.bin_dir={bin_dir}",
-        "replicate=0,1",
-        "multirun.reuse_servers=false",  # launch by launch: measured until decided
-        "multirun.baseline='replicate=0'",
-        "stats.sequential.max_launches=5",
-        "stats.threshold=0.0001",
-        "stats.confidence=0.99999",
-        f"hydra.sweep.dir={sweep_dir}",
-    )
+    sweep = undecidable_aa(fake_llama_server(tmp_path, "--itl-ms", "1"), sweep_dir)
     appended = files.append_whole
     full: list[Path] = []
 
