@@ -24,7 +24,7 @@ from specexp.analysis.arms import calibrations
 from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
-from specexp.core.sequential import SequentialComparison
+from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.host import capture, failure, interrupt
 from specexp.output import terminal
 from specexp.run import launchers
@@ -306,6 +306,9 @@ def _launch_all(
                     plan.jobs[0].job.config.multirun.seed,
                 )
             status = RunStatus.finished
+            if any(s.record.stop == StopReason.failed for s in sequences):
+                # A comparison left without its verdict: the sweep is not done (it said which).
+                failed_with = failure.RUN_FAILED
         except BaseException as stopped:
             # A signal can land inside code that turns it into an error of its own (Hydra
             # composing the next job): the signal received, not the exception, says killed.

@@ -19,7 +19,7 @@ from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import JobOrder
-from specexp.core.sequential import SequentialComparison
+from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.host import failure, owner
 from specexp.output import terminal
 from specexp.output.files import RUN_FILE
@@ -99,6 +99,13 @@ class SweepConsole:
             terminal.console.print(
                 f"[red]{len(event.failed_jobs)} of {event.jobs_to_run} job(s) failed:[/] "
                 + escape(", ".join(event.failed_jobs))
+            )
+        stopped = [s for s in event.sequences if s.record.stop == StopReason.failed]
+        if stopped:
+            terminal.console.print(
+                f"[red]{len(stopped)} comparison(s) stopped without a verdict, an arm failed:[/] "
+                + escape(", ".join(f"{s.candidate_label} vs {s.baseline_label}" for s in stopped))
+                + "; the sweep resumed in its folder measures them again"
             )
 
 

@@ -780,6 +780,10 @@ def test_a_full_disk_in_a_sequential_sweep_loses_no_comparison(tmp_path, trackin
         patch.setattr(files, "append_whole", disk_full_once)
         first = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
     assert first.returncode == failure.RUN_FAILED, first.stdout[-3000:]
+    assert (
+        "1 comparison(s) stopped without a verdict, an arm failed: replicate=1 vs replicate=0"
+        in first.stdout
+    )
     assert full and statuses(uri)["replicate=0"] == ["FAILED"], first.stdout + first.stderr
     assert statuses(uri)["replicate=1"] == ["FAILED"], first.stdout  # not FINISHED with one launch
 
