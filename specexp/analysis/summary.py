@@ -348,9 +348,10 @@ def summarize_job(
                 f"run(s) {sorted({run for run, _ in stalled})}; each counts as missing the SLO",
             )
         )
-    # Energy per output token over the runs (or launches), where every run was metered.
+    # Energy per output token over the runs (or launches), where every run was metered; a
+    # capacity search's is per rate, on its rate curve (a mean over rates means nothing).
     per_token = [r.telemetry.get(Metric.energy_j_per_token) for r in measured]
-    if measured and all(v is not None for v in per_token):
+    if measured and not searching and all(v is not None for v in per_token):
         energy = summarize(_per_unit(measured, [float(v or 0.0) for v in per_token]), confidence)
         metrics.update(energy.as_dict(Metric.energy_j_per_token) if energy else {})
         metrics[Metric.energy_unresolved_runs] = float(

@@ -54,6 +54,8 @@ class CurvePoint:
     latency_s: float
     completed_rps: float
     backlog: bool = False
+    # Energy per output token over the run (J; None: not metered).
+    energy_j_per_token: Optional[float] = None
 
     @property
     def oversaturated(self) -> bool:
@@ -61,14 +63,15 @@ class CurvePoint:
 
 
 def curve_point(run: RunResult) -> Optional[CurvePoint]:
-    """An open-loop run as a point of its rate curve (None: closed loop, or fewer than two
-    requests): its offered rate; its requests' mean latency from their due times (a failed
+    """An open-loop run as a point of its rate curve (None: closed loop, fewer than two
+    requests, or a run whose server died: its rate is measured again, and its latency and
+    energy are a dying server's): its offered rate; its requests' mean latency from their due times (a failed
     one's until the run's end); the rate they finished at, between the first to finish and
     the last (a server that kept up finishes them as fast as they came); and whether its
     steady window showed a backlog."""
     timed = [(r.due_s, r) for r in run.records if r.due_s is not None]
     offered = run.offered_rate
-    if offered is None or len(timed) < 2:
+    if offered is None or len(timed) < 2 or run.faults:
         return None
     latency = np.array(
         [r.e2e_s if r.ok and r.e2e_s is not None else run.wall_s - t for t, r in timed]
@@ -76,11 +79,13 @@ def curve_point(run: RunResult) -> Optional[CurvePoint]:
     done = np.sort(np.array([t for t, _ in timed]) + latency)
     span = float(done[-1] - done[0])
     steady = steady_state(run)
+    energy = run.telemetry.get("energy_j_per_token")  # host.energy's: Metric.energy_j_per_token
     return CurvePoint(
         offered,
         float(latency.mean()),
         (len(done) - 1) / span if span > 0 else offered,
         steady is not None and steady.verdict == SteadyVerdict.server_queueing,
+        None if energy is None else float(energy),
     )
 
 

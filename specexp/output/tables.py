@@ -304,7 +304,8 @@ def claim_rows(claims: Sequence[ClaimCheck]) -> Rows:
 
 def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityComparison]) -> Rows:
     """Each capacity-search arm's capacity under the SLO, the highest rate its runs completed,
-    its latency model's C1 and C2 and its knee, each with its interval; against its baseline
+    its latency model's C1 and C2 and its knee, each with its interval (or why not), its
+    energy per token at each rate (runs whose server died left out); against its baseline
     the ratio with its interval and what it says."""
     against = {c.candidate.run_id: c for c in comparisons}
     table = Rows(
@@ -315,6 +316,7 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
             "C1 s [CI]",
             "C2 ms [CI]",
             "knee req/s [CI]",
+            "J/token by req/s",
             "vs baseline",
             "ratio CI",
             "verdict",
@@ -348,6 +350,12 @@ def capacity_rows(arms: Sequence[ArmCapacity], comparisons: Sequence[CapacityCom
                 else knee.reason or "-"
                 if knee
                 else "no runs on the rate curve",
+                ", ".join(
+                    f"{p.rate:.3g}: {p.energy_j_per_token:.3g}"
+                    for p in sorted(arm.curve, key=lambda p: p.rate)
+                    if p.energy_j_per_token is not None
+                )
+                or "not metered",
                 *ratio,
                 verdict,
             ],

@@ -17,9 +17,11 @@ from specexp.analysis.results import (
     ServerDeath,
     Tag,
     capacity_points_tag,
+    rate_curve_tag,
     server_deaths_tag,
 )
 from specexp.core.capacity import RatePoint, estimate
+from specexp.core.load_curve import CurvePoint
 from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod, StatsConfig
 from specexp.output.markdown import sweep_description, sweep_markdown
 from specexp.output.tables import capacity_rows, death_summary
@@ -47,6 +49,13 @@ def job(name: str, method: str, runs: list[tuple[float, int]], deaths=()) -> Job
         Tag.server_reused: "false",
         Tag.parent: "p",
         **({Tag.server_deaths: server_deaths_tag(deaths)} if deaths else {}),
+        # Energy per token as measured per rate (the run whose server died is not a point).
+        Tag.rate_curve: rate_curve_tag(
+            [
+                CurvePoint(16, 5.0, 12.0, energy_j_per_token=0.0911),
+                CurvePoint(8, 5.0, 8.0, False, 0.301),
+            ]
+        ),
     }
     metrics = {
         Metric.capacity_rps: found.rate,
@@ -86,10 +95,12 @@ def test_the_ratio_is_the_ratio_of_the_capacities_printed_and_every_cell_says_so
     rows = capacity_rows(found.capacity_arms, found.capacities)
     cells = [cell for row in rows.rows for cell in row]
     # C1, C2 and the knee: a figure or the reason, never a bare "-".
-    explained = ("C1 s [CI]", "C2 ms [CI]", "knee req/s [CI]")
+    explained = ("C1 s [CI]", "C2 ms [CI]", "knee req/s [CI]", "J/token by req/s")
     columns = [rows.headers.index(name) for name in explained]
     assert all(row[i] != "-" for row in rows.rows for i in columns), rows.rows
     assert any("not monotone" in cell for cell in cells)
+    energy = rows.headers.index("J/token by req/s")
+    assert all(row[energy] == "8: 0.301, 16: 0.0911" for row in rows.rows)
     assert "unbounded" not in " ".join(cells)
 
 
