@@ -56,8 +56,11 @@ def test_single_stream_records_server_token_counts_and_timings(tmp_path):
         assert record.output_tokens == cfg.workload.max_tokens == 256
         assert 0 < record.ttft_s < record.e2e_s
         # One ITL per token after the first arrival (events read together share their
-        # arrival's gap), each positive.
-        assert 0.9 * record.output_tokens < len(record.itl_s) <= record.output_tokens - 1
+        # arrival's gap), each positive. On a loaded machine the first read may carry several
+        # events: their tokens have no gap, and are counted as read together.
+        first_read = record.output_tokens - len(record.itl_s)
+        assert 1 <= first_read <= 1 + record.events_read_together
+        assert sum(record.itl_s) <= record.e2e_s - record.ttft_s
         assert min(record.itl_s) > 0
         assert abs(record.tok_per_s - record.output_tokens / record.e2e_s) < 1e-9
     assert runs[0].tok_per_s > 0
