@@ -196,9 +196,10 @@ def test_a_capacity_search_goes_on_past_a_rate_that_kills_its_server(tmp_path, t
     16/s keep at most two in flight, 32/s three (from the third arrival on: 12 a rate are
     plenty). The rate that kills it is measured once more on a new server, and a failed
     point when that one dies too, each death said in one line naming the process, its
-    signal, the log's reason and the log; the search goes on and finds a capacity. A loaded machine slows the server, so it dies at a lower rate, never at none:
-    the search doubles to its 64/s bound before it gives up (capacity_gpu's draft arm died
-    at 13.5 req/s and ended its job)."""
+    signal, the log's reason and the log; the search goes on and finds a capacity. A
+    loaded machine slows the server, so it dies at a lower rate, never at none: the search
+    doubles to its 64/s bound before it gives up (capacity_gpu's draft arm died at 13.5
+    req/s and ended its job)."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "10", "--abort-above", "2")
     result = specexp_in_process(
         *QUICK,
