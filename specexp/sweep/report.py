@@ -150,10 +150,15 @@ def _latest(runs: Sequence[JobRun]) -> list[JobRun]:
     """Each configuration's newest run of ``runs`` (the store's order: newest first): a sweep
     resumed in its folder keeps its one parent, whose children are its earlier attempts'
     runs too (one killed, then finished)."""
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     latest = []
     for run in runs:
-        configuration = run.tags.get(Tag.config_fingerprint) or run.run_id
+        # With its factors: the configuration as the sweep names it, whatever the
+        # fingerprint covers.
+        configuration = (
+            run.tags.get(Tag.config_fingerprint) or run.run_id,
+            run.tags.get(Tag.factors, ""),
+        )
         if configuration not in seen:
             seen.add(configuration)
             latest.append(run)
