@@ -168,7 +168,7 @@ def test_the_sweep_reads_energy_from_the_store_and_publishes_it(tracking_env):
                 {
                     Tag.kind: RunKind.job,
                     Tag.factors: json.dumps(factors),
-                    Tag.config_fingerprint: f"{method} {c}",
+                    Tag.config_fingerprint: method,
                     Tag.energy_source: str(EnergySource.nvml_counter),
                 },
                 parent_run_id=parent.run_id,
