@@ -273,7 +273,8 @@ class LoadClient:
         # The server let a request or a probe wait workload.stall_timeout_s in this run: it
         # is silent (stopped, hung), and nothing more of the run waits on it, so that it is
         # named one stall timeout after it went quiet, not one per request or probe after.
-        self._silent = False
+        # What first waited that long, as the requests not sent after it say.
+        self._silence: Optional[str] = None
 
     def __getstate__(self) -> dict[str, Any]:
         # A worker gets the client, not the pool nor the listener (this process's console).
@@ -296,10 +297,8 @@ class LoadClient:
         was due by an open-loop schedule, so that a late send counts against it, else from now."""
         workload = self._request_workload(record)
         stall = workload.stall_timeout_s
-        if self._silent:
-            record.error = (
-                f"StallError: the server went silent in this run (no answer for {stall:.0f} s)"
-            )
+        if self._silence:
+            record.error = f"{self._silence}; not sent, the server having gone silent in this run"
             record.stalled, record.e2e_s = True, 0.0
             if self.on_request is not None:
                 self.on_request(record)
@@ -333,7 +332,8 @@ class LoadClient:
             record.e2e_s = time.perf_counter() - start
             record.error = f"{type(exc).__name__}: {exc}"
             record.stalled = isinstance(exc, TimeoutError)  # a stall, or no answer in time
-            self._silent = self._silent or record.stalled
+            if record.stalled and not self._silence:
+                self._silence = record.error
         if self.on_request is not None:
             self.on_request(record)
 
@@ -428,14 +428,17 @@ class LoadClient:
 
     async def _get(self, session: aiohttp.ClientSession, path: Optional[str]) -> Optional[str]:
         """The body of GET ``path``, or None (no such endpoint, no answer, a silent server)."""
-        if not path or self._silent:
+        if not path or self._silence:
             return None
         try:
             timeout = aiohttp.ClientTimeout(total=self.workload.stall_timeout_s)
             async with session.get(self.base_url + path, timeout=timeout) as response:
                 return await response.text() if response.status == 200 else None
         except TimeoutError:
-            self._silent = True
+            stall = self.workload.stall_timeout_s
+            self._silence = (
+                f"StallError: no answer to {path} for {stall:.0f} s (workload.stall_timeout_s)"
+            )
             return None
         except aiohttp.ClientError:
             return None
@@ -472,7 +475,7 @@ class LoadClient:
         state = (await self._state(session))[1]
         flushes = self.engine.cache_flush(self.server, state)
         reorders = self.engine.slot_order(self.server, state)
-        if self._silent:  # the requests will say so, at once
+        if self._silence:  # the requests will say so, at once
             return waited
         for method, path in flushes:
             await self._reset(session, method, path, None, "emptying the server's caches")
@@ -523,7 +526,7 @@ class LoadClient:
         if self._trace is not None:
             rate = self._trace.rate
         rate = rate if rate is not None else level.rate
-        self._silent = False
+        self._silence = None
         await self._prepare_prompts(session)
         settled = await self._settle(session)
         before = await self._counters(session)
