@@ -222,7 +222,8 @@ def test_a_server_alive_but_silent_is_named_within_the_stall_timeout(tmp_path):
             break
     output = process.communicate(timeout=120)[0]
     assert process.returncode == failure.RUN_FAILED, output[-3000:]
-    assert named is not None and named < 1.7 * stall_s, (named, output[-3000:])
+    # Under two timeouts, which the old way took at the least: the rest is slack for a busy machine.
+    assert named is not None and named < 2 * stall_s, (named, output[-3000:])
     assert server_pids() == set()  # the stopped server was woken and stopped
 
 
