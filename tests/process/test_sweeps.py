@@ -70,12 +70,10 @@ def test_killed_sweep_is_resumed_with_only_the_missing_jobs(tmp_path, tracking_e
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        finished = [
-            r
-            for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"])
-            if r.info.status == "FINISHED" and not is_sweep(r)
-        ]
-        if finished:
+        jobs = [r for r in runs_in(tracking_env["MLFLOW_TRACKING_URI"]) if not is_sweep(r)]
+        # A job finished and the next one measuring: the signal lands inside a job, never in
+        # the gap between two (whose run would not exist yet to be ended KILLED).
+        if {"FINISHED", "RUNNING"} <= {r.info.status for r in jobs}:
             break
         time.sleep(0.2)
     sweep.send_signal(signal.SIGTERM)
