@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
@@ -42,7 +43,7 @@ from specexp.host import failure, interrupt
 from specexp.host.leases import free_port
 from specexp.options import USAGE_EXIT, UsageError
 from specexp.output import terminal
-from specexp.tracking.store import uri_in_force
+from specexp.tracking.store import TrackingStore, uri_in_force
 
 
 class _Parser(argparse.ArgumentParser):
@@ -233,7 +234,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         terminal.print_stopped("usage error", str(exc))
         return USAGE_EXIT
     except Exception as exc:
-        if not failure.is_store_down(exc):
+        if not (failure.is_store_down(exc) or _store_not_opened(exc)):
             raise
         # A store read (compare, history) or written (upload) that does not answer.
         kept = "; the journals not uploaded are kept: upload them later" * (
@@ -243,6 +244,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         return failure.NOT_IN_STORE if args.command == "upload" else failure.STORE_DOWN
     except KeyboardInterrupt:
         return terminal.interrupted(interrupt.received() or signal.SIGINT)
+
+
+def _store_not_opened(exc: Exception) -> bool:
+    """Whether ``exc`` stopped a store's opening in this process: a SQLite store's folder
+    that cannot be made or written (a read-only disk, a file in its place) is a store down
+    for the command, as a tracking server that does not answer is."""
+    return isinstance(exc, OSError) and any(
+        frame.f_code is TrackingStore.__init__.__code__
+        for frame, _ in traceback.walk_tb(exc.__traceback__)
+    )
+
+
+def alias(command: str, argv: Optional[list[str]]) -> int:
+    """``python -m specexp.COMMAND ARGS`` (compare, history, upload): ``specexp COMMAND
+    ARGS``, through :func:`main` - one code path, one exit status for each outcome."""
+    return main([command, *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

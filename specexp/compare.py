@@ -288,8 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m specexp.compare``: the same as ``specexp compare``."""
-    return run(build_parser().parse_args(argv))
+    """``python -m specexp.compare``: ``specexp compare``, its exit status and all."""
+    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
+
+    return alias("compare", argv)
 
 
 if __name__ == "__main__":

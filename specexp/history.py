@@ -187,13 +187,10 @@ def history_markdown(
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    """``specexp history``: the same as ``specexp history``."""
-    parser = argparse.ArgumentParser(prog="specexp history", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.describe and args.reference:
-        parser.error("--describe writes an experiment's history; --reference reads none")
-    return run(args)
+    """``python -m specexp.history``: ``specexp history``, its exit status and all."""
+    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
+
+    return alias("history", argv)
 
 
 # Each history's points and their changes, in the order found.
@@ -202,6 +199,10 @@ Found = list[tuple[list[HistoryPoint], list[Change]]]
 
 def run(args: argparse.Namespace) -> int:
     """``specexp history``: the histories printed (or their JSON), and the exit status."""
+    if args.describe and args.reference:
+        raise options.UsageError(
+            "--describe writes an experiment's history; --reference reads none"
+        )
     found, followed = _reference_histories(args) if args.reference else _store_histories(args)
     if args.json:
         print(json.dumps(_documents(found, followed), indent=1, default=str))

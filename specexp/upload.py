@@ -45,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m specexp.upload``: the same as ``specexp upload``."""
-    parser = argparse.ArgumentParser(prog="specexp upload", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    """``python -m specexp.upload``: ``specexp upload``, its exit status and all."""
+    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
+
+    return alias("upload", argv)
 
 
 def run(args: argparse.Namespace) -> int:

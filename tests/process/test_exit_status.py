@@ -7,6 +7,7 @@ a signal), the console script (`python -m specexp.cli`) beside `python -m specex
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from specexp import cli
+from specexp import cli, compare, history, upload
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.tracking.store import TrackingStore
@@ -127,6 +128,38 @@ def test_75_a_runs_record_in_a_journal_not_the_store(tmp_path):
     assert_exit({"specexp upload": upload}, failure.NOT_IN_STORE)
     assert "MLflow store unreachable" in upload.stdout
     assert (job_dir / "mlflow_offline.json").exists()
+
+
+@pytest.mark.no_engine_server
+@pytest.mark.parametrize("store", ["a server down", "a folder that cannot be made"])
+@pytest.mark.parametrize("command", ["compare", "history", "upload"])
+def test_the_module_aliases_exit_as_the_subcommands_for_a_store_down(tmp_path, command, store):
+    """Issue 60: `python -m specexp.compare|history|upload` printed a traceback for a store
+    that was down, `specexp compare|history|upload` one line and 69 (75 for upload: its
+    journals are kept). Both doors now go through the same main."""
+    (tmp_path / "a-file").touch()  # a SQLite store's folder: a file stands in its place
+    uri = (
+        DOWN["MLFLOW_TRACKING_URI"]
+        if store == "a server down"
+        else f"sqlite:///{tmp_path}/a-file/mlflow.db"
+    )
+    journal = tmp_path / "job" / "mlflow_offline.json"  # the store it was meant for, down
+    journal.parent.mkdir()
+    journal.write_text(json.dumps({"tracking_uri": uri, "experiment": "specexp", "calls": []}))
+    args = [str(journal.parent)] if command == "upload" else []
+    env = {**DOWN, "MLFLOW_TRACKING_URI": uri}
+    alias = {"compare": compare.main, "history": history.main, "upload": upload.main}[command]
+    results = {
+        f"python -m specexp.{command}": specexp_in_process(
+            *args, cwd=tmp_path, env=env, main=alias
+        ),
+        f"specexp {command}": specexp_in_process(
+            command, *args, cwd=tmp_path, env=env, main=cli.main
+        ),
+    }
+    assert_exit(results, failure.NOT_IN_STORE if command == "upload" else failure.STORE_DOWN)
+    assert all(r.stdout.startswith("MLflow store unreachable: ") for r in results.values())
+    assert journal.exists()
 
 
 def down(*args: Any, **kwargs: Any) -> None:
