@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import sys
 
+from specexp import cli
 from specexp.api import run_command
 
 
 def main() -> int:
-    return run_command(sys.argv[1:])
+    args = sys.argv[1:]
+    if "--version" in args:  # specexp's, as `specexp --version` says it (not Hydra's)
+        print(cli.version())
+        return 0
+    return run_command(args)
 
 
 if __name__ == "__main__":

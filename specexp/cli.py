@@ -78,6 +78,11 @@ def _overrides(parser: argparse.ArgumentParser, what: str) -> None:
     _config_options(parser)
 
 
+# Hydra's options for configs, as ``python -m specexp`` takes them: --config-dir, and those
+# that replace specexp's own config, passed on to be refused there with the same line.
+_HYDRA_CONFIG_OPTIONS = ("config_dir", "config_path", "config_name")
+
+
 def _config_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Hydra's own option for a user's configs, as ``python -m specexp`` takes it."""
     parser.add_argument(
@@ -87,18 +92,23 @@ def _config_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         help="a folder of your own config groups (DIR/model/NAME.yaml: model=NAME), "
         "searched after specexp's",
     )
+    parser.add_argument("-cp", "--config-path", help=argparse.SUPPRESS)
+    parser.add_argument("-cn", "--config-name", help=argparse.SUPPRESS)
     return parser
 
 
 def _hydra_args(args: argparse.Namespace) -> list[str]:
-    """``python -m specexp``'s arguments: the command's ``--config-dir``, given before its
-    overrides or among them (where argparse leaves it to the overrides), then the rest."""
+    """``python -m specexp``'s arguments: the command's Hydra config options, given before
+    its overrides or among them (where argparse leaves them to the overrides), then the
+    rest."""
     among = _config_options(argparse.ArgumentParser(add_help=False, allow_abbrev=False))
     chosen, overrides = among.parse_known_args(args.overrides, argparse.Namespace(**vars(args)))
-    return ([f"--config-dir={chosen.config_dir}"] if chosen.config_dir else []) + overrides
+    given = {name: getattr(chosen, name) for name in _HYDRA_CONFIG_OPTIONS}
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in given.items() if value]
+    return flags + overrides
 
 
-def _version() -> str:
+def version() -> str:
     """The installed version, and where it is imported from (a checkout, or a wheel's copy)."""
     try:
         version = importlib.metadata.version("specexp")
@@ -122,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show third-party libraries' INFO lines (MLflow's, Alembic's)",
     )
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action="version", version=version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, summary: str) -> argparse.ArgumentParser:

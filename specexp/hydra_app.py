@@ -291,6 +291,10 @@ def run_one(cfg: DictConfig) -> str:
         listener(result)
     if hydra_config.mode == RunMode.RUN:
         _exit_as_ended(result, output_dir)
+    elif result.status == RunStatus.failed and result.exit_status != failure.RUN_FAILED:
+        # A sweep sees its jobs through its launcher's returns: a status of its own (a full
+        # disk's) is raised, as a job's error is, for the sweep to exit with.
+        raise failure.JobFailed(result.error or "failed", result.exit_status)
     return result.status
 
 
@@ -400,19 +404,29 @@ class ConfigSearch:
 
 # Hydra's option that adds a folder of the user's configs, in both spellings.
 CONFIG_DIR_OPTIONS = ("--config-dir", "-cd")
+# Hydra's options that replace specexp's config folder or its primary config, which the
+# override checks, the doctor and the sweeps compose: refused, naming --config-dir.
+REPLACING_OPTIONS = ("--config-path", "-cp", "--config-name", "-cn")
 
 
 def config_search(args: Sequence[str]) -> tuple[ConfigSearch, list[str]]:
     """``python -m specexp``'s ``args`` split: where they say configs are found (Hydra's
     ``--config-dir DIR``, also as ``-cd DIR`` or ``--config-dir=DIR``, and a
     ``hydra.searchpath=[...]`` override), and the rest. Raises :class:`UsageError` for a
-    folder that is not one (Hydra only warns of a search path's)."""
+    folder that is not one (Hydra only warns of a search path's), and for Hydra's options
+    that replace specexp's own config."""
     config_dirs: list[str] = []
     searchpath: list[str] = []
     rest: list[str] = []
     remaining = iter(args)
     for arg in remaining:
         option, equals, value = arg.partition("=")
+        if option in REPLACING_OPTIONS:
+            raise UsageError(
+                f"{option} replaces specexp's own config (conf/config.yaml); a folder of your "
+                "own configs is added with --config-dir DIR (DIR/model/NAME.yaml: model=NAME) "
+                "or hydra.searchpath=[file://DIR]"
+            )
         if option in CONFIG_DIR_OPTIONS:
             config_dirs.append(value if equals else next(remaining, ""))
             if not config_dirs[-1]:

@@ -25,6 +25,16 @@ _DISK_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 _log = logging.getLogger("specexp.failure")
 
 
+class JobFailed(Exception):
+    """A sweep's job that failed with an exit status of its own (a full disk's 74), as its
+    launcher hands it back (a job's error, pickled from another process): the sweep exits
+    with it, as the job alone would have."""
+
+    def __init__(self, why: str, exit_status: int) -> None:
+        super().__init__(why, exit_status)
+        self.exit_status = exit_status
+
+
 def one_line(exc: BaseException) -> str:
     """The exception as one line, credentials redacted."""
     text = str(exc).strip().splitlines()

@@ -177,8 +177,11 @@ def run_sweep(
     )
     if journals:
         say_left_to_upload(sweep_dir, journals)
-    # A failure first (the console said which), then what is left to upload.
-    status = stopped_with or (failure.RUN_FAILED if failed_jobs(returns) else 0)
+    # A failure first (the console said which: a comparison stopped, a job's own status, a
+    # failed job), then what is left to upload.
+    status = (
+        stopped_with or jobs_status(returns) or (failure.RUN_FAILED if failed_jobs(returns) else 0)
+    )
     if status or journals:
         sys.exit(status or failure.NOT_IN_STORE)
     return [returns]
@@ -336,6 +339,17 @@ def _launch_all(
                 )
             )
     return returns, failed_with
+
+
+def jobs_status(returns: Sequence[JobReturn]) -> int:
+    """The exit status of a job that failed with one of its own (a full disk's 74, as a
+    single run exits it); 0 when none did."""
+    own = [
+        r._return_value.exit_status  # a failed job's error (its return_value raises it)
+        for r in returns
+        if r.status == JobStatus.FAILED and isinstance(r._return_value, failure.JobFailed)
+    ]
+    return own[0] if own else 0
 
 
 def failed_jobs(returns: Sequence[JobReturn]) -> list[str]:

@@ -7,6 +7,7 @@ a signal), the console script (`python -m specexp.cli`) beside `python -m specex
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import resource
@@ -22,8 +23,10 @@ import pytest
 from specexp import cli, compare, history, upload
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
+from specexp.output import files
 from specexp.tracking.store import TrackingStore
 from tests.conftest import (
+    REPO,
     SPECEXP,
     TINY,
     compose_job,
@@ -90,6 +93,49 @@ def test_2_a_usage_error(tmp_path, sweep):
     results = both_doors(tmp_path, *TINY, "speculative=drafts", env={}, sweep=sweep, store=False)
     assert_exit(results, 2)
     assert all("did you mean 'draft'?" in r.stdout for r in results.values())
+
+
+@pytest.mark.no_engine_server
+@pytest.mark.parametrize("option", ["--config-name", "-cn", "--config-path", "-cp"])
+def test_2_hydras_options_that_replace_specexps_config(tmp_path, option):
+    """`python -m specexp --config-name NAME` went to Hydra and `specexp run --config-name`
+    was an unknown option: both doors now refuse Hydra's options that replace specexp's own
+    config, naming the one that adds a user's folder."""
+    results = both_doors(tmp_path, option, str(tmp_path), *TINY, env={}, store=False)
+    assert_exit(results, 2)
+    assert all("--config-dir DIR" in r.stdout for r in results.values())
+
+
+@pytest.mark.no_engine_server
+@pytest.mark.parametrize("spelling", ["--config-dir", "hydra.searchpath"])
+def test_0_a_users_own_model_from_a_folder_outside_the_checkout(tmp_path, spelling):
+    """A user's model file (DIR/model/mine.yaml), given by either spelling, through both
+    doors, each run from a folder of its own outside the checkout."""
+    own = tmp_path / "own"
+    (own / "model").mkdir(parents=True)
+    model = (REPO / "conf/model/tiny-pair-small.yaml").read_text()
+    (own / "model/mine.yaml").write_text(model.replace("name: tiny-pair-small", "name: mine"))
+    given = (
+        ["--config-dir", str(own)]
+        if spelling == "--config-dir"
+        else [f"hydra.searchpath=[file://{own}]"]
+    )
+    results = both_doors(tmp_path, *given, "model=mine", "dry_run=true", env={}, store=False)
+    assert_exit(results, 0)
+    assert all(" model=mine " in r.stdout for r in results.values())
+
+
+@pytest.mark.no_engine_server
+def test_the_version_is_specexps_from_both_doors(tmp_path):
+    """`python -m specexp --version` printed Hydra's version."""
+    printed = {
+        door: specexp_in_process(
+            "--version", cwd=tmp_path, **({"main": cli.main} if door == "specexp" else {})
+        )
+        for door in ("specexp", "python -m specexp")
+    }
+    assert_exit(printed, 0)
+    assert {r.stdout for r in printed.values()} == {f"{cli.version()}\n"}
 
 
 @pytest.mark.no_engine_server
@@ -216,6 +262,31 @@ def test_74_a_full_disk(tmp_path, door):
         preexec_fn=lambda: full_disk_at(32_000),
     )
     assert_exit({door: process}, failure.DISK)
+
+
+@pytest.mark.no_engine_server
+def test_74_a_full_disk_in_a_sweeps_job(tmp_path):
+    """Issue 60: a sweep whose job hit a full disk exited 1 from both doors, where the job
+    alone exits 74. Each door's first requests.jsonl cannot be written (ENOSPC, as
+    tests/process/test_faults.py fills the disk in this process)."""
+    bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
+    appended = files.append_whole
+    full: set[str] = set()  # the doors whose disk filled
+
+    def disk_full_once(path: Path, lines: Any) -> None:
+        door = path.relative_to(tmp_path).parts[0]
+        if path.name == "requests.jsonl" and door not in full:
+            full.add(door)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        appended(path, lines)
+
+    args = (*TINY, f"stack.bin_dir={bin_dir}", "replicate=0", "tracking.enabled=false")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "append_whole", disk_full_once)
+        results = both_doors(tmp_path, *args, env={}, sweep=True, store=False)
+    assert_exit(results, failure.DISK)
+    assert len(full) == 2
+    assert all("1 of 1 job(s) failed" in r.stdout for r in results.values())
 
 
 @pytest.mark.no_engine_server
