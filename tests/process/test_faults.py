@@ -51,6 +51,7 @@ from tests.conftest import (
     server_pids,
     specexp_in_process,
     start_cli,
+    store_env,
     sweep_parent,
 )
 
@@ -257,11 +258,18 @@ def test_missing_stack_interpreter_is_refused_before_launch(tmp_path, tracking_e
     assert nothing_tracked(tmp_path)
 
 
+def later_store(tmp_path: Path) -> str:
+    """The URI of a store the upload comes to later, empty (store_env's copy: no schema
+    migrations to wait for, which a store made here would run)."""
+    (tmp_path / "later").mkdir()
+    return store_env(tmp_path / "later")["MLFLOW_TRACKING_URI"]
+
+
 def upload_the_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, Any]:
     """`python -m specexp.upload` (its main, in this process) on the one journaled job under
     ``tmp_path``, into a new store: its URI and the finished run."""
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
-    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    uri = later_store(tmp_path)
     upload = call_main(
         upload_main, str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
     )
@@ -282,7 +290,7 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "30")
     store = tmp_path / "store"
     store.mkdir()
-    backend = f"sqlite:///{store / 'mlflow.db'}"
+    backend = store_env(store)["MLFLOW_TRACKING_URI"]  # migrated: the server starts sooner
     with mlflow_process(
         "server",
         "--backend-store-uri",
@@ -597,7 +605,7 @@ def test_a_sweep_killed_mid_job_resumes_without_touching_finished_work(tmp_path,
 def undecidable_aa(bin_dir: Path, sweep_dir: Path) -> tuple[str, ...]:
     """`python -m specexp -m`'s arguments for an A/A comparison on test servers, measured
     launch by launch until decided, which it cannot be (a threshold of 0.01%, read at
-    99.999%): its five launches each."""
+    99.999%): its four launches each, two looks (after launches 3 and 4)."""
     return (
         "-m",
         *TINY,
@@ -605,7 +613,7 @@ def undecidable_aa(bin_dir: Path, sweep_dir: Path) -> tuple[str, ...]:
         "replicate=0,1",
         "multirun.reuse_servers=false",
         "multirun.baseline='replicate=0'",
-        "stats.sequential.max_launches=5",
+        "stats.sequential.max_launches=4",
         "stats.threshold=0.0001",
         "stats.confidence=0.99999",
         f"hydra.sweep.dir={sweep_dir}",
@@ -622,7 +630,7 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
     completed (attempt-1/ keeps the killed attempt's files, run.json among them), prints
     the killed sweep's looks again as they were, starts a server only for the launches
     missing, and ends with every launch in each job's files, run and report. The A/A cannot
-    be decided (a threshold of 0.01%, read at 99.999%): it runs its five launches."""
+    be decided (a threshold of 0.01%, read at 99.999%): it runs its four launches."""
     sweep_dir = tmp_path / "sweep"
     sweep = undecidable_aa(fake_llama_server(tmp_path, "--itl-ms", "2"), sweep_dir)
     env = {**tracking_env, "PYTHONUNBUFFERED": "1"}
@@ -656,14 +664,14 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
         assert (aside / "launches.jsonl").read_text().splitlines(keepends=True) == lines
         assert json.loads((aside / "run.json").read_text())["run_id"]
         now = (job / "launches.jsonl").read_text().splitlines(keepends=True)
-        assert len(now) == 5 and now[: len(lines)] == lines  # taken back as they were
+        assert len(now) == 4 and now[: len(lines)] == lines  # taken back as they were
         requests = [json.loads(line) for line in (job / "requests.jsonl").read_text().splitlines()]
-        assert sorted({r["launch"] for r in requests}) == [0, 1, 2, 3, 4]
+        assert sorted({r["launch"] for r in requests}) == [0, 1, 2, 3]
         earlier = [json.loads(line) for line in (aside / "requests.jsonl").read_text().splitlines()]
         assert [r for r in requests if r["launch"] < len(lines)] == [
             r for r in earlier if r["launch"] < len(lines)
         ]
-    assert output.count("server ready") == 10 - sum(map(len, completed))
+    assert output.count("server ready") == 8 - sum(map(len, completed))
     assert output.count("taken back from") == 2 and "attempt-1" in output
     looks = [line for line in killed_output.read_text().splitlines() if line.startswith("look ")]
     assert [line for line in output.splitlines() if line.startswith("look ")][: len(looks)] == looks
@@ -679,14 +687,14 @@ def test_a_sequential_sweep_killed_and_resumed_keeps_the_launches_it_completed(
         ).read_text()
     )
     (sequence,) = report["sequences"]
-    assert len(sequence["record"]["looks"]) == 3  # after launches 3, 4 and 5 of each arm
+    assert len(sequence["record"]["looks"]) == 2  # after launches 3 and 4 of each arm
     assert sequence["record"]["stop"] == "launch budget spent"
     (comparison,) = report["comparisons"]
     assert any(
-        "measured until decided: 3 look(s) at 5+5" in n["message"] for n in comparison["notes"]
+        "measured until decided: 2 look(s) at 4+4" in n["message"] for n in comparison["notes"]
     )
     finished = [r for r in runs if not is_sweep(r) and r.info.status == "FINISHED"]
-    assert len(finished) == 2 and all(r.data.metrics["launches"] == 5 for r in finished)
+    assert len(finished) == 2 and all(r.data.metrics["launches"] == 4 for r in finished)
     assert server_pids() == set()
 
 
@@ -797,7 +805,7 @@ def test_a_full_disk_in_a_sequential_sweep_loses_no_comparison(tmp_path, trackin
     assert "over 1 comparison(s)" in resumed.stdout, resumed.stdout[-3000:]
     finished = [r for r in runs_in(uri) if not is_sweep(r) and r.info.status == "FINISHED"]
     assert sorted(r.data.tags["replicate"] for r in finished) == ["0", "1"]
-    assert all(r.data.metrics["launches"] == 5 for r in finished)
+    assert all(r.data.metrics["launches"] == 4 for r in finished)
 
 
 def store_contents(uri: str) -> list[tuple]:
@@ -925,7 +933,7 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
     assert not requests.torn and len(requests.records) >= 2
     journal = json.loads((job_dir / "mlflow_offline.json").read_text())  # whole
     assert journal["calls"]
-    uri = f"sqlite:///{tmp_path / 'later.db'}"
+    uri = later_store(tmp_path)
     upload = call_main(
         upload_main, str(job_dir), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
     )
@@ -978,7 +986,7 @@ def fill(path: Path) -> None:
 
 @pytest.mark.no_engine_server
 def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
-    tmp_path, small_disk
+    tmp_path, small_disk, capsys
 ):
     """Issue 52: a 40 MB tmpfs holding the run and its SQLite store, filled after the
     warm-up's record, gave 799 lines with 38 tracebacks (the journal, the log writers, the
@@ -990,7 +998,7 @@ def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
     assert job.config.model.generate is not None
     ensure_pair(job.config.model.generate, job.engine.model_format)  # not made on the disk
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
-    uri = f"sqlite:///{small_disk / 'mlflow.db'}"
+    uri = store_env(small_disk)["MLFLOW_TRACKING_URI"]  # on the disk, made before it fills
     process = start_cli(
         "run",
         *TINY,
@@ -1021,7 +1029,7 @@ def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
     (small_disk / "filler").unlink()  # room again
     journal = job_dir / "mlflow_offline.json"
     if journal.exists():  # the store failed before the journal's write: the next command
-        upload = run_cli(str(job_dir), cwd=small_disk, module="specexp.upload")
+        upload = call_main(upload_main, str(job_dir), cwd=small_disk, capsys=capsys)
         assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
     assert run.info.status == "FAILED" and "disk full:" in run.data.tags[Tag.failure]

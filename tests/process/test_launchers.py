@@ -26,6 +26,7 @@ from tests.conftest import (
     server_pids,
     specexp_in_process,
     start_cli,
+    store_env,
     sweep_parent,
 )
 from tests.slurm_cluster import PARTITION, one_node_cluster
@@ -47,12 +48,13 @@ def max_overlap(intervals: list[tuple[int, int]]) -> int:
 
 @pytest.fixture(scope="module")
 def tracking_server(tmp_path_factory):
-    """A real `mlflow server` with a SQLite backend, as docs/runbook.md starts it."""
+    """A real `mlflow server` with a SQLite backend, as docs/runbook.md starts it (on a copy
+    of an empty store: no schema migrations at its start)."""
     store = tmp_path_factory.mktemp("mlflow-server")
     with mlflow_process(
         "server",
         "--backend-store-uri",
-        f"sqlite:///{store / 'mlflow.db'}",
+        store_env(store)["MLFLOW_TRACKING_URI"],
         "--artifacts-destination",
         str(store / "artifacts"),
         "--workers",
