@@ -332,5 +332,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 1 if failed else 0
 
 
+def _alias() -> int:
+    """``python -m specexp.doctor ARGS``: ``specexp doctor ARGS``, the overrides checked
+    first and a usage error one line, as there."""
+    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
+
+    return alias("doctor", None)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_alias())

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from specexp import cli, compare, history, upload
+from specexp import cli, compare, doctor, history, upload
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.output import files
@@ -104,6 +104,21 @@ def test_2_hydras_options_that_replace_specexps_config(tmp_path, option):
     results = both_doors(tmp_path, option, str(tmp_path), *TINY, env={}, store=False)
     assert_exit(results, 2)
     assert all("--config-dir DIR" in r.stdout for r in results.values())
+
+
+@pytest.mark.no_engine_server
+def test_2_the_doctor_alias_checks_the_overrides_as_the_subcommand(tmp_path):
+    """`python -m specexp.doctor` skipped the override checks `specexp doctor` makes, and
+    printed a traceback for a usage error its own parsing found."""
+    for given in (["speculative=drafts"], ["--config-name", "x"]):
+        results = {
+            "python -m specexp.doctor": specexp_in_process(
+                *given, cwd=tmp_path, main=doctor._alias
+            ),
+            "specexp doctor": specexp_in_process("doctor", *given, cwd=tmp_path, main=cli.main),
+        }
+        assert_exit(results, 2)
+        assert len({r.stdout for r in results.values()}) == 1
 
 
 @pytest.mark.no_engine_server

@@ -70,11 +70,11 @@ DEFERRED = {
     ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.hydra_app"): (
         "Hydra imports plugins at every start; the jobs are typed at hydra_app"
     ),
-    # The aliases `python -m specexp.compare|history|upload` run `specexp COMMAND`, whose
-    # parser is built of these modules' options: one code path, one exit status.
+    # The aliases `python -m specexp.compare|history|upload|doctor` run `specexp COMMAND`,
+    # whose parser is built of these modules' options: one code path, one exit status.
     **{
         (f"specexp.{command}", "specexp.cli"): "the command line imports this module"
-        for command in ("compare", "history", "upload")
+        for command in ("compare", "history", "upload", "doctor")
     },
     # statsmodels: about 0.5 CPU-seconds at every CLI start (each of the suite's ~150), for a
     # capacity fit or an acceptance interval that most commands never compute.
