@@ -36,11 +36,11 @@ from specexp.core.stats import (
     chi2_ppf,
     f_isf,
     f_ppf,
+    interval,
     normal_isf,
     read_verdict,
     sample_var,
     t_isf,
-    t_ppf,
     welch_log,
 )
 
@@ -313,8 +313,9 @@ def look(
     z = critical_values([*earlier, fraction], design.alpha, design.spending)[-1]
     level = float(1 - 2 * special.ndtr(-z))
     if se > 0:
-        half = t_ppf(0.5 + level / 2, df) * se if z < _NO_BOUNDARY else math.inf
-        low, high = math.exp(log_diff - half), math.exp(log_diff + half)
+        # Unbounded above where the bound is beyond a float: a look on two launches per arm
+        # (df 1) at a high confidence.
+        low, high = interval(log_diff, se, df, 1 - level)
         verdict = read_verdict(low, high, design.threshold)
     else:
         low = high = math.nan
