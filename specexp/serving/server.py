@@ -28,6 +28,10 @@ from specexp.engines.http import is_local, urlopen
 from specexp.engines.records import LaunchSpec
 from specexp.host.leases import Lease
 
+# How long a server that never became ready gets to exit on SIGTERM: it has served nothing to
+# flush, and vLLM's API server ignores SIGTERM until its engine core is up (15 s at Ctrl-C).
+STARTING_GRACE_S = 2.0
+
 _ERROR_LINE = re.compile(r"(\w+(Error|Exception)\b.*|error: .*|.*\bfailed\b.*)", re.IGNORECASE)
 
 
@@ -141,6 +145,7 @@ class ServerProcess:
         # with GPU monitoring.
         self.started_at: Optional[float] = None
         self.stopped_at: Optional[float] = None
+        self.ready = False
 
     def start(self) -> None:
         if port_in_use(self.host, self.port):
@@ -188,6 +193,7 @@ class ServerProcess:
                 )
             # A probe can wait for a server that is still binding: ready only if in time.
             if healthy(url) and time.monotonic() - started <= timeout_s:
+                self.ready = True
                 return time.monotonic() - started
             if time.monotonic() - started > timeout_s:
                 log = tail(self.log_path)
@@ -242,10 +248,11 @@ class ServerProcess:
         return self.process.pid if self.process else None
 
     def stop(self, grace_s: float = 15.0) -> None:
-        """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s``; then give
-        back the port and GPUs."""
+        """SIGTERM to the whole group, then SIGKILL what is left after ``grace_s`` (at most
+        STARTING_GRACE_S for a server that never became ready); then give back the port and
+        GPUs."""
         try:
-            self._stop_group(grace_s)
+            self._stop_group(grace_s if self.ready else min(grace_s, STARTING_GRACE_S))
         finally:
             self.stopped_at = time.time()
             for lease in self.leases:
