@@ -117,16 +117,23 @@ def sequential_power(
     return crossing_probability(carried, criticals, drift)
 
 
-def sequential_detectable(design: SequentialDesign, launch_var: float) -> float:
+# The largest relative effect a budget line looks for (+1000%, an eleven-fold ratio).
+LARGEST_DETECTABLE = 10.0
+
+
+def sequential_detectable(design: SequentialDesign, launch_var: float) -> Optional[float]:
     """Smallest relative effect a sequence of up to ``max_launches`` finds with
     ``design.power`` (:func:`sequential_power`); never below the design effect, since the
-    sequence stops once it has the launches that effect needs."""
-    found = optimize.brentq(
-        lambda e: sequential_power(design, launch_var, e, design.max_launches) - design.power,
-        0.0,
-        10.0,
-    )
-    return max(found, design.design_effect)
+    sequence stops once it has the launches that effect needs. None where it does not find
+    even :data:`LARGEST_DETECTABLE` (two launches per arm at 99.999%: Student's t on one
+    degree of freedom)."""
+
+    def shortfall(effect: float) -> float:
+        return sequential_power(design, launch_var, effect, design.max_launches) - design.power
+
+    if shortfall(LARGEST_DETECTABLE) < 0:
+        return None
+    return max(optimize.brentq(shortfall, 0.0, LARGEST_DETECTABLE), design.design_effect)
 
 
 class Design(StrEnum):
@@ -186,7 +193,14 @@ class BudgetPower:
     def statement(self) -> str:
         """One line: what the budget finds, under what spreads, and whether that misses
         the threshold."""
-        if self.detectable is None:
+        if self.detectable is None and self.design == Design.sequential:
+            line = (
+                f"budget: {self.design}, at most {self.launches} launch(es) x {self.runs} runs "
+                f"per arm, finds no difference up to {LARGEST_DETECTABLE:.0%} with power "
+                f"{self.power:g} ({self.spreads.source}); it cannot find the "
+                f"{self.threshold:.1%} threshold"
+            )
+        elif self.detectable is None:
             line = (
                 f"budget: {self.design}, so no comparison is decided across launches unless a "
                 "calibration of the server family applies (stats.launches=3 measures it)"
@@ -372,7 +386,9 @@ def budget_power(
                     stats.measured_runs,
                     spreads,
                     settings.max_server_minutes,
-                    affordable(base, design, spreads, effect, known, hardware),
+                    None
+                    if effect is None
+                    else affordable(base, design, spreads, effect, known, hardware),
                 )
             )
             continue

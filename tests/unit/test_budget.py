@@ -59,6 +59,26 @@ def test_a_larger_budget_finds_its_design_effect():
     assert budget is not None and budget.detectable == pytest.approx(0.02)
 
 
+def test_a_sequential_budget_that_finds_no_difference_says_so(capsys):
+    """Two launches per arm at 99.999% find not even a +1000% difference with power 0.8
+    (Student's t on one degree of freedom): the line says so, where the sweep failed at its
+    start (brentq: f(a) and f(b) of one sign)."""
+    budget = sweep(
+        "stats.sequential.min_launches=2",
+        "stats.sequential.max_launches=2",
+        "stats.confidence=0.99999",
+    )
+    assert budget is not None and budget.design == Design.sequential
+    assert budget.detectable is None and budget.affordable is None and budget.short
+    terminal.print_budget(budget.statement, budget.short)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(
+        "budget: measured until decided, at most 2 launch(es) x 5 runs per arm, finds no "
+        "difference up to 1000% with power 0.8 (assuming 2% launch-to-launch"
+    )
+    assert line.endswith("; it cannot find the 1.0% threshold") and "\n" not in line
+
+
 def test_single_launches_on_servers_of_their_own_decide_nothing_and_say_what_to_run(capsys):
     budget = sweep(in_process=False)
     assert budget is not None and budget.design == Design.single_launches
