@@ -267,7 +267,7 @@ def _store_not_opened(exc: Exception) -> bool:
 
 
 def alias(command: str, argv: Optional[list[str]]) -> int:
-    """``python -m specexp.COMMAND ARGS`` (compare, history, upload): ``specexp COMMAND
+    """``python -m specexp.<command> ARGS`` (compare, history, upload): ``specexp COMMAND
     ARGS``, through :func:`main` - one code path, one exit status for each outcome."""
     return main([command, *(sys.argv[1:] if argv is None else argv)])
 
