@@ -53,7 +53,8 @@ from specexp.compare import ComparisonReport, compare_runs
 from specexp.host import failure, interrupt
 from specexp.hydra_app import Observe
 from specexp.options import USAGE_EXIT, NotRun, UsageError, unknown
-from specexp.output import terminal
+from specexp.output.terminal.loggers import quiet_libraries
+from specexp.output.terminal.screen import console, interrupted, print_stopped
 from specexp.run.session import JobResult
 from specexp.tracking.observer import RUN_FILE
 from specexp.tracking.store import TrackingStore
@@ -128,15 +129,15 @@ def _hydra_session(
     collected = _Session()
     hydra_app.on_result.append(collected.results.append)
     hydra_app.on_not_run.append(collected.not_run.append)
-    argv, was_quiet, was_observing = sys.argv, terminal.console.quiet, hydra_app.observing
+    argv, was_quiet, was_observing = sys.argv, console.quiet, hydra_app.observing
     chosen = frozenset(Observe) if observers is None else frozenset(map(Observe, observers))
     hydra_app.observing = chosen
-    terminal.console.quiet = quiet or Observe.console not in chosen or was_quiet
+    console.quiet = quiet or Observe.console not in chosen or was_quiet
     try:
         yield collected, chosen
     finally:
         sys.argv = argv
-        terminal.console.quiet = was_quiet
+        console.quiet = was_quiet
         hydra_app.observing = was_observing
         hydra_app.on_result.remove(collected.results.append)
         hydra_app.on_not_run.remove(collected.not_run.append)
@@ -169,23 +170,23 @@ def run_command(args: Sequence[str]) -> int:
     which are the same command - in this process: the overrides checked, the jobs run, what
     stopped one printed; the exit status, one for each outcome (docs/cli.md's table)."""
     interrupt.install()
-    terminal.quiet_libraries()
+    quiet_libraries()
     try:
         check_overrides(args)
     except UsageError as exc:
-        terminal.print_stopped("usage error", str(exc))
+        print_stopped("usage error", str(exc))
         return USAGE_EXIT
     hydra_app.on_not_run.append(_print_not_run)
     try:
         return hydra_app.launch(args)
     except KeyboardInterrupt:
-        return terminal.interrupted(interrupt.received() or signal.SIGINT)
+        return interrupted(interrupt.received() or signal.SIGINT)
     finally:
         hydra_app.on_not_run.remove(_print_not_run)
 
 
 def _print_not_run(stopped: NotRun) -> None:
-    terminal.print_stopped(stopped.what, stopped.why)
+    print_stopped(stopped.what, stopped.why)
 
 
 def run_job(

@@ -42,7 +42,8 @@ from specexp import api, compare, doctor, history, models, options, upload
 from specexp.host import failure, interrupt
 from specexp.host.leases import free_port
 from specexp.options import USAGE_EXIT, UsageError
-from specexp.output import terminal
+from specexp.output.terminal.loggers import VERBOSE, quiet_libraries
+from specexp.output.terminal.screen import console, interrupted, print_stopped
 from specexp.tracking.store import TrackingStore, uri_in_force
 
 
@@ -180,7 +181,7 @@ def _ui(args: argparse.Namespace) -> int:
     answers. Runs until interrupted."""
     uri, artifacts = uri_in_force(args.tracking_uri)
     if uri.startswith(("http://", "https://")):
-        terminal.console.print(f"the store is a tracking server: its UI is at {uri}")
+        console.print(f"the store is a tracking server: its UI is at {uri}")
         return 0
     port = args.port or free_port()
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri]
@@ -191,7 +192,7 @@ def _ui(args: argparse.Namespace) -> int:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     # No job runner: MLflow 3 starts huey consumers for it, which the UI does not need.
     env.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
-    verbose = bool(os.environ.get(terminal.VERBOSE))
+    verbose = bool(os.environ.get(VERBOSE))
     # Its own lines (uvicorn's, MLflow's) only with -v; kept to say why if it stops.
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
@@ -210,9 +211,9 @@ def _ui(args: argparse.Namespace) -> int:
                     time.sleep(0.5)
             else:
                 log.seek(0)
-                terminal.console.print(f"[red]mlflow ui stopped:[/] {log.read()[-2000:]}")
+                console.print(f"[red]mlflow ui stopped:[/] {log.read()[-2000:]}")
                 return process.returncode or 1
-            terminal.console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
+            console.print(f"MLflow UI on {uri}: [bold]{address}[/] (Ctrl-C stops it)")
             return process.wait()
         except KeyboardInterrupt:
             process.terminate()
@@ -235,13 +236,13 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.verbose:
-        os.environ[terminal.VERBOSE] = "1"
-    terminal.quiet_libraries()
+        os.environ[VERBOSE] = "1"
+    quiet_libraries()
     interrupt.install()
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        terminal.print_stopped("usage error", str(exc))
+        print_stopped("usage error", str(exc))
         return USAGE_EXIT
     except Exception as exc:
         if not (failure.is_store_down(exc) or _store_not_opened(exc)):
@@ -250,10 +251,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         kept = "; the journals not uploaded are kept: upload them later" * (
             args.command == "upload"
         )
-        terminal.print_stopped("MLflow store unreachable", failure.one_line(exc) + kept)
+        print_stopped("MLflow store unreachable", failure.one_line(exc) + kept)
         return failure.NOT_IN_STORE if args.command == "upload" else failure.STORE_DOWN
     except KeyboardInterrupt:
-        return terminal.interrupted(interrupt.received() or signal.SIGINT)
+        return interrupted(interrupt.received() or signal.SIGINT)
 
 
 def _store_not_opened(exc: Exception) -> bool:

@@ -47,8 +47,9 @@ from specexp.core.schemas import StatsConfig, TrackingConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 from specexp.hydra_app import CONFIG_DIR
-from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, reproduction_markdown
+from specexp.output.terminal.comparison import print_comparison, print_reproduction
+from specexp.output.terminal.screen import console
 from specexp.tracking import publish
 from specexp.tracking.store import TrackingStore
 
@@ -248,20 +249,20 @@ def run(args: argparse.Namespace) -> int:
             experiment=args.experiment,
         )
     except (SelectionError, ValueError) as exc:
-        terminal.console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {exc}")
         return 2
     document = report.to_json()
     if args.json:
         print(json.dumps(document, indent=2, default=float))
     else:
-        terminal.print_comparison(
+        print_comparison(
             report.arms, report.comparisons, report.caveats, report.skipped, report.metric
         )
         for line in report.pairing:
-            terminal.console.print(f"note: {line}", markup=False)
+            console.print(f"note: {line}", markup=False)
         if report.reproduction is not None:
             r = report.reproduction
-            terminal.print_reproduction(
+            print_reproduction(
                 r.reference, r.points, r.claims, r.hardware_matches, r.measured_hardware
             )
     if not args.no_log:
@@ -277,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.parent:
             run.end(RunStatus.finished)
         if not args.json:
-            terminal.console.print(f"logged to MLflow run {run.run_id}")
+            console.print(f"logged to MLflow run {run.run_id}")
     return 0
 
 

@@ -34,7 +34,7 @@ from specexp.engines.stack import (
 from specexp.host import capture
 from specexp.host.capture import Hardware
 from specexp.host.job import Job
-from specexp.output.terminal import console
+from specexp.output.terminal.screen import console
 from specexp.sweep.plan import Plan, compose_jobs
 
 PASS, FAIL, SKIP, NOTE = (

@@ -39,8 +39,10 @@ from specexp.analysis.history import (
 )
 from specexp.compare import load_reference
 from specexp.core.records import unstructure
-from specexp.output import markdown, terminal
+from specexp.output import markdown
 from specexp.output.tables import Rows, pct
+from specexp.output.terminal.rendering import rich_table
+from specexp.output.terminal.screen import console
 from specexp.tracking.store import TrackingStore
 
 REGRESSION_EXIT = 3
@@ -265,22 +267,20 @@ def _print_histories(
     for points, changes in found:
         title = history_title(points, changes)
         if changes:
-            terminal.console.print(terminal.rich_table(title, change_rows(changes)))
+            console.print(rich_table(title, change_rows(changes)))
         else:
-            terminal.console.print(f"{title}: no change at p < {max_pvalue:g}")
+            console.print(f"{title}: no change at p < {max_pvalue:g}")
         for metric in followed.get(points[0].run_id, []):
-            terminal.console.print(f"  {metric.describe(max_pvalue)}")
+            console.print(f"  {metric.describe(max_pvalue)}")
             if metric.changes:
-                terminal.console.print(
-                    terminal.rich_table(metric.metric, change_rows(metric.changes))
-                )
+                console.print(rich_table(metric.metric, change_rows(metric.changes)))
 
 
 def _regressed(found: Found, limit: float) -> bool:
     """Whether a history's newest change is a regression beyond ``limit``, each one said."""
     regressed = [c for _, changes in found if (c := newest_regression(changes, limit)) is not None]
     for c in regressed:
-        terminal.console.print(
+        console.print(
             f"[red]regression[/] from run {c.run_id[:8]}: {pct(c.change)} "
             f"[{pct(c.ci_low)}, {pct(c.ci_high)}], beyond -{limit:.0%}"
         )

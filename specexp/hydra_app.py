@@ -51,9 +51,11 @@ from specexp.engines import engines, get_engine
 from specexp.host import failure, interrupt
 from specexp.host.job import Job, checked
 from specexp.options import USAGE_EXIT, NotRun, UsageError
-from specexp.output import terminal
 from specexp.output.console import ConsoleObserver
 from specexp.output.files import FilesObserver
+from specexp.output.terminal import screen
+from specexp.output.terminal.loggers import quiet_libraries
+from specexp.output.terminal.screen import log_traceback, logged_to
 from specexp.run import launchers
 from specexp.run.events import JobObserver
 from specexp.run.job_run import run_job
@@ -281,11 +283,11 @@ def run_one(cfg: DictConfig) -> str:
     # A launcher's job process may inherit SIGINT ignored (a sweep started with `&` from a
     # script), and an interrupted sweep stops its jobs with SIGINT: make it KeyboardInterrupt.
     signal.signal(signal.SIGINT, interrupt.raise_interrupt)
-    terminal.quiet_libraries()  # after Hydra configured the job's logging
+    quiet_libraries()  # after Hydra configured the job's logging
     hydra_config = HydraConfig.get()
     output_dir = Path(hydra_config.runtime.output_dir)
     log = output_dir / f"{hydra_config.job.name}.log"
-    with terminal.logged_to(log) if Observe.files in observing else contextlib.nullcontext():
+    with logged_to(log) if Observe.files in observing else contextlib.nullcontext():
         result = _run_logged(cfg, output_dir)
     for listener in on_result:
         listener(result)
@@ -331,7 +333,7 @@ def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
         why = f"{failure.one_line(exc)} (traceback: specexp.log)"
         _not_run(NotRun(failure.exit_status(exc), "failed", why))
     except BaseException:
-        terminal.log_traceback()
+        log_traceback()
         raise
     return result
 
@@ -340,7 +342,7 @@ def _not_run(stopped: NotRun) -> NoReturn:
     """The job ends without a result: said to whoever ran it in this process
     (:data:`on_not_run`: the command line prints it, the Python API raises it), and kept in
     the job's log (all a job in a process of its own, a parallel launcher's, has to say it)."""
-    terminal.console.log_only(escape(str(stopped)))
+    screen.console.log_only(escape(str(stopped)))
     for listener in on_not_run:
         listener(stopped)
     sys.exit(stopped.exit_status)
@@ -358,7 +360,7 @@ def _observers(job: Job, output_dir: Path) -> list[JobObserver]:
     """The observers chosen for this process's jobs (:data:`observing`), in the order they
     hear each event: the console, then the files, then MLflow (which logs the files)."""
     console = Observe.console in observing
-    say = terminal.console.print if console else terminal.console.log_only
+    say = screen.console.print if console else screen.console.log_only
     chosen: list[JobObserver] = []
     if console:
         chosen.append(ConsoleObserver(None if job.config.dry_run else earlier_duration_s(job)))

@@ -24,7 +24,7 @@ from specexp.core.trainedmodels import (
     self_draft_path,
 )
 from specexp.options import UsageError, unknown
-from specexp.output import terminal
+from specexp.output.terminal.screen import console
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
             "\n".join(map(str, found.files)),
             error or found.note,
         )
-    terminal.console.print(table)
+    console.print(table)
     if failed:
-        terminal.console.print(f"[red]not ready:[/] {', '.join(failed)}")
+        console.print(f"[red]not ready:[/] {', '.join(failed)}")
     return 1 if failed else 0

@@ -16,7 +16,7 @@ from specexp.analysis.results import Artifact
 from specexp.core.durable import read_json_lines
 from specexp.core.redaction import REDACTED
 from specexp.host import failure
-from specexp.output.terminal import console
+from specexp.output.terminal.screen import console
 from specexp.sweep.report import replay_sweep_end
 from specexp.tracking.store import journals_under, replay, uploaded, uri_problem
 

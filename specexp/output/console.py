@@ -12,7 +12,10 @@ from rich.markup import escape
 from specexp.core.redaction import redact_text
 from specexp.engines.records import Engagement
 from specexp.host.job import Job
-from specexp.output import terminal
+from specexp.output.terminal.dry_run import print_dry_run
+from specexp.output.terminal.job_summary import print_summary
+from specexp.output.terminal.progress import print_expected, run_progress
+from specexp.output.terminal.screen import console, status
 from specexp.run.events import (
     DryRunPlanned,
     JobEvent,
@@ -69,37 +72,33 @@ class ConsoleObserver:
         self._live.close()
 
     def _dry_run(self, event: DryRunPlanned) -> None:
-        terminal.print_dry_run(event.job, event.launch, event.resolution)
+        print_dry_run(event.job, event.launch, event.resolution)
 
     def _preparing(self, event: Preparing) -> None:
-        self._live.enter_context(terminal.status(event.what))
+        self._live.enter_context(status(event.what))
 
     def _waiting(self, event: Waiting) -> None:
-        terminal.console.print(event.what)
+        console.print(event.what)
 
     def _opened(self, event: JobOpened) -> None:
         self.job = event.job
-        terminal.print_expected(event.job.config, self.earlier_s)
+        print_expected(event.job.config, self.earlier_s)
 
     def _starting(self, event: ServerStarting) -> None:
         self._live.enter_context(
-            terminal.status(
-                f"{event.label}starting {event.engine} on {event.host} (log: {event.log_path})"
-            )
+            status(f"{event.label}starting {event.engine} on {event.host} (log: {event.log_path})")
         )
 
     def _ready(self, event: ServerReady) -> None:
         if event.reused:
-            terminal.console.print(
-                f"reusing the sweep's server {event.url} (log: {event.log_path})"
-            )
+            console.print(f"reusing the sweep's server {event.url} (log: {event.log_path})")
         else:
-            terminal.console.print(
+            console.print(
                 f"{event.label}[green]server ready[/] at {event.url} after {event.ready_s:.1f} s"
             )
 
     def _measuring(self, event: MeasuringStarted) -> None:
-        self._progress = self._live.enter_context(terminal.run_progress(event.runs, event.requests))
+        self._progress = self._live.enter_context(run_progress(event.runs, event.requests))
 
     def _request(self, event: RequestDone) -> None:
         if self._progress is not None:
@@ -112,14 +111,14 @@ class ConsoleObserver:
     def _settings(self, event: SettingsReadBack) -> None:
         for name, s in event.effective.items():
             if s.status == Engagement.not_engaged:
-                terminal.console.print(
+                console.print(
                     f"[bold red]NOT ENGAGED:[/] {name}={s.requested} was requested but the server "
                     f"ran with {s.actual or 'something else'} ({s.evidence})"
                 )
 
     def _finished(self, event: JobFinished) -> None:
         assert self.job is not None, "a job's events begin with JobOpened"
-        terminal.print_summary(self.job.config, event.summary, list(event.runs))
+        print_summary(self.job.config, event.summary, list(event.runs))
 
     def _server_died(self, event: ServerDied) -> None:
         # One line; the backtrace stays in the log it names.
@@ -131,12 +130,12 @@ class ConsoleObserver:
             if event.again
             else "the rate is measured once more on a new server before it counts as failed"
         )
-        terminal.console.print(
+        console.print(
             f"[yellow]server died:[/] {escape(redact_text(event.what))}; {then} "
             f"(log: {escape(str(event.log_path))})"
         )
 
     def _failed(self, event: JobFailed) -> None:
-        terminal.console.print(f"[red]{event.what}:[/] {escape(redact_text(event.why))}")
+        console.print(f"[red]{event.what}:[/] {escape(redact_text(event.why))}")
         if event.log_tail:
-            terminal.console.print(f"[dim]{escape(redact_text(event.log_tail))}[/]")
+            console.print(f"[dim]{escape(redact_text(event.log_tail))}[/]")

@@ -26,7 +26,9 @@ from specexp.core.redaction import redact_text
 from specexp.core.schemas import RunConfig
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.host import capture, failure, interrupt
-from specexp.output import terminal
+from specexp.output.terminal.dry_run import print_dry_run
+from specexp.output.terminal.loggers import hide_internal_overrides
+from specexp.output.terminal.screen import console
 from specexp.run import launchers
 from specexp.run.events import Emitter
 from specexp.run.job_run import OpenJobs
@@ -71,8 +73,8 @@ def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:
     composed here, and for Slurm the sbatch script that would be submitted. Nothing is submitted."""
     for planned in plan.to_run:
         launch = planned.job.planned_launch()
-        terminal.print_dry_run(planned.job, launch, planned.job.predicted_resolution(launch))
-    terminal.console.print(
+        print_dry_run(planned.job, launch, planned.job.predicted_resolution(launch))
+    console.print(
         f"# {type(launcher).__name__}: {len(plan.to_run)} job(s); time limit "
         f"{launcher.params.get('timeout_min')} min each"
     )
@@ -92,7 +94,7 @@ def _open_store(first: RunConfig) -> TrackingStore:
         return TrackingStore(first.tracking.uri, first.tracking.experiment)
     except Exception as exc:
         failure.log_traceback(exc)
-        terminal.console.print(
+        console.print(
             f"[red]MLflow store unreachable[/] ({escape(redact_text(uri_in_force(first.tracking.uri)[0]))}: "
             f"{escape(failure.one_line(exc))}); nothing was launched. Start it, or sweep "
             "untracked with tracking.enabled=false"
@@ -154,7 +156,7 @@ def run_sweep(
     """Plan (each job's overrides typed by ``compose``), check the launcher, launch the jobs
     (all at once, or ``max_batch_size`` at a time; launchers may run a batch in parallel),
     report (beside the jobs, in ``sweep_dir``)."""
-    terminal.hide_internal_overrides()
+    hide_internal_overrides()
     plan = compose_jobs(compose, job_overrides)
     first = _checked(plan, launcher, max_batch_size, len(job_overrides))
     if first is None:
@@ -165,7 +167,7 @@ def run_sweep(
         dry_run_elsewhere(plan, launcher)
         return []
     store = _open_store(first) if first.tracking.enabled and not first.dry_run else None
-    tracker = SweepTracker(store, sweep_dir, first.multirun.order, terminal.console.print)
+    tracker = SweepTracker(store, sweep_dir, first.multirun.order, console.print)
     emit: Emitter[SweepEvent] = Emitter([SweepConsole(), tracker])
     schedule = _schedule(plan, first, baseline, launcher, tracker, emit, compose)
     returns, stopped_with = _launch_all(launcher, plan, schedule, tracker, emit, max_batch_size)
@@ -202,7 +204,7 @@ def _checked(
     if errors:
         _refuse(plan, errors, jobs)
     if first is None:
-        terminal.console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
+        console.print("[yellow]the sweep has no jobs; nothing was launched[/]")
     return first
 
 

@@ -21,8 +21,9 @@ from specexp.core.redaction import redact_text
 from specexp.core.schemas import JobOrder
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.host import failure, owner
-from specexp.output import terminal
 from specexp.output.files import RUN_FILE
+from specexp.output.terminal.screen import console
+from specexp.output.terminal.sweep_report import print_budget
 from specexp.sweep.plan import Plan, PlannedJob, describe
 from specexp.sweep.report import (
     end_sweep,
@@ -85,24 +86,24 @@ class SweepConsole:
             else []
         )
         for line in [*describe(event.plan, event.until_decided), *chosen, f"order: {event.order}"]:
-            terminal.console.print(line)
+            console.print(line)
         if event.budget is not None:
-            terminal.print_budget(event.budget.statement, event.budget.short)
+            print_budget(event.budget.statement, event.budget.short)
 
     def _ended(self, event: SweepEnded) -> None:
         if event.error is not None:
-            terminal.console.print(
+            console.print(
                 f"[red]sweep failed:[/] {escape(event.error)} (traceback: specexp.log); its "
                 "runs are ended FAILED"
             )
         if event.failed_jobs and event.status == RunStatus.finished:
-            terminal.console.print(
+            console.print(
                 f"[red]{len(event.failed_jobs)} of {event.jobs_to_run} job(s) failed:[/] "
                 + escape(", ".join(event.failed_jobs))
             )
         stopped = [s for s in event.sequences if s.record.stop == StopReason.failed]
         if stopped:
-            terminal.console.print(
+            console.print(
                 f"[red]{len(stopped)} comparison(s) stopped without a verdict, an arm failed:[/] "
                 + escape(", ".join(f"{s.candidate_label} vs {s.baseline_label}" for s in stopped))
                 + "; the sweep resumed in its folder measures them again"
@@ -270,7 +271,7 @@ def say_left_to_upload(sweep_dir: Path, journals: Sequence[Path]) -> None:
     """What of the sweep did not reach its store, and the command that puts it there (the
     sweep's last line)."""
     kinds = sorted({j.name for j in journals})
-    terminal.console.print(
+    console.print(
         f"[bold yellow]not in the MLflow store:[/] {len(journals)} journal(s) under "
         f"{escape(str(sweep_dir))} ({', '.join(kinds)}); put them there with:\n"
         f"  python -m specexp.upload {escape(str(sweep_dir))} [--tracking-uri URI]"
@@ -280,10 +281,10 @@ def say_left_to_upload(sweep_dir: Path, journals: Sequence[Path]) -> None:
 def say_refused(plan: Plan, errors: Sequence[str], jobs: int) -> None:
     """Why the sweep is refused before anything launches."""
     for error in errors:
-        terminal.console.print(f"[red]config error:[/] {escape(error)}")
+        console.print(f"[red]config error:[/] {escape(error)}")
     what = (
         f"{len(plan.errors)} of {jobs} jobs cannot run"
         if plan.errors
         else "hydra/launcher cannot run this sweep as configured"
     )
-    terminal.console.print(f"[red]{what}; nothing was launched[/]")
+    console.print(f"[red]{what}; nothing was launched[/]")

@@ -15,8 +15,8 @@ from specexp.core.durable import write_atomic
 from specexp.core.records import structure, unstructure
 from specexp.core.redaction import redact_text
 from specexp.core.sequential import SequentialComparison
-from specexp.output import terminal
 from specexp.output.markdown import sweep_description
+from specexp.output.terminal.sweep_report import print_sweep_report
 from specexp.sweep.plan import Plan
 from specexp.tracking.publish import log_sweep_report
 from specexp.tracking.store import (
@@ -202,7 +202,7 @@ def sweep_report(store: TrackingStore, parent: RunLog, facts: SweepFacts) -> Non
         else (),
     )
     view = store.view_link(_view_id(parent.run_id))
-    terminal.print_sweep_report(
+    print_sweep_report(
         report,
         "MLflow UI: the sweep's report is its parent run's description; its jobs, with the "
         f"columns to read them by: {ui_address(store.uri)}{view}",

@@ -40,7 +40,7 @@ from specexp.core.sequential import (
     plan_runs,
 )
 from specexp.core.stats import minimum_detectable_effect, t_isf
-from specexp.output import terminal
+from specexp.output.terminal.screen import console
 from specexp.run.job_run import OpenJobs
 from specexp.run.session import JobSession
 from specexp.sweep.plan import ComposeJob, Plan, PlannedJob, Step, compose_jobs
@@ -566,7 +566,7 @@ def _look(
         next_round_s=sum(s.launch_s.get(round_index, 0.0) for s in arms),
         server_budget_s=config.stats.sequential.max_server_minutes * 60,
     )
-    terminal.console.print(
+    console.print(
         f"look {len(record.looks)}: {sequence.candidate.label} vs {sequence.baseline.label}, "
         f"{result.launches_baseline}+{result.launches_candidate} launches: "
         f"x{result.ratio:.3f} [{result.ci_low:.3f}, {result.ci_high:.3f}] ({result.level:.2%}) "

@@ -6,7 +6,7 @@ import pytest
 
 from specexp.analysis.arms import Calibration
 from specexp.core.schemas import JobOrder
-from specexp.output import terminal
+from specexp.output.terminal.sweep_report import print_budget
 from specexp.sweep.plan import Plan, order_jobs
 from specexp.sweep.sequential import Design, budget_power, sequential_pairs
 from tests.unit.test_sweep_plan import planned
@@ -28,7 +28,7 @@ def test_the_default_sequential_budget_says_what_it_finds_and_that_it_misses_the
     assert budget is not None and budget.design == Design.sequential
     # 12 launches x 5 runs at 2% / 2% spreads: about 3.4% (tests/statistics/test_budget.py).
     assert budget.detectable == pytest.approx(0.034, abs=0.001) and budget.short
-    terminal.print_budget(budget.statement, budget.short)
+    print_budget(budget.statement, budget.short)
     line = capsys.readouterr().out.strip()
     assert line.startswith("budget: finds a 3.4% difference with power 0.8 (measured until")
     assert "assuming 2% launch-to-launch and 2% run-to-run spread" in line
@@ -70,7 +70,7 @@ def test_a_sequential_budget_that_finds_no_difference_says_so(capsys):
     )
     assert budget is not None and budget.design == Design.sequential
     assert budget.detectable is None and budget.affordable is None and budget.short
-    terminal.print_budget(budget.statement, budget.short)
+    print_budget(budget.statement, budget.short)
     line = capsys.readouterr().out.strip()
     assert line.startswith(
         "budget: measured until decided, at most 2 launch(es) x 5 runs per arm, finds no "
@@ -83,7 +83,7 @@ def test_single_launches_on_servers_of_their_own_decide_nothing_and_say_what_to_
     budget = sweep(in_process=False)
     assert budget is not None and budget.design == Design.single_launches
     assert budget.detectable is None and budget.short
-    terminal.print_budget(budget.statement, budget.short)
+    print_budget(budget.statement, budget.short)
     assert "stats.launches=3 measures it" in capsys.readouterr().out
 
 
@@ -131,7 +131,7 @@ def test_the_budget_line_works_out_what_its_server_minutes_buy(capsys):
     assert budget is not None and budget.affordable is not None
     assert budget.affordable.launches == 4 and budget.short
     assert budget.affordable.at_effect < 0.3 and budget.affordable.at_threshold < 0.1
-    terminal.print_budget(budget.statement, budget.short)
+    print_budget(budget.statement, budget.short)
     line = " ".join(capsys.readouterr().out.split())
     assert "120 server-min allow 4 launch(es) per arm at 600 s a launch and 25 s a run" in line
     assert "measured by calibration runs abcdef12" in line

@@ -4,9 +4,11 @@ and no third-party INFO lines unless asked for."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
+import pkgutil
 import re
 import time
 
@@ -25,6 +27,16 @@ from specexp.core.sequential import SequentialDesign, SequentialRecord
 from specexp.output import terminal
 from specexp.output.markdown import comparison_markdown, sweep_markdown
 from specexp.output.tables import Rows, capacity_rows, comparison_rows, launches_needed
+from specexp.output.terminal.loggers import (
+    HYDRA_LAUNCHER_LOGGERS,
+    VERBOSE,
+    hide_internal_overrides,
+    quiet_libraries,
+)
+from specexp.output.terminal.progress import print_expected, run_progress
+from specexp.output.terminal.rendering import rich_table
+from specexp.output.terminal.screen import _Console, console, log_traceback, logged_to
+from specexp.output.terminal.sweep_report import print_sweep_report
 from specexp.sweep.launch import failed_jobs
 from specexp.sweep.plan import overrides_for
 from specexp.sweep.report import ui_address
@@ -41,8 +53,11 @@ UNRENDERED = re.compile(r"\{[A-Za-z_][A-Za-z0-9_.]*[}(]")
 @pytest.fixture
 def screen(monkeypatch) -> Console:
     """The terminal as a 100-column screen that keeps what was printed."""
-    recording = terminal._Console(width=100, record=True, highlight=False, soft_wrap=True)
-    monkeypatch.setattr(terminal, "console", recording)
+    recording = _Console(width=100, record=True, highlight=False, soft_wrap=True)
+    for found in pkgutil.iter_modules(terminal.__path__):
+        module = importlib.import_module(f"{terminal.__name__}.{found.name}")
+        if hasattr(module, "console"):
+            monkeypatch.setattr(module, "console", recording)
     return recording
 
 
@@ -62,7 +77,7 @@ def test_no_renderer_leaves_a_template_unrendered(screen):
         ),
         "json": json.dumps(swept.to_json()),
     }
-    terminal.print_sweep_report(swept, "MLflow UI: here")
+    print_sweep_report(swept, "MLflow UI: here")
     texts["terminal"] = screen.export_text()
     for name, text in texts.items():
         assert not UNRENDERED.findall(text), name
@@ -73,7 +88,7 @@ def test_the_surface_and_schedule_sections_leave_no_template_unrendered(screen):
     """The recorded H200 surface (its Surface section, each row's crossover and the engines'
     settings) through every renderer."""
     swept = recorded()
-    terminal.print_sweep_report(swept, "MLflow UI: here")
+    print_sweep_report(swept, "MLflow UI: here")
     texts = [screen.export_text(), describe(swept), sweep_markdown(swept, "tok_per_s")]
     assert all("surface" in text.lower() for text in texts)
     assert not [UNRENDERED.findall(text) for text in texts if UNRENDERED.findall(text)]
@@ -84,7 +99,7 @@ def test_the_energy_section_renders_whole_in_100_columns(screen):
     swept = energy_sweep.simulate(
         np.random.default_rng(0), lambda c: 0.8 * math.exp(0.1 * math.log2(c))
     )
-    terminal.print_sweep_report(swept, "MLflow UI: here")
+    print_sweep_report(swept, "MLflow UI: here")
     text = screen.export_text()
     assert not UNRENDERED.findall(text) and not UNRENDERED.findall(describe(swept))
     assert "SPEED AND ENERGY DISAGREE" in text and "crossover on energy:" in text
@@ -102,7 +117,7 @@ def test_the_template_check_catches_a_lost_f():
 def test_tables_fit_100_columns_and_keep_every_figure_whole(screen):
     """The 13-column comparison once came out as `[99.…` and `inco…` at 100 columns."""
     swept = report()
-    terminal.print_sweep_report(swept, "MLflow UI: here")
+    print_sweep_report(swept, "MLflow UI: here")
     text = screen.export_text()
     table_lines = [line for line in text.splitlines() if line[:1] in "┏┃│└┡┗"]
     assert table_lines and max(map(len, table_lines)) <= 100
@@ -131,30 +146,30 @@ def test_an_unbounded_interval_is_written_one_way_everywhere():
 
 
 def test_third_party_info_lines_are_hidden_unless_verbose(monkeypatch):
-    monkeypatch.delenv(terminal.VERBOSE, raising=False)
+    monkeypatch.delenv(VERBOSE, raising=False)
     monkeypatch.delenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", raising=False)
-    terminal.quiet_libraries()
+    quiet_libraries()
     assert not logging.getLogger("mlflow").isEnabledFor(logging.INFO)
     # MLflow's own switch for its "Downloading artifacts" bar, read when it downloads.
     assert MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR.get() is False
     assert not logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
-    monkeypatch.setenv(terminal.VERBOSE, "1")
-    terminal.quiet_libraries()
+    monkeypatch.setenv(VERBOSE, "1")
+    quiet_libraries()
     assert logging.getLogger("mlflow").isEnabledFor(logging.INFO)
-    monkeypatch.delenv(terminal.VERBOSE)
-    terminal.quiet_libraries()
+    monkeypatch.delenv(VERBOSE)
+    quiet_libraries()
 
 
 def test_the_log_gets_the_lines_and_tracebacks_the_terminal_does_not_keep(tmp_path, screen):
     """specexp.log was 0 bytes: the run's lines went to the terminal only."""
     log = tmp_path / "specexp.log"
-    with terminal.logged_to(log):
+    with logged_to(log):
         screen.print("[bold]tok/s 12.5[/]")
         screen.log_only("run 1: 12.5 tok/s")
         try:
             raise RuntimeError("the server went away")
         except RuntimeError:
-            terminal.log_traceback()
+            log_traceback()
     screen.print("after")
     text = log.read_text()
     assert "tok/s 12.5" in text and "run 1: 12.5 tok/s" in text
@@ -180,8 +195,8 @@ def test_hydras_job_lines_show_the_jobs_own_overrides_only(caplog):
     """Hydra's job lines once showed `multirun.parent_run_id=...` and the sweep's store."""
     job = planned("speculative=draft", "concurrency.streams=2")
     told = overrides_for(job, "abc123", part=1) + ["tracking.uri='sqlite:///x y.db'"]
-    terminal.hide_internal_overrides()
-    logger = logging.getLogger(terminal.HYDRA_LAUNCHER_LOGGERS[0])
+    hide_internal_overrides()
+    logger = logging.getLogger(HYDRA_LAUNCHER_LOGGERS[0])
     with caplog.at_level(logging.INFO, logger=logger.name):
         logger.info(f"\t#0 : {' '.join(told)}")
     assert caplog.records[-1].getMessage() == "\t#0 : speculative=draft concurrency.streams=2"
@@ -205,7 +220,7 @@ def test_a_sweep_names_its_failed_jobs_once_each():
 
 def test_progress_moves_from_the_first_request_with_its_tok_s(screen):
     """The bar once sat at 0/7 for 3 minutes: it counted runs, not requests."""
-    with terminal.run_progress(2, requests=4) as bar:
+    with run_progress(2, requests=4) as bar:
         bar.request_done(
             RequestRecord(
                 run=0, stream=0, warmup=False, start_unix=time.time() - 2, output_tokens=32
@@ -221,10 +236,10 @@ def test_the_expected_duration_is_said_before_a_run_with_its_basis(screen):
     took about 95 s: the default model states the rate it was measured at (21-23 tok/s on
     two cores), and every line says it is an estimate and on what basis."""
     default = compose_job().config  # `specexp run`: Gemma 3 270M, 7 runs of 6 x 48 tokens
-    terminal.print_expected(default, None)
+    print_expected(default, None)
     unstated = compose_job(*TINY, "model.expected_tok_per_s=null").config
-    terminal.print_expected(unstated, None)
-    terminal.print_expected(default, 250.0)
+    print_expected(unstated, None)
+    print_expected(default, 250.0)
     first, second, third = screen.export_text().splitlines()
     assert first == (
         "expected: about 2 min of measuring, an estimate - 7 runs of 6 request(s) of up to 48 "
@@ -241,7 +256,7 @@ def test_an_arm_measured_until_decided_expects_its_least_to_its_most_launches(sc
     cfg = compose_job(
         *TINY, "stats.launches=12", "multirun.part_runs=5", "stats.warmup_runs=1"
     ).config
-    terminal.print_expected(cfg, None)
+    print_expected(cfg, None)
     (line,) = screen.export_text().splitlines()
     assert line.startswith("expected: about ") and " to " in line
     assert "3 to 12 launches (measured until decided) of 6 runs of" in line
@@ -263,7 +278,7 @@ def test_the_expected_duration_of_a_capacity_search_names_no_rate(screen):
     said "about 41 s" (at an assumed 50 tok/s per stream) for an arm that took 4 minutes."""
     cfg = compose_job(*TINY, "concurrency=capacity", "slo=interactive").config
     assert cfg.concurrency.rate is None
-    terminal.print_expected(cfg, None)
+    print_expected(cfg, None)
     (line,) = screen.export_text().splitlines()
     assert line.startswith(
         "expected: about 2 min of measuring, an estimate - 2 runs of 24 arrivals, each run timed "
@@ -291,5 +306,5 @@ def test_a_table_whose_words_do_not_fit_the_console_overflows_instead_of_failing
     be narrowed further: the sweep then journaled its report as if the store had failed and
     exited 75 (test_drift's A/A, 5 December)."""
     rows = Rows(["configuration", "verdict"])
-    rows.add(["x" * (terminal.console.width + 10), "inconclusive"])
-    assert len(terminal.rich_table("wide", rows).renderables) == 1  # one table, overflowing
+    rows.add(["x" * (console.width + 10), "inconclusive"])
+    assert len(rich_table("wide", rows).renderables) == 1  # one table, overflowing

@@ -30,8 +30,9 @@ from specexp.core.durable import append_whole, read_json_lines, write_atomic
 from specexp.core.records import structure, unstructure
 from specexp.core.schemas import ConfigError, SpeculativeConfig, StatsConfig
 from specexp.host import failure, owner
-from specexp.output import terminal
 from specexp.output.files import RUN_FILE, set_aside_earlier_attempt
+from specexp.output.terminal.loggers import quiet_libraries
+from specexp.output.terminal.screen import console, logged_to
 from specexp.run.events import Emitter, JobClosed, JobEvent
 from specexp.run.session import JobResult, JobSession, close_session
 from specexp.sweep.launch import _launch
@@ -291,13 +292,13 @@ def test_a_log_file_the_disk_refuses_is_dropped_without_a_traceback(tmp_path, ca
     """Issue 52: the log writers failed in turn on a full disk, each with its traceback on
     the terminal (the console's log file at its flush, the logging handlers at each line)."""
     monkeypatch.setattr(logging, "raiseExceptions", True)
-    terminal.quiet_libraries()
+    quiet_libraries()
     handler = logging.FileHandler(tmp_path / "hydra.log")
     logging.getLogger().addHandler(handler)
     try:
-        with disk_full_past(100), terminal.logged_to(tmp_path / "specexp.log"):
-            terminal.console.print("x" * 300)
-            terminal.console.print("the one line")
+        with disk_full_past(100), logged_to(tmp_path / "specexp.log"):
+            console.print("x" * 300)
+            console.print("the one line")
             failure.log_traceback(OSError(errno.ENOSPC, "No space left on device"))
     finally:
         logging.getLogger().removeHandler(handler)

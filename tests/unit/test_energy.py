@@ -26,7 +26,7 @@ from specexp.host.energy import (
     shortest_window_s,
     unwrapped_step,
 )
-from specexp.output.terminal import energy_line
+from specexp.output.terminal.job_summary import energy_line
 
 pytestmark = pytest.mark.unit
 READINGS = Path(__file__).with_name("readings")

@@ -19,7 +19,7 @@ from specexp.host.energy import EnergySource
 from specexp.output import plots
 from specexp.output.markdown import sweep_description
 from specexp.output.tables import energy_rows
-from specexp.output.terminal import print_energy
+from specexp.output.terminal.sweep_report import print_energy
 from specexp.sweep.report import sweep_report
 from specexp.tracking.store import NOTE, TrackingStore
 from tests import energy_sweep, noise

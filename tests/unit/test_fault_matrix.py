@@ -22,7 +22,7 @@ from specexp import upload
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, Metric, RunStatus, Tag
 from specexp.core.schemas import StatsConfig
-from specexp.output import terminal
+from specexp.output.terminal.screen import console
 from specexp.sweep import observer, report
 from specexp.tracking import observer as tracked
 from specexp.tracking.observer import TrackedRun, start_tracking
@@ -62,7 +62,7 @@ def run_job(job_dir: Path, uri: str, before: Callable[[str], None]) -> TrackedRu
     job_dir.mkdir()
     before("start")
     job = compose_job("dry_run=true", f"tracking.uri={uri}")
-    tracker = start_tracking(job, job_dir, terminal.console.print)
+    tracker = start_tracking(job, job_dir, console.print)
     assert tracker is not None
     before("warm-up")
     tracker.set_tags({"stack.engine": "llama.cpp"})

@@ -17,8 +17,9 @@ from specexp.analysis.results import JobRun, Tag, factors_tag
 from specexp.analysis.surface import LaunchVariance, Surface, row_factor, surfaces
 from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.core.stats import Verdict
-from specexp.output import terminal
 from specexp.output.markdown import sweep_description, sweep_markdown
+from specexp.output.terminal.screen import console
+from specexp.output.terminal.sweep_report import print_surface
 from specexp.tracking import publish
 from specexp.tracking.store import SWEEP_REPORT, TrackingStore
 from tests.conftest import REPO
@@ -191,13 +192,13 @@ def test_the_surface_section_fits_100_columns_in_markdown_and_the_terminal():
         "- prompt_tokens=128: stops paying at streams 4.2 (95% CI 1.0..beyond 8); holds for "
         "these launches only; noisy at 1, 8: no claim"
     ) in section
-    with terminal.console.capture() as captured:
-        width = terminal.console.width
-        terminal.console.width = 100
+    with console.capture() as captured:
+        width = console.width
+        console.width = 100
         try:
-            terminal.print_surface(report.surfaces[0])
+            print_surface(report.surfaces[0])
         finally:
-            terminal.console.width = width
+            console.width = width
     printed = captured.get()
     # The table fits; prose lines stay whole (the console soft-wraps them).
     drawn = printed[: printed.index("1 of 6 cells decided")].splitlines()
