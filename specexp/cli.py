@@ -44,7 +44,8 @@ from specexp.host.leases import free_port
 from specexp.options import USAGE_EXIT, UsageError
 from specexp.output.terminal.loggers import VERBOSE, quiet_libraries
 from specexp.output.terminal.screen import console, interrupted, print_stopped
-from specexp.tracking.store import TrackingStore, uri_in_force
+from specexp.tracking.address import uri_in_force
+from specexp.tracking.store import TrackingStore
 
 
 class _Parser(argparse.ArgumentParser):

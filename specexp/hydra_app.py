@@ -62,8 +62,8 @@ from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
 from specexp.sweep.observer import say_left_to_upload
 from specexp.sweep.plan import ComposeJob, case_mismatches, expand_overrides, with_levels
+from specexp.tracking.address import uri_in_force, uri_problem
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
-from specexp.tracking.store import uri_in_force, uri_problem
 
 SectionT = TypeVar("SectionT")
 

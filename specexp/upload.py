@@ -18,7 +18,8 @@ from specexp.core.redaction import REDACTED
 from specexp.host import failure
 from specexp.output.terminal.screen import console
 from specexp.sweep.report import replay_sweep_end
-from specexp.tracking.store import journals_under, replay, uploaded, uri_problem
+from specexp.tracking.address import uri_problem
+from specexp.tracking.journal import journals_under, replay, uploaded
 
 
 def _requests_note(directory: Path) -> str:

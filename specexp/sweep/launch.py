@@ -65,7 +65,9 @@ from specexp.sweep.sequential import (
     sequential_summary,
     with_launch_budget,
 )
-from specexp.tracking.store import TrackingStore, journals_under, uri_in_force, uri_problem
+from specexp.tracking.address import uri_in_force, uri_problem
+from specexp.tracking.journal import journals_under
+from specexp.tracking.store import TrackingStore
 
 
 def dry_run_elsewhere(plan: Plan, launcher: Any) -> None:

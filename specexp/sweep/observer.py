@@ -33,7 +33,8 @@ from specexp.sweep.report import (
     sweep_view,
 )
 from specexp.sweep.sequential import BudgetPower
-from specexp.tracking.store import RunLog, TrackingStore, journals_under, now_ms
+from specexp.tracking.journal import journals_under
+from specexp.tracking.store import RunLog, TrackingStore, now_ms
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,10 @@ from specexp.core.sequential import SequentialComparison
 from specexp.output.markdown import sweep_description
 from specexp.output.terminal.sweep_report import print_sweep_report
 from specexp.sweep.plan import Plan
+from specexp.tracking.journal import uploaded
 from specexp.tracking.publish import log_sweep_report
-from specexp.tracking.store import (
-    MAX_TAG,
-    PARENT_RUN_ID,
-    RESULT_COLUMNS,
-    RunLog,
-    TrackingStore,
-    now_ms,
-    uploaded,
-)
+from specexp.tracking.store import MAX_TAG, PARENT_RUN_ID, RunLog, TrackingStore, now_ms
+from specexp.tracking.ui import RESULT_COLUMNS
 
 
 def ui_address(uri: str) -> str:

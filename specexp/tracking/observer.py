@@ -56,15 +56,9 @@ from specexp.run.events import (
     ServerStopped,
     SettingsReadBack,
 )
-from specexp.tracking.store import (
-    MAX_TAG,
-    FailoverRun,
-    OfflineRun,
-    TrackingStore,
-    flatten,
-    stored_values,
-    uri_in_force,
-)
+from specexp.tracking.address import uri_in_force
+from specexp.tracking.journal import FailoverRun, OfflineRun
+from specexp.tracking.store import MAX_TAG, TrackingStore, flatten, stored_values
 
 
 class TrackedRun(Protocol):

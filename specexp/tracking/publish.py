@@ -20,7 +20,8 @@ from specexp.analysis.results import Metric, Tag
 from specexp.analysis.surface import Surface
 from specexp.core.stats import Comparison
 from specexp.output.markdown import sweep_markdown
-from specexp.tracking.store import MAX_TAG, NOTE, SWEEP_REPORT, RunLog, TrackingStore
+from specexp.tracking.store import MAX_TAG, SWEEP_REPORT, RunLog, TrackingStore
+from specexp.tracking.ui import NOTE
 
 
 def log_report(

@@ -1,35 +1,36 @@
-"""MLflow tracking: one run per job, with params, per-run metrics, summaries and artifacts.
-
-The default store is SQLite under ``./mlruns`` with artifacts beside it - MLflow's supported
-local backend (its plain file store is deprecated in 3.x). ``MLFLOW_TRACKING_URI`` overrides
-it, as everywhere in MLflow.
-"""
+"""MLflow tracking: one run per job, with params, per-run metrics, summaries and artifacts;
+a store's experiment, the runs it starts and hands out logs of, and its runs read back."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
 import tempfile
 import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
-from urllib.parse import urlparse
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
 from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, Unit, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
-from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
 from specexp.core.schemas import ConfigError
 from specexp.core.sequential import SequentialComparison
 from specexp.host import owner
+from specexp.tracking.address import creating, tracking_uri, uri_problem
+from specexp.tracking.ui import (
+    BENCHMARK_VIEW,
+    CONFIGURATION_TAGS,
+    EXPERIMENT_KIND,
+    HISTORY_HEADING,
+    NOTE,
+    RESULT_COLUMNS,
+    VIEW_PREFIX,
+    view_state,
+)
 
 # The failure tag of a run ended by the next command because its process was killed; an
 # upload of the run's journal replaces it with what the journal says.
@@ -46,180 +47,13 @@ GPU_CLOCK = re.compile(r"gpu\d+_sm_clock_mhz")
 _MAX_PARAM = 6000
 MAX_TAG = 8000
 
-# How MLflow 3's web UI presents an experiment (it infers a kind when the tag is absent, and
-# benchmark runs without models look like GenAI development to it): model development opens
-# the runs table.
-EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-# A run's or experiment's description, in markdown.
-NOTE = "mlflow.note.content"
+
 # MLflow's own tag of a child run (mlflow.utils.mlflow_tags, named here: MLflow is optional).
 PARENT_RUN_ID = Tag.parent
-# The experiment description's section that `python -m specexp.history --describe` rewrites.
-HISTORY_HEADING = "\n\n## History (`python -m specexp.history`)\n\n"
-# Runs-table views the UI lists by name and opens from a link (?viewStateShareKey=ID): the
-# columns, filter and order of its "save & share view", one experiment tag each.
-VIEW_PREFIX = "mlflow.sharedViewState."
-BENCHMARK_VIEW = "specexp-benchmark"
-# The figures a benchmark user reads first, after the configuration.
-RESULT_COLUMNS = [
-    f"metrics.`{ResultMetric.tok_per_s_mean}`",
-    f"metrics.`{ResultMetric.tok_per_s}_ci_low`",
-    f"metrics.`{ResultMetric.tok_per_s}_ci_high`",
-    f"tags.`{Tag.verdict}`",
-    f"tags.`{Tag.engaged}`",
-    f"metrics.`{ResultMetric.speedup_pct}`",
-    f"metrics.`{ResultMetric.speedup_ci_low_pct}`",
-    f"metrics.`{ResultMetric.speedup_ci_high_pct}`",
-    "metrics.`acceptance_rate_mean`",
-]
-CONFIGURATION_TAGS = [
-    Tag.engine,
-    Tag.stack,
-    Tag.model,
-    Tag.speculative,
-    Tag.attention_backend,
-    Tag.allreduce_backend,
-    Tag.concurrency,
-    Tag.workload,
-]
-
-
-def default_store(root: Optional[Path] = None) -> tuple[str, str]:
-    """(tracking URI, artifact root) of the local store under ``root``/mlruns."""
-    base = (root or Path.cwd()) / "mlruns"
-    uri = f"sqlite:///{base / 'mlflow.db'}"
-    return uri, artifacts_beside(uri) or ""
-
-
-def artifacts_beside(uri: str) -> Optional[str]:
-    """A SQLite store's artifact root: ``artifacts/`` beside its database, wherever the URI
-    puts it (else MLflow would put a new experiment's artifacts under ./mlruns, away from
-    its runs). None for other stores, which say where their artifacts go themselves."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    database = Path(uri.removeprefix("sqlite:///")).absolute()
-    return (database.parent / "artifacts").as_uri()
-
-
-def uri_in_force(configured: Optional[str]) -> tuple[str, Optional[str]]:
-    """The URI in force (tracking.uri, else $MLFLOW_TRACKING_URI, else the local store) and,
-    for a SQLite store, its artifact root beside the database."""
-    uri = configured or os.environ.get("MLFLOW_TRACKING_URI") or default_store()[0]
-    return uri, artifacts_beside(uri)
-
-
-# Schemes of the stores MLflow's tracking client takes (a database's with its driver, as
-# in postgresql+psycopg2); a plain path is a file store.
-_NETWORK_SCHEMES = ("http", "https", "postgresql", "mysql", "mssql")
-_SCHEMES = (*_NETWORK_SCHEMES, "sqlite", "file", "", "databricks", "databricks-uc")
-# A scheme with its colon or slashes lost, which would otherwise be taken for a path.
-_SCHEME_TYPO = re.compile(r"(https?|sqlite|file|postgresql|mysql|mssql)(/|:[^/])")
-
-
-def uri_problem(uri: str) -> Optional[str]:
-    """Why ``uri`` cannot be a tracking store's address (a typo), or None: refused before
-    anything runs rather than taken for a store that is down."""
-    try:
-        parsed = urlparse(uri)
-        parsed.port  # noqa: B018 - a port that is not a number raises here
-    except ValueError as exc:
-        return f"tracking URI {redact_text(uri)!r} is malformed ({exc})"
-    scheme = parsed.scheme.split("+")[0]
-    if scheme not in _SCHEMES or _SCHEME_TYPO.match(uri):
-        return (
-            f"tracking URI {redact_text(uri)!r}: no MLflow store has the scheme "
-            f"{parsed.scheme!r} (http://HOST:PORT, sqlite:///PATH, or a database URL)"
-        )
-    if scheme in _NETWORK_SCHEMES and not parsed.hostname:
-        return f"tracking URI {redact_text(uri)!r} names no host ({scheme}://HOST:PORT)"
-    if scheme == "sqlite" and not parsed.path.strip("/"):
-        return f"tracking URI {redact_text(uri)!r} names no database file (sqlite:///PATH)"
-    return None
-
-
-@contextlib.contextmanager
-def creating(uri: str) -> Iterator[None]:
-    """Held while a store is opened and its experiment found or made: one process at a time
-    per SQLite file, so that two starting on a new store do not both run MLflow's schema
-    migration (the loser's half-done migration breaks the store for good). SQLite takes one
-    writer at a time after that too; a write that finds it busy past SQLite's wait fails
-    over to the run's journal (:class:`FailoverRun`), and jobs that run side by side must
-    log to a tracking server (specexp.run.launchers.check)."""
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    database = Path(uri.removeprefix("sqlite:///"))
-    database.parent.mkdir(parents=True, exist_ok=True)
-    with open(database.with_name(database.name + ".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def tracking_uri(configured: Optional[str]) -> tuple[str, Optional[str]]:
-    """:func:`uri_in_force`, with a SQLite store's directory created."""
-    uri, artifacts = uri_in_force(configured)
-    if artifacts is not None:
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return uri, artifacts
-
-
-def view_state(columns: Sequence[str], search_filter: str = "", order_by: str = "") -> str:
-    """A runs-table view as the web UI saves one (its search facets and UI state, every
-    field present: the UI takes a shared state whole): ``columns`` shown in that order,
-    newest first, or ``order_by`` descending (the UI then lists the runs flat, children
-    without their parents)."""
-    state = {
-        "searchFilter": search_filter,
-        "orderByKey": order_by or "attributes.start_time",
-        "orderByAsc": False,
-        "startTime": "ALL",
-        "lifecycleFilter": "Active",
-        "datasetsFilter": [],
-        "modelVersionFilter": "All Runs",
-        "selectedColumns": list(columns),
-        "columnOrder": list(columns),
-        "columnWidths": {},
-        "runsExpanded": {},
-        "runsPinned": [],
-        "runsHidden": [],
-        "runsVisibilityMap": {},
-        "runsHiddenMode": "SHOW_ALL",
-        "viewMaximized": False,
-        "runListHidden": False,
-        "isAccordionReordered": False,
-        "useGroupedValuesInCharts": True,
-        "hideEmptyCharts": True,
-        "groupBy": None,
-        "groupsExpanded": {},
-        "autoRefreshEnabled": False,
-        "globalLineChartConfig": {
-            "xAxisKey": "step",
-            "lineSmoothness": 0,
-            "selectedXAxisMetricKey": "",
-        },
-    }
-    return json.dumps(state)
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def uploaded(journal: Path) -> Path:
-    """Where a journal goes once uploaded, so that it is not uploaded twice."""
-    return journal.with_name(journal.name.replace(".json", ".uploaded.json"))
-
-
-def journals_under(directories: Sequence[Path]) -> dict[Artifact, list[Path]]:
-    """The journals under ``directories`` not uploaded yet, by kind: jobs' runs first (a
-    sweep's report is read back from its jobs' runs), then sweeps' reports."""
-    return {
-        name: [j for d in directories for j in sorted(d.rglob(str(name)))]
-        for name in (Artifact.offline_journal, Artifact.report_journal)
-    }
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -608,169 +442,3 @@ class RunLog:
 
     def end(self, status: str = RunStatus.finished) -> None:
         self.client.set_terminated(self.run_id, status=status)
-
-
-class OfflineRun:
-    """Stands in for :class:`RunLog` when the store cannot be reached: the run's start and
-    every call are written to a journal beside the measurements, and
-    ``python -m specexp.upload DIR`` replays it."""
-
-    run_id = "offline"
-
-    def __init__(
-        self,
-        journal: Path,
-        uri: str,
-        experiment: str,
-        reason: str,
-        run_name: str = "",
-        tags: Optional[dict[str, str]] = None,
-        parent_run_id: Optional[str] = None,
-        continues: Optional[str] = None,
-    ):
-        """A new run (``run_name``, ``tags``, ``parent_run_id``), its journal written now, or
-        the rest of the run ``continues`` that the store stopped taking mid-run, written with
-        its first call (so that a full disk at that write leaves it taking the calls after)."""
-        self.path, self.uri = journal, uri
-        self.journal: dict[str, Any] = {
-            "tracking_uri": uri,
-            "experiment": experiment,
-            "reason": reason,
-            "id": uuid.uuid4().hex,  # the run an upload makes of it is tagged with it
-            **(
-                {"continues": continues}
-                if continues
-                else {"start": [run_name, stored_values(tags or {}), parent_run_id]}
-            ),
-            "calls": [],
-        }
-        if continues:
-            self.run_id = continues
-        else:
-            self._write()
-
-    def _write(self) -> None:
-        write_atomic(self.path, json.dumps(self.journal, indent=1, default=str))
-
-    def _record(self, name: str, *args: Any) -> None:
-        self.journal["calls"].append([name, list(args)])
-        self._write()
-
-    def log_params(self, params: dict[str, Any]) -> None:
-        self._record("log_params", stored_values(params))
-
-    def log_metrics(
-        self, metrics: dict[str, float], step: int = 0, timestamp_ms: Optional[int] = None
-    ) -> None:
-        self._record("log_metrics", metrics, step, timestamp_ms or now_ms())
-
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        self._record("set_tags", stored_values(tags))
-
-    def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
-        self._record("log_artifacts", [str(p) for p in paths], artifact_path)
-
-    def end(self, status: str = RunStatus.finished) -> None:
-        self._record("end", status)
-
-
-class FailoverRun:
-    """A run's log that outlives its store: the first call the store fails (a tracking server
-    killed mid-run) and every call after it go to a journal beside the measurements that
-    continues the run, and ``python -m specexp.upload DIR`` completes it. ``on_failover`` is
-    told why, once, when the journal holds a call (a full disk may refuse the first one)."""
-
-    def __init__(self, run: RunLog, journal: Path, on_failover: Callable[[str], None]):
-        self.run, self.journal, self.on_failover = run, journal, on_failover
-        self.run_id, self.uri = run.run_id, run.uri
-        self.offline: Optional[OfflineRun] = None
-        self._untold: Optional[str] = None  # why it failed over, until it is said
-
-    def _call(self, name: str, *args: Any) -> None:
-        if self.offline is None:
-            try:
-                getattr(self.run, name)(*args)
-                return
-            except Exception as exc:  # whatever the store's failure, the run goes on
-                self._untold = (
-                    redact_text(str(exc).splitlines()[0][:500]) if str(exc) else repr(exc)
-                )
-                self.offline = OfflineRun(
-                    self.journal,
-                    redact_text(self.uri),
-                    self.run.store.experiment_name,
-                    self._untold,
-                    continues=self.run_id,
-                )
-        try:
-            getattr(self.offline, name)(*args)
-        finally:
-            if self._untold is not None and self.journal.exists():
-                reason, self._untold = self._untold, None
-                self.on_failover(reason)
-
-    def log_params(self, params: dict[str, Any]) -> None:
-        self._call("log_params", params)
-
-    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        # One time for both: a batch the store took before failing, journaled too, is
-        # uploaded as the same points, which MLflow keeps once.
-        self._call("log_metrics", metrics, step, now_ms())
-
-    def set_tags(self, tags: dict[str, Any]) -> None:
-        self._call("set_tags", tags)
-
-    def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
-        self._call("log_artifacts", list(paths), artifact_path)
-
-    def end(self, status: str = RunStatus.finished) -> None:
-        self._call("end", status)
-
-
-@dataclass
-class Replayed:
-    """What an upload of a journal did: its run, the calls replayed, whether the journal
-    stopped before the run ended (its process killed, its disk full), and whether an earlier
-    upload had completed it (then nothing was replayed)."""
-
-    run_id: str
-    calls: int
-    cut_short: bool
-    already: bool = False
-
-
-def replay(journal_path: Path, uri: Optional[str] = None) -> Replayed:
-    """Upload an offline journal to MLflow (its own URI, or ``uri``): a new run, or the rest
-    of the run it continues. A journal that stops before the run's end ends it FAILED,
-    saying so; files it logged are found beside it if they were moved with it. Uploading it
-    again (the first upload killed) completes the same run: the run is found by the
-    journal's id, and every call logs what it logged the first time."""
-    journal = json.loads(journal_path.read_text())
-    store = TrackingStore(uri or journal["tracking_uri"], journal["experiment"])
-    store.end_abandoned()
-    done = store.uploaded_run(journal)
-    if done:  # a copy of a journal uploaded before: the store has it all
-        return Replayed(done, 0, False, already=True)
-    journal_id = journal.get("id")
-    run_id = journal.get("continues") or (journal_id and store.journaled_run(journal_id))
-    if run_id:
-        run = store.run(run_id)
-        store.unabandon(run_id)
-    else:
-        name, tags, parent = journal["start"]
-        run = store.start_run(
-            name, {**tags, **({Tag.journal: journal_id} if journal_id else {})}, parent
-        )
-    calls = journal["calls"]
-    for name, args in calls:
-        if name == "log_artifacts":
-            here = [Path(p) for p in args[0]]
-            args = [[p if p.exists() else journal_path.parent / p.name for p in here], args[1]]
-        getattr(run, name)(*args)
-    cut_short = not calls or calls[-1][0] != "end"
-    if cut_short:
-        run.set_tags(
-            {Tag.failure: "its journal stops before the run's end (killed, or a full disk)"}
-        )
-        run.end(RunStatus.failed)
-    return Replayed(run.run_id, len(calls), cut_short)

@@ -514,7 +514,7 @@ def test_two_processes_starting_on_one_new_sqlite_store_both_work(tmp_path):
     open the new store, create the experiment and log a run: both succeed, and the store
     holds both runs. The gate opens once both say they wait at it, their imports done, so
     that they open the store within milliseconds of each other (without the lock in
-    specexp.tracking.store.creating, one of them fails)."""
+    specexp.tracking.address.creating, one of them fails)."""
     uri = f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}"
     go = tmp_path / "go"
     users = [

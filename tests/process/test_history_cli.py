@@ -13,7 +13,8 @@ import numpy as np
 
 from specexp.analysis.results import RunKind, RunStatus, Tag
 from specexp.history import main
-from specexp.tracking.store import HISTORY_HEADING, NOTE, TrackingStore
+from specexp.tracking.store import TrackingStore
+from specexp.tracking.ui import HISTORY_HEADING, NOTE
 from tests.conftest import call_main, run_cli, store_env
 
 

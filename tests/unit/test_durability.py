@@ -38,7 +38,9 @@ from specexp.run.session import JobResult, JobSession, close_session
 from specexp.sweep.launch import _launch
 from specexp.sweep.plan import Plan, PlannedJob, Step
 from specexp.sweep.report import journal_sweep_end
-from specexp.tracking.store import FailoverRun, OfflineRun, TrackingStore, uri_problem
+from specexp.tracking.address import uri_problem
+from specexp.tracking.journal import FailoverRun, OfflineRun
+from specexp.tracking.store import TrackingStore
 from tests.conftest import REPO, compose_job, store_env
 
 

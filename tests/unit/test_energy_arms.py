@@ -21,7 +21,8 @@ from specexp.output.markdown import sweep_description
 from specexp.output.tables import energy_rows
 from specexp.output.terminal.sweep_report import print_energy
 from specexp.sweep.report import sweep_report
-from specexp.tracking.store import NOTE, TrackingStore
+from specexp.tracking.store import TrackingStore
+from specexp.tracking.ui import NOTE
 from tests import energy_sweep, noise
 
 pytestmark = pytest.mark.unit

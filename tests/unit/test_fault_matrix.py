@@ -25,8 +25,9 @@ from specexp.core.schemas import StatsConfig
 from specexp.output.terminal.screen import console
 from specexp.sweep import observer, report
 from specexp.tracking import observer as tracked
+from specexp.tracking.journal import OfflineRun
 from specexp.tracking.observer import TrackedRun, start_tracking
-from specexp.tracking.store import OfflineRun, TrackingStore
+from specexp.tracking.store import TrackingStore
 from tests.conftest import REPO, compose_job, store_env
 from tests.unit.test_durability import dead_owner
 

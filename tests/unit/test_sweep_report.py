@@ -17,7 +17,7 @@ from specexp.core.schemas import SpeculativeConfig, StatsConfig
 from specexp.output import plots
 from specexp.output.markdown import sweep_description
 from specexp.tracking import publish
-from specexp.tracking.store import RESULT_COLUMNS, view_state
+from specexp.tracking.ui import RESULT_COLUMNS, view_state
 
 # Draft twice as fast at 1 stream, 30% slower at 8: it stops paying in between.
 MEANS = {("none", 1): 100.0, ("draft", 1): 200.0, ("none", 8): 400.0, ("draft", 8): 280.0}
