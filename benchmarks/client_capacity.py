@@ -57,7 +57,9 @@ from specexp.core.stats import percentiles  # noqa: E402
 from specexp.core.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
 from specexp.host.leases import free_port  # noqa: E402
 from specexp.hydra_app import prepare  # noqa: E402
-from specexp.serving.client import LoadClient, run_async, session  # noqa: E402
+from specexp.serving.client import LoadClient  # noqa: E402
+from specexp.serving.event_loop import run_async  # noqa: E402
+from specexp.serving.stream import session  # noqa: E402
 
 PACE_MS = 2.0
 

@@ -48,7 +48,9 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from specexp import hydra_app  # noqa: E402
 from specexp.core.measurements import RunResult  # noqa: E402
 from specexp.hydra_app import prepare  # noqa: E402
-from specexp.serving.client import LoadClient, run_async, session  # noqa: E402
+from specexp.serving.client import LoadClient  # noqa: E402
+from specexp.serving.event_loop import run_async  # noqa: E402
+from specexp.serving.stream import session  # noqa: E402
 
 LONG_PROMPT_WORDS = 65_536
 LONG_OUTPUT_TOKENS = 4096

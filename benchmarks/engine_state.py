@@ -32,7 +32,8 @@ from specexp import hydra_app
 from specexp.core.tinymodels import ensure_pair
 from specexp.host.leases import free_port
 from specexp.hydra_app import prepare
-from specexp.serving.client import LoadClient, run_async
+from specexp.serving.client import LoadClient
+from specexp.serving.event_loop import run_async
 from specexp.serving.server import ServerProcess
 
 VARIANTS = {

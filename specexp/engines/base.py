@@ -2,7 +2,7 @@
 endpoints, counters) and what it does where it says nothing.
 
 No consumer takes this class: each names what it needs in a Protocol of its own - launching
-(``host/job.py`` ``LaunchingEngine``), streaming (``serving/client.py`` ``StreamingEngine``),
+(``host/job.py`` ``LaunchingEngine``), streaming (``serving/stream.py`` ``StreamingEngine``),
 the stack capture (``host/capture.py`` ``StackEngine``), the doctor (``doctor.py``
 ``DoctorEngine``), the check of declared choices (``choices.py``) and the engine's own
 resolution (``resolution.py``: an optional capability, like the doctor's parse-only flag

@@ -40,7 +40,8 @@ from specexp.run.events import (
     Waiting,
 )
 from specexp.run.session import JobSession, stop_own_server
-from specexp.serving.client import LoadClient, run_async
+from specexp.serving.client import LoadClient
+from specexp.serving.event_loop import run_async
 from specexp.serving.server import POOL, ExternalServer, ServerError, ServerProcess
 
 

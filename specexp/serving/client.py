@@ -1,9 +1,7 @@
-"""Streaming load client (aiohttp): timings per request, token counts from the server.
-
-Stream events are not tokens (speculation sends several tokens per event; random models emit
-empty text), so output token counts come from what the server reports. Inter-token latency
-is the gap between events divided by the tokens each event carried, when the server says.
-"""
+"""Streaming load client (aiohttp): one run's requests sent to a ready server - closed loop
+(streams, each request after the one before) or open loop (arrivals when due) - in this
+process or shared out to worker processes; timings per request, the server's counters as
+deltas over the run."""
 
 from __future__ import annotations
 
@@ -11,31 +9,15 @@ import asyncio
 import dataclasses
 import multiprocessing
 import multiprocessing.pool
-import random
-import signal
 import time
-from dataclasses import dataclass
-from typing import (
-    Any,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterable,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    TypeVar,
-)
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import aiohttp
 import orjson
-import uvloop
 
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.schemas import (
     PREFIX_WORDS,
-    Arrival,
     CacheUse,
     ConcurrencyConfig,
     PromptReuse,
@@ -46,195 +28,10 @@ from specexp.core.schemas import (
 from specexp.core.traces import synthesise_prompt
 from specexp.engines.http import is_local
 from specexp.engines.prometheus import parse_prometheus
-from specexp.engines.records import Prompt, ServerLoad, StreamChunk
-from specexp.host import interrupt
-
-T = TypeVar("T")
-
-
-class StreamingEngine(Protocol):
-    """What the client needs of an engine, and all of it: how to ask for a completion and
-    read its stream, and where the server keeps its counters and its state. The client owns
-    this interface; every engine plugin satisfies it."""
-
-    @property
-    def metrics_path(self) -> Optional[str]: ...
-    @property
-    def state_path(self) -> Optional[str]: ...
-    @property
-    def speculative_counters(self) -> Mapping[str, str]: ...
-    @property
-    def accounting_counters(self) -> Mapping[str, str]: ...
-
-    def completion_request(
-        self, server: ServerSettings[Any], workload: WorkloadConfig, prompt: Prompt
-    ) -> tuple[str, dict[str, Any]]: ...
-    def tokenize_request(
-        self, server: ServerSettings[Any], text: str
-    ) -> tuple[str, dict[str, Any]]: ...
-    def stream_fields(self, server: ServerSettings[Any], stream: int) -> dict[str, Any]: ...
-    def parse_event(self, event: dict[str, Any]) -> StreamChunk: ...
-    def server_load(self, metrics: Mapping[str, float], state: Any) -> Optional[ServerLoad]: ...
-    def cache_flush(self, server: ServerSettings[Any], state: Any) -> list[tuple[str, str]]: ...
-    def slot_order(
-        self, server: ServerSettings[Any], state: Any
-    ) -> list[tuple[str, dict[str, Any]]]: ...
-
-
-def run_async(work: Coroutine[Any, Any, T]) -> T:
-    """Run the client's work on uvloop: libuv's loop wakes and dispatches reads at a fraction
-    of asyncio's cost per event, which is what keeps timestamps true at hundreds of streams.
-    SIGINT and SIGTERM cancel the work and are raised as KeyboardInterrupt once it has
-    unwound: raised from the signal handler, the interrupt could land inside one of the loop's
-    callbacks, which would swallow it (uvloop logs it) and let the run go on to its end."""
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(_cancelled_by_signal(work))
-
-
-async def _cancelled_by_signal(work: Coroutine[Any, Any, T]) -> T:
-    loop, task = asyncio.get_running_loop(), asyncio.current_task()
-    signals = (signal.SIGINT, signal.SIGTERM)
-    previous = {signum: signal.getsignal(signum) for signum in signals}
-    received: list[int] = []
-
-    def cancel(signum: int) -> None:
-        received.append(signum)
-        if task is not None:
-            task.cancel()
-
-    try:
-        for signum in signals:
-            loop.add_signal_handler(signum, cancel, signum)
-    except (ValueError, RuntimeError):  # not the main thread (a client worker process's pool)
-        return await work
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if received:
-            raise interrupt.remember(received[-1]) from None
-        raise
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
-            signal.signal(signum, previous[signum])
-
-
-class TruncatedError(RuntimeError):
-    """A request returned fewer tokens than it had to."""
-
-
-class StallError(TimeoutError):
-    """No data for workload.stall_timeout_s."""
-
-
-class StreamTimer:
-    """Reads one completion's server-sent events into its record: tokens as the server counts
-    them, time to the first token, and inter-token latencies. Pure: the caller supplies each
-    line with the time it arrived."""
-
-    def __init__(
-        self,
-        engine: StreamingEngine,
-        record: RequestRecord,
-        start: float,
-        expected_tokens: Optional[int] = None,
-        prompt_tokens: Optional[int] = None,
-    ):
-        """``expected_tokens``: the tokens the request must return (max_tokens when EOS is
-        ignored); fewer means the server cut it short. ``prompt_tokens``: the prompt's length
-        in token ids sent, which the server must count."""
-        self.engine, self.record, self.start = engine, record, start
-        self.expected_tokens, self.prompt_tokens = expected_tokens, prompt_tokens
-        self.last_event_at, self.last_count = start, 0
-        self.text: list[str] = []
-
-    def arrival(self, lines: Iterable[bytes], now: float) -> bool:
-        """Take the lines one read returned, all arrived at ``now``; True when the stream says
-        it is done. Events that arrive together are one arrival: their tokens share its gap
-        (how they were spaced before the client could see them is not knowable here)."""
-        tokens = carriers = 0
-        for raw in lines:
-            raw = raw.strip()
-            if not raw.startswith(b"data:"):
-                continue
-            payload = raw[5:].strip()
-            if payload == b"[DONE]":
-                self._time(tokens, now, carriers)
-                return True
-            event = orjson.loads(payload)
-            try:
-                if not isinstance(event, dict):
-                    raise TypeError(type(event).__name__)
-                carried = self._event(event)
-            except (AttributeError, TypeError, KeyError, IndexError):
-                # Valid JSON of a shape the engine does not send: the record says so.
-                raise ValueError(f"unexpected event from the server: {payload[:200]!r}") from None
-            tokens += carried
-            carriers += carried > 0
-        self._time(tokens, now, carriers)
-        return False
-
-    def _event(self, event: dict[str, Any]) -> int:
-        """Record one event; the tokens it carried."""
-        record = self.record
-        chunk = self.engine.parse_event(event)
-        record.events += 1
-        if chunk.text_so_far is not None:
-            self.text = [chunk.text_so_far]
-        elif chunk.text:
-            self.text.append(chunk.text)  # joined once, at the end: nothing copied per event
-        if chunk.final.get("finish"):
-            record.finish = chunk.final["finish"]
-        if chunk.done:
-            record.output_tokens = chunk.final.get("completion_tokens")
-            record.prompt_tokens = chunk.final.get("prompt_tokens")
-            record.prompt_cached_tokens = chunk.final.get("cached_tokens")
-            record.speculative = {k: v for k, v in chunk.final.items() if k.startswith("spec_")}
-        if chunk.tokens_in_chunk is not None:
-            return chunk.tokens_in_chunk
-        if chunk.tokens_so_far is not None:
-            produced = chunk.tokens_so_far - self.last_count
-            self.last_count = chunk.tokens_so_far
-            return produced
-        # The engine gives no per-event counts: time events instead.
-        return 0 if chunk.done else 1
-
-    def _time(self, tokens: int, now: float, carriers: int = 1) -> None:
-        if not tokens:
-            return
-        record = self.record
-        record.events_read_together += max(0, carriers - 1)
-        if record.ttft_s is None:
-            record.ttft_s = now - self.start
-        else:
-            gap = now - self.last_event_at
-            record.chunk_gaps_s.append(gap)
-            if tokens == 1:
-                record.itl_s.append(gap)
-            else:
-                record.itl_s.extend([gap / tokens] * tokens)
-        self.last_event_at = now
-
-    def finish(self, now: float) -> None:
-        """The stream has ended: the request is complete if the server gave its token count."""
-        record = self.record
-        record.e2e_s = now - self.start
-        record.output_text = "".join(self.text)
-        if record.output_tokens is None:
-            raise RuntimeError("stream ended without the server's final token count")
-        if self.prompt_tokens is not None and record.prompt_tokens != self.prompt_tokens:
-            raise RuntimeError(
-                f"the server counted {record.prompt_tokens} prompt tokens where "
-                f"{self.prompt_tokens} token ids were sent (workload.prompt_tokens)"
-            )
-        if self.expected_tokens is not None and record.output_tokens < self.expected_tokens:
-            record.truncated = True
-            raise TruncatedError(
-                f"truncated: {record.output_tokens} of {self.expected_tokens} tokens with EOS "
-                "ignored (the server cut the request short: its context per request, or a "
-                "length limit)"
-            )
-        record.ok = True
+from specexp.engines.records import Prompt, ServerLoad
+from specexp.serving.event_loop import run_async
+from specexp.serving.pacing import IdleWait, arrival_offsets, stream_shares, wait_until_idle
+from specexp.serving.stream import StallError, StreamingEngine, StreamTimer, session
 
 
 class LoadClient:
@@ -680,48 +477,7 @@ def _begin(
     return record
 
 
-@dataclass(frozen=True)
-class IdleWait:
-    """How a run's start waited for the server: for how long, its last reading (None: the
-    server says nothing of its load), and how many requests reset its state (caches emptied,
-    slots put in order)."""
-
-    waited_s: float
-    load: Optional[ServerLoad]
-    flushed: int = 0
-
-    @property
-    def idle(self) -> bool:
-        """Idle, or not known otherwise (an engine without load gauges is taken as it is)."""
-        return self.load is None or self.load.idle
-
-
-async def wait_until_idle(
-    probe: Callable[[], Awaitable[Optional[ServerLoad]]],
-    timeout_s: float,
-    poll_s: float = 0.05,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-) -> IdleWait:
-    """Probe the server's load until it is idle (or says nothing of it), at most
-    ``timeout_s``; the wait and the last reading."""
-    started = clock()
-    while True:
-        load = await probe()
-        waited = clock() - started
-        if load is None or load.idle or waited >= timeout_s:
-            return IdleWait(waited, load)
-        await sleep(poll_s)
-
-
-# Lead time for worker processes to receive their share before the common start.
 _WORKER_START_S = 0.2
-
-
-def stream_shares(streams: int, processes: int) -> list[list[int]]:
-    """Stream indices dealt round-robin over ``processes`` (never more than there are streams)."""
-    count = max(1, min(processes, streams))
-    return [list(range(k, streams, count)) for k in range(count)]
 
 
 def _worker_ready(_: int) -> None:
@@ -742,44 +498,6 @@ def _worker_streams(
             return await client._share(http, share, run, warmup, launch, started, rate)
 
     return run_async(go())
-
-
-def arrival_offsets(
-    level: ConcurrencyConfig, rate: float, launch: int, run: int, warmup: bool
-) -> list[float]:
-    """When each of a run's open-loop requests is due, in seconds after its start: uniform
-    (one each 1/rate s), or Poisson - conditioned on its first and last arrival: a Poisson
-    process with arrivals at 0 and at ``(arrivals - 1) / rate`` has the others uniform in
-    between, sorted. Bursts and lulls as Poisson's, but every run's schedule has exactly the
-    asked rate, (arrivals - 1) gaps over its span, as a uniform one does (an unconditioned
-    schedule of 20 arrivals strays from it by 20% or more, run to run; one conditioned on
-    its count alone, its first moved to 0, by 0.97-1.37x). Seeded by the seed, launch and
-    run, so that every arm is sent the same schedule (at another rate the same, rescaled)."""
-    if level.arrival == Arrival.uniform or level.arrivals < 3:
-        return [k / rate for k in range(level.arrivals)]
-    rng = random.Random(f"{level.seed}/{launch}/{run}/{warmup}")
-    span = (level.arrivals - 1) / rate
-    inner = sorted(rng.random() * span for _ in range(level.arrivals - 2))
-    return [0.0, *inner, span]
-
-
-def session(
-    timeout_s: Optional[float] = None,
-    headers: Optional[dict[str, str]] = None,
-    trust_env: bool = False,
-) -> aiohttp.ClientSession:
-    """A session without total timeout (a 2048-token request is long); stalls are per read.
-    ``trust_env``: through $HTTP_PROXY and the like (for a server specexp did not start)."""
-    # A connection per request: llama-server fails a request sent on a connection its
-    # previous stream left open (back-to-back requests of one stream), and a localhost
-    # connect costs a fraction of a millisecond, the same in every arm.
-    connector = aiohttp.TCPConnector(limit=0, force_close=True)
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=timeout_s),
-        headers=headers,
-        trust_env=trust_env,
-    )
 
 
 def _deltas(

@@ -13,8 +13,10 @@ import pytest
 from specexp.analysis import acceptance
 from specexp.host.job import Job
 from specexp.host.leases import free_port
-from specexp.serving.client import LoadClient, run_async, session
+from specexp.serving.client import LoadClient
+from specexp.serving.event_loop import run_async
 from specexp.serving.server import ServerProcess
+from specexp.serving.stream import session
 from tests.conftest import QUICK, REPO, compose_job, llamacpp_launch
 
 

@@ -10,7 +10,8 @@ import urllib.request
 
 from specexp.engines.evidence import fresh_cached_bound
 from specexp.host.leases import free_port
-from specexp.serving.client import LoadClient, run_async
+from specexp.serving.client import LoadClient
+from specexp.serving.event_loop import run_async
 from specexp.serving.server import ServerProcess
 from tests.conftest import QUICK, compose_job
 

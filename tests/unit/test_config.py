@@ -20,7 +20,7 @@ from specexp.core.schemas import (
 from specexp.core.tinymodels import TinyPairSpec
 from specexp.engines.llamacpp import LlamaCppConfig
 from specexp.hydra_app import prepare
-from specexp.serving.client import stream_shares
+from specexp.serving.pacing import stream_shares
 from tests.conftest import compose_job, compose_run
 
 BAD_CONFIGS = [

@@ -17,7 +17,7 @@ from specexp.engines.choices import DeclaredChoices
 from specexp.engines.resolution import ChoosingEngine, ResolvingEngine
 from specexp.host.capture import StackEngine
 from specexp.host.job import LaunchingEngine
-from specexp.serving.client import StreamingEngine
+from specexp.serving.stream import StreamingEngine
 from tests.conftest import REPO
 
 # What every engine must offer, by the consumer that owns the Protocol.

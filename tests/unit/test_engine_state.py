@@ -14,7 +14,7 @@ from specexp.engines import get_engine
 from specexp.engines.evidence import caches_setting
 from specexp.engines.prometheus import parse_prometheus
 from specexp.engines.records import ServerLoad
-from specexp.serving.client import wait_until_idle
+from specexp.serving.pacing import wait_until_idle
 from tests.conftest import QUICK, compose_job
 
 READINGS = Path(__file__).parent / "readings"

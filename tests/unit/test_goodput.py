@@ -42,7 +42,7 @@ from specexp.core.schemas import (
 )
 from specexp.core.slo import meets, run_goodput
 from specexp.core.stats import summarize
-from specexp.serving.client import arrival_offsets
+from specexp.serving.pacing import arrival_offsets
 from tests.conftest import compose_job, compose_run
 
 pytestmark = pytest.mark.unit

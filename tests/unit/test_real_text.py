@@ -20,7 +20,8 @@ from specexp.core.schemas import ConfigError, requests_per_stream
 from specexp.core.tinymodels import TinyPairSpec, ensure_pair
 from specexp.core.trainedmodels import write_self_draft
 from specexp.engines import get_engine
-from specexp.serving.client import LoadClient, StreamTimer
+from specexp.serving.client import LoadClient
+from specexp.serving.stream import StreamTimer
 from tests.conftest import compose_job
 
 STREAMS = Path(__file__).parent / "streams"

@@ -11,7 +11,7 @@ import pytest
 
 from specexp.core.measurements import RequestRecord
 from specexp.engines import get_engine
-from specexp.serving.client import StreamTimer, TruncatedError
+from specexp.serving.stream import StreamTimer, TruncatedError
 
 STREAMS = Path(__file__).parent / "streams"
 GAP_S = 0.010
