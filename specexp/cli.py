@@ -268,10 +268,10 @@ def _store_not_opened(exc: Exception) -> bool:
     )
 
 
-def alias(command: str, argv: Optional[list[str]]) -> int:
-    """``python -m specexp.<command> ARGS`` (compare, history, upload): ``specexp COMMAND
-    ARGS``, through :func:`main` - one code path, one exit status for each outcome."""
-    return main([command, *(sys.argv[1:] if argv is None else argv)])
+def alias(command: str) -> int:
+    """``python -m specexp.<command> ARGS`` (compare, history, upload, doctor): ``specexp
+    COMMAND ARGS``, through :func:`main` - one code path, one exit status for each outcome."""
+    return main([command, *sys.argv[1:]])
 
 
 if __name__ == "__main__":

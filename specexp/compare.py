@@ -288,12 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m specexp.compare``: ``specexp compare``, its exit status and all."""
-    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
-
-    return alias("compare", argv)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m specexp.compare ARGS` is `specexp compare ARGS`: one code path, one exit status.
+    # Run as a program this file is __main__, which the package never imports: no cycle.
+    from specexp.cli import alias
+
+    sys.exit(alias("compare"))

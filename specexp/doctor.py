@@ -332,13 +332,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 1 if failed else 0
 
 
-def _alias() -> int:
-    """``python -m specexp.doctor ARGS``: ``specexp doctor ARGS``, the overrides checked
-    first and a usage error one line, as there."""
-    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
-
-    return alias("doctor", None)
-
-
 if __name__ == "__main__":
-    sys.exit(_alias())
+    # `python -m specexp.doctor ARGS` is `specexp doctor ARGS` (the overrides checked first, a
+    # usage error one line). Run as a program this file is __main__, which the package never
+    # imports: no cycle.
+    from specexp.cli import alias
+
+    sys.exit(alias("doctor"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any, Optional
 
@@ -188,13 +189,6 @@ def history_markdown(
     )
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    """``python -m specexp.history``: ``specexp history``, its exit status and all."""
-    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
-
-    return alias("history", argv)
-
-
 # Each history's points and their changes, in the order found.
 Found = list[tuple[list[HistoryPoint], list[Change]]]
 
@@ -288,4 +282,8 @@ def _regressed(found: Found, limit: float) -> bool:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m specexp.history ARGS` is `specexp history ARGS`: one code path, one exit status.
+    # Run as a program this file is __main__, which the package never imports: no cycle.
+    from specexp.cli import alias
+
+    sys.exit(alias("history"))

@@ -45,13 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m specexp.upload``: ``specexp upload``, its exit status and all."""
-    from specexp.cli import alias  # noqa: PLC0415 (DEFERRED)
-
-    return alias("upload", argv)
-
-
 def run(args: argparse.Namespace) -> int:
     """``specexp upload``: each journal under the directories replayed into its store."""
     problem = uri_problem(args.tracking_uri) if args.tracking_uri else None
@@ -102,4 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m specexp.upload ARGS` is `specexp upload ARGS`: one code path, one exit status.
+    # Run as a program this file is __main__, which the package never imports: no cycle.
+    from specexp.cli import alias
+
+    sys.exit(alias("upload"))

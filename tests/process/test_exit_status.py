@@ -11,16 +11,17 @@ import errno
 import json
 import os
 import resource
+import runpy
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
-from specexp import cli, compare, doctor, history, upload
+from specexp import cli
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.output import files
@@ -71,6 +72,17 @@ def assert_exit(results: dict[str, subprocess.CompletedProcess], status: int) ->
         assert "Traceback" not in output, f"{door}: {output[-3000:]}"
 
 
+def as_program(module: str) -> Callable[[], int]:
+    """``python -m MODULE``'s main: the module run as __main__ (runpy, as ``-m`` runs it), its
+    arguments sys.argv[1:] as specexp_in_process sets them."""
+
+    def main() -> int:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        return 0  # a program that ends without sys.exit exits 0
+
+    return main
+
+
 @pytest.mark.no_engine_server
 def test_0_done(tmp_path):
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
@@ -113,7 +125,7 @@ def test_2_the_doctor_alias_checks_the_overrides_as_the_subcommand(tmp_path):
     for given in (["speculative=drafts"], ["--config-name", "x"]):
         results = {
             "python -m specexp.doctor": specexp_in_process(
-                *given, cwd=tmp_path, main=doctor._alias
+                *given, cwd=tmp_path, main=as_program("specexp.doctor")
             ),
             "specexp doctor": specexp_in_process("doctor", *given, cwd=tmp_path, main=cli.main),
         }
@@ -209,10 +221,9 @@ def test_the_module_aliases_exit_as_the_subcommands_for_a_store_down(tmp_path, c
     journal.write_text(json.dumps({"tracking_uri": uri, "experiment": "specexp", "calls": []}))
     args = [str(journal.parent)] if command == "upload" else []
     env = {**DOWN, "MLFLOW_TRACKING_URI": uri}
-    alias = {"compare": compare.main, "history": history.main, "upload": upload.main}[command]
     results = {
         f"python -m specexp.{command}": specexp_in_process(
-            *args, cwd=tmp_path, env=env, main=alias
+            *args, cwd=tmp_path, env=env, main=as_program(f"specexp.{command}")
         ),
         f"specexp {command}": specexp_in_process(
             command, *args, cwd=tmp_path, env=env, main=cli.main

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from mlflow.tracking import MlflowClient
 from omegaconf.errors import OmegaConfBaseException
 
+from specexp import cli
 from specexp.analysis.results import Tag
 from specexp.core.durable import read_json_lines
 from specexp.core.schemas import ConfigError
@@ -31,7 +32,6 @@ from specexp.host import failure
 from specexp.hydra_app import prepare
 from specexp.output import files
 from specexp.tracking.store import RunLog, TrackingStore
-from specexp.upload import main as upload_main
 from tests.conftest import (
     CONFIG_DIR,
     REPO,
@@ -271,7 +271,7 @@ def upload_the_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tu
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
     uri = later_store(tmp_path)
     upload = call_main(
-        upload_main, str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
+        cli.main, "upload", str(journal.parent), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
     )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
@@ -322,7 +322,13 @@ def test_a_store_that_dies_mid_run_is_replaced_by_the_journal_and_the_run_comple
     (journal,) = tmp_path.glob("outputs/*/*/mlflow_offline.json")
     assert "continues" in json.loads(journal.read_text())
     upload = call_main(
-        upload_main, str(journal.parent), "--tracking-uri", backend, cwd=tmp_path, capsys=capsys
+        cli.main,
+        "upload",
+        str(journal.parent),
+        "--tracking-uri",
+        backend,
+        cwd=tmp_path,
+        capsys=capsys,
     )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(backend)
@@ -400,7 +406,7 @@ def test_an_unreachable_store_keeps_measurements_and_no_credentials_anywhere(tmp
     # The journal kept no credentials, so an upload has to be told the store.
     (uploaded,) = tmp_path.glob("outputs/*/*/mlflow_offline.uploaded.json")
     uploaded.rename(uploaded.with_name("mlflow_offline.json"))
-    again = call_main(upload_main, str(uploaded.parent), cwd=tmp_path, capsys=capsys)
+    again = call_main(cli.main, "upload", str(uploaded.parent), cwd=tmp_path, capsys=capsys)
     assert again.returncode == 2 and "--tracking-uri" in again.stdout
 
 
@@ -757,7 +763,9 @@ def test_a_sweeps_report_survives_a_store_down_at_its_end(tmp_path, tracking_env
         (parent,) = [r for r in runs_in(uri) if is_sweep(r)]
         assert Tag.failed_jobs not in parent.data.tags
 
-    upload = call_main(upload_main, str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys)
+    upload = call_main(
+        cli.main, "upload", str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys
+    )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     runs = runs_in(uri)
     (published,) = [r for r in runs if is_sweep(r)]
@@ -856,13 +864,17 @@ def test_a_journal_already_uploaded_changes_nothing_and_a_sweep_keeps_one_parent
         store_down_at("job", patch)  # the first job's record goes on in its journal
         first = specexp_in_process(*sweep, cwd=tmp_path, env=tracking_env)
     assert first.returncode == failure.NOT_IN_STORE, first.stdout[-3000:]
-    upload = call_main(upload_main, str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys)
+    upload = call_main(
+        cli.main, "upload", str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys
+    )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (done,) = sweep_dir.rglob("mlflow_offline.uploaded.json")
     stray = Path(shutil.copy(done, done.with_name("mlflow_offline.json")))
     published = store_contents(uri)
 
-    again = call_main(upload_main, str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys)
+    again = call_main(
+        cli.main, "upload", str(sweep_dir), cwd=tmp_path, env=tracking_env, capsys=capsys
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert (
         f"{stray}: already uploaded, as run" in again.stdout and "nothing changed" in again.stdout
@@ -935,7 +947,7 @@ def test_a_disk_that_fills_mid_run_loses_nothing_written_and_ends_the_run(tmp_pa
     assert journal["calls"]
     uri = later_store(tmp_path)
     upload = call_main(
-        upload_main, str(job_dir), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
+        cli.main, "upload", str(job_dir), "--tracking-uri", uri, cwd=tmp_path, capsys=capsys
     )
     assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
@@ -1029,7 +1041,7 @@ def test_a_real_disk_filling_mid_run_ends_it_in_one_line_and_loses_no_run_shown(
     (small_disk / "filler").unlink()  # room again
     journal = job_dir / "mlflow_offline.json"
     if journal.exists():  # the store failed before the journal's write: the next command
-        upload = call_main(upload_main, str(job_dir), cwd=small_disk, capsys=capsys)
+        upload = call_main(cli.main, "upload", str(job_dir), cwd=small_disk, capsys=capsys)
         assert upload.returncode == 0, upload.stdout + upload.stderr
     (run,) = runs_in(uri)
     assert run.info.status == "FAILED" and "disk full:" in run.data.tags[Tag.failure]

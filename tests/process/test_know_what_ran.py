@@ -9,7 +9,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import compare, doctor
+from specexp import cli, doctor
 from specexp.analysis.results import Tag
 from specexp.host import capture
 from tests.conftest import QUICK as BASE
@@ -92,7 +92,8 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(
 
     # Flash attention is not the declared factor here (replicate is): it shows as drift.
     out = call_main(
-        compare.main,
+        cli.main,
+        "compare",
         "--experiment",
         "drift",
         "--baseline",
@@ -120,7 +121,8 @@ def test_a_setting_that_did_not_engage_is_loud_and_comparisons_refuse_it(
 
     # Declared as the factor, a flash attention that never engaged gets no verdict of its own.
     out = call_main(
-        compare.main,
+        cli.main,
+        "compare",
         "--experiment",
         "drift",
         "--run-ids",

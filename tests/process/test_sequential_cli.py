@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from specexp import compare
+from specexp import cli
 from specexp.core.records import structure
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.core.stats import Verdict
@@ -78,7 +78,8 @@ def test_an_a_a_on_separate_launches_is_never_faster_or_slower(tmp_path, trackin
     # its sequence's last look, not a fixed-sample test of launches gathered until decided
     # (compare's main, in this process).
     compared = call_main(
-        compare.main,
+        cli.main,
+        "compare",
         "--baseline",
         "replicate=0",
         "--json",

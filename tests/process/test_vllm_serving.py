@@ -18,7 +18,7 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import compare
+from specexp import cli
 from specexp.core.stats import Verdict, values_needed
 from tests.conftest import (
     SESSION_MARKER,
@@ -139,7 +139,8 @@ def test_a_real_vllm_ab_gets_a_verdict_from_compare(served, tmp_path, capsys):
     env, runs = served
     ids = [runs[f"speculative={m} concurrency.streams=1"].info.run_id for m in ("ngram", "eagle3")]
     result = call_main(
-        compare.main,
+        cli.main,
+        "compare",
         "--run-ids",
         *ids,
         *"--baseline speculative=ngram --label speculative --json --no-log".split(),

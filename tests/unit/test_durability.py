@@ -22,7 +22,7 @@ from typing import Iterator
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import upload
+from specexp import cli
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core import durable
@@ -327,7 +327,7 @@ def test_upload_of_a_journal_cut_short_ends_the_run_failed_and_says_what_it_reco
     run.log_metrics({"tok_per_s": 5.0}, step=0)
     (job_dir / Artifact.requests).write_text('{"ok": true}\n{"ok": tr')
     run.log_artifacts([job_dir / Artifact.requests])
-    assert upload.main([str(job_dir), "--tracking-uri", store_uri]) == 0
+    assert cli.main(["upload", str(job_dir), "--tracking-uri", store_uri]) == 0
     said = capsys.readouterr().out
     assert "2 call(s); 1 request record(s), its last line cut short" in " ".join(said.split())
     assert "ended FAILED" in said
@@ -343,7 +343,7 @@ def test_upload_of_a_journal_cut_short_ends_the_run_failed_and_says_what_it_reco
 def test_upload_of_an_empty_journal_says_so_and_keeps_it(tmp_path, capsys):
     """Issue 45: `specexp.upload` crashed on the 0-byte journal a full disk left."""
     (tmp_path / Artifact.offline_journal).write_text("")
-    assert upload.main([str(tmp_path), "--tracking-uri", "sqlite:///x.db"]) == 1
+    assert cli.main(["upload", str(tmp_path), "--tracking-uri", "sqlite:///x.db"]) == 1
     assert "not a whole journal" in capsys.readouterr().out
     assert (tmp_path / Artifact.offline_journal).exists()
 
@@ -356,7 +356,7 @@ def test_a_journal_moved_with_its_files_uploads_them_from_where_it_is(tmp_path, 
     run.log_artifacts([first / Artifact.requests])
     run.end(RunStatus.finished)
     moved = first.rename(tmp_path / "attempt-1")
-    assert upload.main([str(moved), "--tracking-uri", store_uri]) == 0
+    assert cli.main(["upload", str(moved), "--tracking-uri", store_uri]) == 0
     client = MlflowClient(store_uri)
     (stored,) = client.search_runs([client.get_experiment_by_name("specexp").experiment_id])
     assert [a.path for a in client.list_artifacts(stored.info.run_id)] == [Artifact.requests]
@@ -371,7 +371,7 @@ def test_a_malformed_tracking_uri_is_refused_by_name(uri, tmp_path, capsys):
     with pytest.raises(ConfigError):
         TrackingStore(uri, "specexp")
     (tmp_path / Artifact.offline_journal).write_text("{}")
-    assert upload.main([str(tmp_path), "--tracking-uri", uri]) == 2
+    assert cli.main(["upload", str(tmp_path), "--tracking-uri", uri]) == 2
 
 
 @pytest.mark.parametrize(

@@ -70,12 +70,6 @@ DEFERRED = {
     ("hydra_plugins.specexp_sweeper.specexp_sweeper", "specexp.hydra_app"): (
         "Hydra imports plugins at every start; the jobs are typed at hydra_app"
     ),
-    # The aliases `python -m specexp.compare|history|upload|doctor` run `specexp COMMAND`,
-    # whose parser is built of these modules' options: one code path, one exit status.
-    **{
-        (f"specexp.{command}", "specexp.cli"): "the command line imports this module"
-        for command in ("compare", "history", "upload", "doctor")
-    },
     # statsmodels: about 0.5 CPU-seconds at every CLI start (each of the suite's ~150), for a
     # capacity fit or an acceptance interval that most commands never compute.
     ("specexp.core.capacity", "statsmodels.api"): "0.5 s at every CLI start",
@@ -146,6 +140,14 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
         n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     ]
     nested = {id(n) for f in functions for n in ast.walk(f) if n is not f}
+    # A module run as a program (`python -m specexp.compare`) is __main__, which the package
+    # never imports: what its `if __name__ == "__main__":` block imports is the program's.
+    program = {
+        id(n)
+        for guard in ast.walk(tree)
+        if isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'"
+        for n in ast.walk(guard)
+    }
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
@@ -156,7 +158,8 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
             names = [node.module] + [
                 f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in LAYER
             ]
-        (inner if id(node) in nested else top).update(names)
+        if id(node) not in program:
+            (inner if id(node) in nested else top).update(names)
     return top, inner
 
 
