@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from specexp.core.capacity import Capacity, RateDecision, RatePoint, estimate, next_rate
-from specexp.core.schemas import CapacitySearchConfig
+from specexp.core.schemas.concurrency import CapacitySearchConfig
 
 TARGET = 0.9
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from client_capacity import PACE_MS, PacedServer, specexp_run  # noqa: E402
 
-from specexp.core.schemas import ConcurrencyConfig  # noqa: E402
+from specexp.core.schemas.concurrency import ConcurrencyConfig  # noqa: E402
 
 QUANTILES = (50, 90, 99)
 

@@ -43,7 +43,8 @@ from specexp.analysis.arms import (
 from specexp.analysis.report import Caveat, caveats
 from specexp.analysis.results import Metric, RunKind, RunStatus, Tag
 from specexp.core.records import unstructure
-from specexp.core.schemas import StatsConfig, TrackingConfig
+from specexp.core.schemas.stats import StatsConfig
+from specexp.core.schemas.tracking import TrackingConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 from specexp.hydra_app import CONFIG_DIR

@@ -22,7 +22,9 @@ from hydra.types import RunMode
 from rich.table import Table
 
 from specexp import hydra_app
-from specexp.core.schemas import AllreduceBackend, RunConfig, ServerSettings
+from specexp.core.schemas.allreduce_backend import AllreduceBackend
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.run import RunConfig
 from specexp.engines.records import Check, CheckStatus, LaunchSpec
 from specexp.engines.resolution import ChoosingEngine, ResolvingEngine, resolutions_from
 from specexp.engines.stack import (

@@ -30,15 +30,12 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
 
 from specexp.analysis.results import Artifact, RunStatus
-from specexp.core.schemas import (
-    GROUP_SCHEMAS,
-    ConcurrencyConfig,
-    ConfigError,
-    EngineConfig,
-    RunConfig,
-    StatsConfig,
-    WorkloadConfig,
-)
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.concurrency import ConcurrencyConfig
+from specexp.core.schemas.engine import EngineConfig
+from specexp.core.schemas.run import GROUP_SCHEMAS, RunConfig
+from specexp.core.schemas.stats import StatsConfig
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.core.tinymodels import TinyPairSpec, pair_paths
 from specexp.core.trainedmodels import (
     ModelPackageError,

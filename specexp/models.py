@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from rich.table import Table
 
 from specexp import hydra_app
-from specexp.core.schemas import ModelConfig
+from specexp.core.schemas.model import ModelConfig
 from specexp.core.tinymodels import ModelFormat, ensure_pair, pair_paths
 from specexp.core.trainedmodels import (
     ModelPackageError,

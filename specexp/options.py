@@ -1,5 +1,6 @@
 """Command-line options that mean the same in every command, declared once here; their
-defaults are the config schema's (specexp.core.schemas), so a command and a run agree."""
+defaults are the config schemas' (specexp.core.schemas.stats and .tracking), so a command and
+a run agree."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 import difflib
 from typing import Sequence
 
-from specexp.core.schemas import StatsConfig, TrackingConfig
+from specexp.core.schemas.stats import StatsConfig
+from specexp.core.schemas.tracking import TrackingConfig
 
 _STATS, _TRACKING = StatsConfig(), TrackingConfig()
 

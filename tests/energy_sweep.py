@@ -11,7 +11,8 @@ import numpy as np
 
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
 from specexp.analysis.results import JobRun, Metric, Tag
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.host.energy import EnergySource
 from tests import noise
 

@@ -16,7 +16,8 @@ from omegaconf import OmegaConf
 
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Tag
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.sweep.report import sweep_report
 from specexp.tracking.store import TrackingStore
 

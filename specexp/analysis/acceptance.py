@@ -38,7 +38,7 @@ from scipy.stats import norm, t
 
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.schemas import SpeculativeMethod
+from specexp.core.schemas.speculative import SpeculativeMethod
 from specexp.engines.prometheus import ACCEPTED_AT_POSITION
 
 SCHEMA_VERSION = "1.0"  # specdec_bench's speculation_profile.json

@@ -19,7 +19,7 @@ from scipy import stats as scipy_stats
 
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag, Unit
 from specexp.core.records import History, Record, Version
-from specexp.core.schemas import JobOrder
+from specexp.core.schemas.multirun import JobOrder
 from specexp.core.sequential import (
     SequentialComparison,
     SequentialRecord,

@@ -47,7 +47,7 @@ from specexp.analysis.arms import (
 )
 from specexp.analysis.results import JobRun, Metric, Unit
 from specexp.core.records import History, Record, Version
-from specexp.core.schemas import SpeculativeConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
 from specexp.core.stats import (
     UNSTEADY,
     Comparison,

@@ -32,7 +32,7 @@ from specexp.analysis.capacity import has_capacity
 from specexp.analysis.crossover import Crossover
 from specexp.analysis.results import JobRun, Metric, Tag
 from specexp.core.records import History, Record, Version
-from specexp.core.schemas import StatsConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.stats import Comparison, Verdict, summarize
 from specexp.host.energy import WINDOW_ERROR, EnergySource
 

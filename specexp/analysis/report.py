@@ -47,7 +47,8 @@ from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.analysis.surface import Surface, surfaces
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import History, Record, Version
-from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.sequential import SequentialComparison
 from specexp.core.stats import Comparison
 

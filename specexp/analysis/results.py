@@ -55,7 +55,7 @@ class Tag(StrEnum):
     server_url = "server_url"
     server_started_at = "server_started_at"
     server_stopped_at = "server_stopped_at"
-    # How the job's runs were placed in time (core.schemas.JobOrder).
+    # How the job's runs were placed in time (core.schemas.multirun.JobOrder).
     order = "specexp.order"
     gpus = "gpus"
     cpus = "cpus"  # the cores a CPU server was leased (its affinity)

@@ -26,7 +26,7 @@ from specexp.core.load_curve import (
 )
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.schemas import SloConfig
+from specexp.core.schemas.slo import SloConfig
 from specexp.core.slo import run_goodput
 from specexp.core.stats import (
     PercentileEstimate,

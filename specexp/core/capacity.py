@@ -34,7 +34,8 @@ from scipy import stats as scipy_stats
 
 from specexp.core.load_curve import curve_point
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import CapacitySearchConfig, SloConfig
+from specexp.core.schemas.concurrency import CapacitySearchConfig
+from specexp.core.schemas.slo import SloConfig
 from specexp.core.slo import meets, run_goodput
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 import numpy as np
 
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import SloConfig
+from specexp.core.schemas.slo import SloConfig
 
 
 def request_itl_s(record: RequestRecord, slo: SloConfig) -> Optional[float]:

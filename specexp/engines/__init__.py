@@ -11,7 +11,8 @@ import pkgutil
 from functools import cache
 from typing import Any
 
-from specexp.core.schemas import ConfigError, SpeculativeConfig
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.speculative import SpeculativeConfig
 from specexp.engines import trtllm
 from specexp.engines.base import Engine
 from specexp.engines.records import BatchSchedule, ScheduleSetting

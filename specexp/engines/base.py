@@ -7,7 +7,7 @@ the stack capture (``host/capture.py`` ``StackEngine``), the doctor (``doctor.py
 ``DoctorEngine``), the check of declared choices (``choices.py``) and the engine's own
 resolution (``resolution.py``: an optional capability, like the doctor's parse-only flag
 check and checks of its own). An engine is told only the
-:class:`~specexp.core.schemas.ServerSettings` (and the workload for requests), never the whole
+:class:`~specexp.core.schemas.engine.ServerSettings` (and the workload for requests), never the whole
 run config. The shared work is in modules of its own: ``stack`` (the stack's interpreter and
 variables), ``http``, ``prometheus``, ``evidence`` (what engaged), ``records`` (the values
 engines hand their consumers).
@@ -18,17 +18,11 @@ from __future__ import annotations
 from typing import Any, ClassVar, Generic, Mapping, Optional, Sequence
 
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import (
-    AllreduceBackend,
-    AttentionBackend,
-    EngineConfig,
-    EngineConfigT,
-    NgramVariant,
-    ServerSettings,
-    SpeculativeConfig,
-    SpeculativeMethod,
-    WorkloadConfig,
-)
+from specexp.core.schemas.allreduce_backend import AllreduceBackend
+from specexp.core.schemas.attention_backend import AttentionBackend
+from specexp.core.schemas.engine import EngineConfig, EngineConfigT, ServerSettings
+from specexp.core.schemas.speculative import NgramVariant, SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.core.tinymodels import ModelFormat
 from specexp.engines.choices import refuse_unsupported
 from specexp.engines.evidence import unreported

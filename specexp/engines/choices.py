@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from specexp.core.schemas import (
-    AllreduceBackend,
-    AttentionBackend,
-    ConfigError,
-    NgramVariant,
-    ServerSettings,
-    SpeculativeMethod,
-)
+from specexp.core.schemas.allreduce_backend import AllreduceBackend
+from specexp.core.schemas.attention_backend import AttentionBackend
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.speculative import NgramVariant, SpeculativeMethod
 
 __all__ = ["DeclaredChoices", "refuse_unsupported"]
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import CacheUse, PromptReuse, ServerSettings, SpeculativeMethod
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.speculative import SpeculativeMethod
+from specexp.core.schemas.workload import CacheUse, PromptReuse
 from specexp.engines.records import Engagement, Setting
 
 __all__ = [

@@ -11,7 +11,7 @@ import os
 import subprocess
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from specexp.core.schemas import ServerSettings
+from specexp.core.schemas.engine import ServerSettings
 from specexp.engines.records import Engagement, LaunchSpec, Resolution, ServerCommand, Setting
 from specexp.engines.stack import last_line, run_with_stack_env
 

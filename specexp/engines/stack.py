@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from specexp.core.schemas import ServerSettings
+from specexp.core.schemas.engine import ServerSettings
 
 __all__ = [
     "declared_version",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import bisect
 from typing import Mapping
 
-from specexp.core.schemas import SpeculativeMethod
+from specexp.core.schemas.speculative import SpeculativeMethod
 from specexp.engines.records import BatchSchedule, ScheduleSetting
 
 COMMIT = "011d0933dcb5e592f5fa2626beaf42a96324c578"

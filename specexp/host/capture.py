@@ -14,7 +14,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Optional, Protocol
 
-from specexp.core.schemas import ServerSettings
+from specexp.core.schemas.engine import ServerSettings
 from specexp.engines.stack import stack_env, stack_python
 from specexp.host.leases import command_output
 

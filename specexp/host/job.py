@@ -18,13 +18,11 @@ from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from specexp.core.datasets import DatasetError
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import (
-    Arrival,
-    ConfigError,
-    RunConfig,
-    ServerSettings,
-    SpeculativeMethod,
-)
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.concurrency import Arrival
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.run import RunConfig
+from specexp.core.schemas.speculative import SpeculativeMethod
 from specexp.core.tinymodels import ModelFormat
 from specexp.engines import get_engine
 from specexp.engines.base import Engine

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 
 
 def free_port(host: str = "127.0.0.1") -> int:

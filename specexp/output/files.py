@@ -18,7 +18,7 @@ from specexp.analysis.results import Artifact
 from specexp.core.durable import append_whole, write_atomic
 from specexp.core.measurements import RunResult
 from specexp.core.redaction import redact_env, redact_text, redact_tree
-from specexp.core.schemas import RunConfig
+from specexp.core.schemas.run import RunConfig
 from specexp.engines.records import LaunchSpec, Setting
 from specexp.run.events import (
     JobClosed,

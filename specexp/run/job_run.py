@@ -15,7 +15,7 @@ from specexp.analysis.results import Metric, RunStatus, position_metric
 from specexp.analysis.summary import JobSummary, accounting_totals, summarize_job
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.schemas import SpeculativeMethod
+from specexp.core.schemas.speculative import SpeculativeMethod
 from specexp.core.traces import trace_stats
 from specexp.host import failure, interrupt
 from specexp.host.job import Job

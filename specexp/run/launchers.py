@@ -25,14 +25,11 @@ from urllib.parse import urlparse
 import psutil
 from submitit.slurm import slurm
 
-from specexp.core.schemas import (
-    ConcurrencyConfig,
-    EngineConfig,
-    RunConfig,
-    StatsConfig,
-    WorkloadConfig,
-    requests_per_stream,
-)
+from specexp.core.schemas.concurrency import ConcurrencyConfig, requests_per_stream
+from specexp.core.schemas.engine import EngineConfig
+from specexp.core.schemas.run import RunConfig
+from specexp.core.schemas.stats import StatsConfig
+from specexp.core.schemas.workload import WorkloadConfig
 
 # A floor for the output rate of one stream when sizing a job's time limit: a job killed at
 # its limit loses its measurements, one that ends early costs nothing.

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from specexp.core.capacity import RateDecision, next_rate, rate_points
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import run_requests
+from specexp.core.schemas.concurrency import run_requests
 from specexp.engines.stack import host_cpus, server_share
 from specexp.host import telemetry
 from specexp.host.energy import run_energy

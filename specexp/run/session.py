@@ -13,7 +13,7 @@ from specexp.analysis.results import Artifact, RunStatus
 from specexp.analysis.summary import JobSummary
 from specexp.core.durable import release_space, reserve_space
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.core.trainedmodels import ModelPackageError, ensure_packaged, ensure_self_draft
 from specexp.engines.records import Setting

@@ -16,15 +16,9 @@ import aiohttp
 import orjson
 
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import (
-    PREFIX_WORDS,
-    CacheUse,
-    ConcurrencyConfig,
-    PromptReuse,
-    ServerSettings,
-    WorkloadConfig,
-    requests_per_stream,
-)
+from specexp.core.schemas.concurrency import ConcurrencyConfig, requests_per_stream
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.workload import PREFIX_WORDS, CacheUse, PromptReuse, WorkloadConfig
 from specexp.core.traces import synthesise_prompt
 from specexp.engines.http import is_local
 from specexp.engines.prometheus import parse_prometheus

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
-from specexp.core.schemas import Arrival, ConcurrencyConfig
+from specexp.core.schemas.concurrency import Arrival, ConcurrencyConfig
 from specexp.engines.records import ServerLoad
 
 

@@ -14,7 +14,8 @@ import aiohttp
 import orjson
 
 from specexp.core.measurements import RequestRecord
-from specexp.core.schemas import ServerSettings, WorkloadConfig
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.engines.records import Prompt, ServerLoad, StreamChunk
 
 

@@ -23,7 +23,7 @@ from rich.markup import escape
 from specexp.analysis.arms import calibrations
 from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core.redaction import redact_text
-from specexp.core.schemas import RunConfig
+from specexp.core.schemas.run import RunConfig
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.host import capture, failure, interrupt
 from specexp.output.terminal.dry_run import print_dry_run

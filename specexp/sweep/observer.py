@@ -18,7 +18,7 @@ from rich.markup import escape
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, RunKind, RunStatus, Tag
 from specexp.core.redaction import redact_text
-from specexp.core.schemas import JobOrder
+from specexp.core.schemas.multirun import JobOrder
 from specexp.core.sequential import SequentialComparison, StopReason
 from specexp.host import failure, owner
 from specexp.output.files import RUN_FILE

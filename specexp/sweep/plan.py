@@ -17,7 +17,8 @@ from hydra.core.default_element import ConfigDefault, GroupDefault
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from specexp.analysis.results import Tag
-from specexp.core.schemas import ConfigError, JobOrder
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.multirun import JobOrder
 from specexp.host.job import Job
 from specexp.output.files import RUN_FILE
 from specexp.tracking.store import TrackingStore

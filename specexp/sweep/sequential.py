@@ -26,7 +26,7 @@ from scipy import optimize
 from scipy import stats as scipy_stats
 
 from specexp.analysis.arms import Calibration, Selector, pair_by_factor
-from specexp.core.schemas import JobOrder
+from specexp.core.schemas.multirun import JobOrder
 from specexp.core.sequential import (
     Costs,
     SequentialComparison,

@@ -36,7 +36,7 @@ from specexp.analysis.results import (
 from specexp.analysis.summary import run_metrics
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
-from specexp.core.schemas import JobOrder
+from specexp.core.schemas.multirun import JobOrder
 from specexp.core.slo import run_goodput
 from specexp.host import capture, owner
 from specexp.host.job import Job

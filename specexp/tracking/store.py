@@ -17,7 +17,7 @@ from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, Unit, launch_metric
 from specexp.analysis.results import Metric as ResultMetric
 from specexp.core.redaction import redact_text
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.core.sequential import SequentialComparison
 from specexp.host import owner
 from specexp.tracking.address import creating, tracking_uri, uri_problem

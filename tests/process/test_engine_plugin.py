@@ -20,7 +20,8 @@ ENGINE_MODULE = textwrap.dedent('''\
     from dataclasses import dataclass
     from typing import Any
 
-    from specexp.core.schemas import EngineConfig, ServerSettings, WorkloadConfig
+    from specexp.core.schemas.engine import EngineConfig, ServerSettings
+    from specexp.core.schemas.workload import WorkloadConfig
     from specexp.engines.base import Engine
     from specexp.engines.records import PORT, ServerCommand, StreamChunk
 

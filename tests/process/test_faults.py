@@ -26,7 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from specexp import cli
 from specexp.analysis.results import Tag
 from specexp.core.durable import read_json_lines
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.core.tinymodels import ensure_pair
 from specexp.host import failure
 from specexp.hydra_app import prepare

@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Metric, Tag, capacity_points
-from specexp.core.schemas import SloConfig
+from specexp.core.schemas.slo import SloConfig
 from specexp.core.slo import run_goodput
 from tests.conftest import (
     QUICK,

@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Tag
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.engines.records import LaunchSpec
 from specexp.host.leases import ProcessCores, gpu_ids, lease_devices
 from specexp.serving.server import ServerProcess

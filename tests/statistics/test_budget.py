@@ -11,7 +11,8 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from specexp.analysis.arms import Calibration
-from specexp.core.schemas import JobOrder, StatsConfig
+from specexp.core.schemas.multirun import JobOrder
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.sequential import Costs, SequentialDesign, simulate
 from specexp.core.stats import Verdict
 from specexp.sweep import sequential

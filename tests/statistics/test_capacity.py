@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specexp.core.capacity import Capacity, RatePoint, capacity_ratio, estimate, next_rate
-from specexp.core.schemas import CapacitySearchConfig
+from specexp.core.schemas.concurrency import CapacitySearchConfig
 
 pytestmark = pytest.mark.statistics
 

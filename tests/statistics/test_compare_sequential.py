@@ -23,7 +23,7 @@ import specexp.compare as cli
 from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
 from specexp.analysis.results import JobRun, Tag
 from specexp.core.notes import NoteKind
-from specexp.core.schemas import StatsConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.sequential import (
     Costs,
     Look,

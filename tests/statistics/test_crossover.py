@@ -18,7 +18,7 @@ from specexp.analysis.crossover import (
     recommend,
 )
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag, Unit
-from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
 from specexp.core.stats import Verdict, summarize
 from tests import noise
 from tests.statistics.mutations import guards

@@ -20,7 +20,7 @@ from specexp.analysis.acceptance import (
 )
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.engines import get_engine
 from specexp.engines.prometheus import parse_prometheus
 from tests.conftest import compose_job

@@ -19,7 +19,8 @@ from specexp.analysis.acceptance import (
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
 from specexp.analysis.results import JobRun, Metric, Tag, factors_tag
 from specexp.core.records import structure, unstructure
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.output.markdown import sweep_description
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specexp.analysis.arms import Calibration
-from specexp.core.schemas import JobOrder
+from specexp.core.schemas.multirun import JobOrder
 from specexp.output.terminal.sweep_report import print_budget
 from specexp.sweep.plan import Plan, order_jobs
 from specexp.sweep.sequential import Design, budget_power, sequential_pairs

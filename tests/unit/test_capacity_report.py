@@ -22,7 +22,8 @@ from specexp.analysis.results import (
 )
 from specexp.core.capacity import RatePoint, estimate
 from specexp.core.load_curve import CurvePoint
-from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.stats import StatsConfig
 from specexp.output.markdown import sweep_description, sweep_markdown
 from specexp.output.tables import capacity_rows, death_summary
 

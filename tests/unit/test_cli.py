@@ -13,7 +13,8 @@ import specexp
 from specexp import __main__ as specexp_main
 from specexp import api, cli, compare, history, hydra_app, options
 from specexp.core import tinymodels, trainedmodels
-from specexp.core.schemas import StatsConfig, TrackingConfig
+from specexp.core.schemas.stats import StatsConfig
+from specexp.core.schemas.tracking import TrackingConfig
 
 SUBCOMMANDS = ("run", "sweep", "compare", "history", "doctor", "upload", "models", "ui")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
-from specexp.core.schemas import StatsConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.output.markdown import sweep_description, sweep_markdown
 from specexp.sweep.sequential import baseline_jobs
 from tests.conftest import REPO

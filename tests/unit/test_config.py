@@ -9,14 +9,12 @@ import pytest
 from hydra.errors import ConfigCompositionException
 from omegaconf.errors import ValidationError
 
-from specexp.core.schemas import (
-    AttentionBackend,
-    ConfigError,
-    JobOrder,
-    RunConfig,
-    SpeculativeMethod,
-    StatsConfig,
-)
+from specexp.core.schemas.attention_backend import AttentionBackend
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.multirun import JobOrder
+from specexp.core.schemas.run import RunConfig
+from specexp.core.schemas.speculative import SpeculativeMethod
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.tinymodels import TinyPairSpec
 from specexp.engines.llamacpp import LlamaCppConfig
 from specexp.hydra_app import prepare

@@ -20,7 +20,7 @@ from specexp.analysis import results
 from specexp.analysis.results import SERVER_ACCOUNTING, Artifact, Metric, Tag
 from specexp.analysis.summary import run_metrics, summarize_job
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import SloConfig
+from specexp.core.schemas.slo import SloConfig
 from specexp.host import telemetry
 from specexp.host.capture import Hardware
 from tests.conftest import REPO

@@ -9,7 +9,7 @@ import pytest
 from specexp.analysis.arms import Arm
 from specexp.analysis.results import JobRun, Tag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
-from specexp.core.schemas import SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
 from specexp.core.stats import compare, summarize
 
 pytestmark = pytest.mark.unit

@@ -28,7 +28,9 @@ from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core import durable
 from specexp.core.durable import append_whole, read_json_lines, write_atomic
 from specexp.core.records import structure, unstructure
-from specexp.core.schemas import ConfigError, SpeculativeConfig, StatsConfig
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.host import failure, owner
 from specexp.output.files import RUN_FILE, set_aside_earlier_attempt
 from specexp.output.terminal.loggers import quiet_libraries

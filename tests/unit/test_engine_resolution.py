@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.engines.http import is_local
 from specexp.engines.prometheus import parse_prometheus
 from specexp.engines.records import Engagement

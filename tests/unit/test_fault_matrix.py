@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from specexp import upload
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, Metric, RunStatus, Tag
-from specexp.core.schemas import StatsConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.output.terminal.screen import console
 from specexp.sweep import observer, report
 from specexp.tracking import observer as tracked

@@ -33,13 +33,11 @@ from specexp.core.capacity import (
     within_completed,
 )
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import (
-    CapacitySearchConfig,
-    ConfigError,
-    SloConfig,
-    SpeculativeConfig,
-    StatsConfig,
-)
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.concurrency import CapacitySearchConfig
+from specexp.core.schemas.slo import SloConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.slo import meets, run_goodput
 from specexp.core.stats import summarize
 from specexp.serving.pacing import arrival_offsets

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.run import session
 from specexp.run.events import Emitter, JobEvent, Preparing
 from tests.conftest import compose_job

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specexp.core.capacity import RateDecision
 from specexp.core.measurements import RequestRecord
-from specexp.core.schemas import SloConfig
+from specexp.core.schemas.slo import SloConfig
 
 SLO = SloConfig(name="test", ttft_s=0.2)
 

@@ -16,7 +16,8 @@ from specexp.core import trainedmodels
 from specexp.core.datasets import DatasetError, DatasetFormat, load_dataset
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import NoteKind
-from specexp.core.schemas import ConfigError, requests_per_stream
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.concurrency import requests_per_stream
 from specexp.core.tinymodels import TinyPairSpec, ensure_pair
 from specexp.core.trainedmodels import write_self_draft
 from specexp.engines import get_engine

@@ -15,7 +15,8 @@ from specexp.analysis.arms import Selector
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report
 from specexp.analysis.results import JobRun, Tag, factors_tag
 from specexp.analysis.surface import LaunchVariance, Surface, row_factor, surfaces
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.core.stats import Verdict
 from specexp.output.markdown import sweep_description, sweep_markdown
 from specexp.output.terminal.screen import console

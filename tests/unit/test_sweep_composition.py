@@ -14,7 +14,7 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from specexp import hydra_app
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.sweep.plan import Plan, compose_jobs, factor_overrides
 from tests.conftest import REPO, compose_run
 

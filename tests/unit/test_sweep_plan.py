@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from specexp.core.schemas import JobOrder
+from specexp.core.schemas.multirun import JobOrder
 from specexp.sweep.launch import unfinished_pairs
 from specexp.sweep.plan import (
     Plan,

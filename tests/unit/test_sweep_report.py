@@ -13,7 +13,8 @@ from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_a
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report, server_launches
 from specexp.analysis.results import Engaged, JobRun, Metric, RunKind, Tag, factors_tag, flag_tag
 from specexp.core.notes import NoteKind
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.output import plots
 from specexp.output.markdown import sweep_description
 from specexp.tracking import publish

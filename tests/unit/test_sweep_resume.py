@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from specexp.analysis.report import SweepFacts, compile_sweep_report
 from specexp.analysis.results import JobRun, Tag, factors_tag
-from specexp.core.schemas import StatsConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.sweep.plan import Plan, mark_finished, tracked_runs
 from specexp.tracking.store import TrackingStore
 from tests.conftest import store_env

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specexp.core.schemas import ConfigError
+from specexp.core.schemas.checks import ConfigError
 from specexp.core.traces import (
     MOONCAKE_BLOCK_TOKENS,
     TraceError,

@@ -14,7 +14,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from specexp.core.schemas import PREFIX_WORDS
+from specexp.core.schemas.workload import PREFIX_WORDS
 
 PROMPT = (
     "Write a detailed technical essay on how speculative decoding accelerates large language "

@@ -11,7 +11,7 @@ import time
 
 import aiohttp
 
-from specexp.core.schemas import PREFIX_WORDS
+from specexp.core.schemas.workload import PREFIX_WORDS
 
 PROMPT = (
     "Write a detailed technical essay on how speculative decoding accelerates large language "

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Optional
 
-from specexp.core.schemas import EngineConfig
+from specexp.core.schemas.engine import EngineConfig
 
 
 class SplitMode(StrEnum):

@@ -13,17 +13,12 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import specexp.engines.llamacpp.stream as stream
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import (
-    AllreduceBackend,
-    AttentionBackend,
-    CacheUse,
-    ConfigError,
-    NgramVariant,
-    ServerSettings,
-    SpeculativeConfig,
-    SpeculativeMethod,
-    WorkloadConfig,
-)
+from specexp.core.schemas.allreduce_backend import AllreduceBackend
+from specexp.core.schemas.attention_backend import AttentionBackend
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.speculative import NgramVariant, SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.workload import CacheUse, WorkloadConfig
 from specexp.core.tinymodels import ModelFormat
 from specexp.engines.base import Engine
 from specexp.engines.evidence import speculation_from_counters

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specexp.core.schemas import WorkloadConfig
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.engines.records import Prompt, StreamChunk
 
 # llama.cpp's stop_type / finish_reason, in the client's words.

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from specexp.core.schemas import ConfigError, EngineConfig
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.engine import EngineConfig
 
 
 @dataclass

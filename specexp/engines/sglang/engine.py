@@ -16,17 +16,13 @@ from packaging.version import InvalidVersion, Version
 
 import specexp.engines.sglang.stream as stream
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import (
-    AllreduceBackend,
-    AllreduceBackendConfig,
-    AttentionBackend,
-    ConfigError,
-    GpuInterconnect,
-    ServerSettings,
-    SpeculativeConfig,
-    SpeculativeMethod,
-    WorkloadConfig,
-)
+from specexp.core.schemas.allreduce_backend import AllreduceBackend, AllreduceBackendConfig
+from specexp.core.schemas.attention_backend import AttentionBackend
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.host import GpuInterconnect
+from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.engines.base import Engine
 from specexp.engines.http import get_json
 from specexp.engines.records import (

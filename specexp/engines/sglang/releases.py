@@ -8,7 +8,8 @@ from typing import Callable
 
 from packaging.version import Version
 
-from specexp.core.schemas import ServerSettings, SpeculativeMethod
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.speculative import SpeculativeMethod
 
 # Releases whose flags specexp composes (checked by their own parsers in the tests); a
 # stack without a known version gets the newest's spellings, and says so.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specexp.core.schemas import WorkloadConfig
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.engines.records import Prompt, StreamChunk
 
 # The per-request speculative counts by their 0.5.9 names (later releases renamed them: the

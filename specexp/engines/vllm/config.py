@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from specexp.core.schemas import EngineConfig
+from specexp.core.schemas.engine import EngineConfig
 
 
 @dataclass

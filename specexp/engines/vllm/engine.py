@@ -11,15 +11,12 @@ from typing import Any, Optional, Sequence, Union
 
 import specexp.engines.vllm.stream as stream
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import (
-    AllreduceBackend,
-    AttentionBackend,
-    ConfigError,
-    ServerSettings,
-    SpeculativeConfig,
-    SpeculativeMethod,
-    WorkloadConfig,
-)
+from specexp.core.schemas.allreduce_backend import AllreduceBackend
+from specexp.core.schemas.attention_backend import AttentionBackend
+from specexp.core.schemas.checks import ConfigError
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.engines.base import Engine
 from specexp.engines.evidence import speculation_from_counters
 from specexp.engines.http import get_json, is_loopback

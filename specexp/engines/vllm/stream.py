@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specexp.core.schemas import ServerSettings, WorkloadConfig
+from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.workload import WorkloadConfig
 from specexp.engines.records import Prompt, StreamChunk
 
 

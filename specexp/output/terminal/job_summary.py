@@ -11,7 +11,7 @@ from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.results import Metric, server_metric
 from specexp.analysis.summary import JobSummary
 from specexp.core.measurements import RunResult
-from specexp.core.schemas import RunConfig
+from specexp.core.schemas.run import RunConfig
 from specexp.core.slo import run_goodput
 from specexp.host.energy import WINDOW_ERROR
 from specexp.output.terminal.screen import console

@@ -17,12 +17,12 @@ from rich.progress import (
 )
 
 from specexp.core.measurements import RequestRecord, RunResult
-from specexp.core.schemas import (
+from specexp.core.schemas.concurrency import (
     ASSUMED_TOK_PER_S_PER_STREAM,
-    RunConfig,
     expected_run_seconds,
     run_requests,
 )
+from specexp.core.schemas.run import RunConfig
 from specexp.output.terminal.screen import console
 
 
