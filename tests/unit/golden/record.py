@@ -27,7 +27,8 @@ from specexp.analysis.results import (
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import unstructure
-from specexp.core.schemas import SpeculativeConfig, StatsConfig
+from specexp.core.schemas.speculative import SpeculativeConfig
+from specexp.core.schemas.stats import StatsConfig
 from specexp.host.energy import EnergySource
 from tests import energy_sweep, noise
 from tests.conftest import REPO
