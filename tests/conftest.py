@@ -175,9 +175,9 @@ def call_main(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
     """A command's ``main(ARGS)`` (``cli.main`` with the subcommand first: `specexp compare
-    ARGS`; a band's own, as ``doctor.main``) run in this process, its exit status and printed output as run_cli returns them: what
-    a test asserts of a report, without a process's seconds of imports (run_cli's tests keep
-    the command line itself covered)."""
+    ARGS`; a band's own, as ``doctor.main``) run in this process, its exit status and printed
+    output as run_cli returns them: what a test asserts of a report, without a process's
+    seconds of imports (run_cli's tests keep the command line itself covered)."""
     capsys.readouterr()  # what the test printed before is not the command's
     with running_in(cwd, env):
         code = exit_status(lambda: main(list(args)))
