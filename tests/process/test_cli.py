@@ -1,6 +1,6 @@
 """The front door with real processes: the Python API running a job silently, `specexp`
-and `python -m specexp` exiting 2 on a typo and 1 on a failure, a sweep naming its failed
-job, the store's artifacts beside its database. (`specexp ui` on a free port: the
+exiting 2 on a config the job refuses, the store's artifacts beside its database. (Each exit
+status from both doors: tests/process/test_exit_status.py; `specexp ui` on a free port: the
 getting-started transcript's test, tests/process/test_getting_started.py.)"""
 
 from __future__ import annotations
@@ -70,35 +70,6 @@ def test_the_apis_examples_run():
     """The module's docstring example, as a notebook would run it."""
     failures, tried = doctest.testmod(api, optionflags=doctest.ELLIPSIS)
     assert tried and not failures
-
-
-@pytest.mark.load_tolerant
-def test_a_failed_run_exits_1(tmp_path):
-    env = store_env(tmp_path)
-    # Ready in 1 ms: no server is, so the job fails after it started.
-    result = run_cli(
-        "run", *TINY, "engine.ready_timeout_s=0.001", cwd=tmp_path, env=env, module="specexp.cli"
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    (run,) = runs_in(env["MLFLOW_TRACKING_URI"])
-    assert run.info.status == "FAILED"
-
-
-@pytest.mark.load_tolerant
-def test_a_sweep_with_a_failed_job_exits_1_and_names_it(tmp_path):
-    env = store_env(tmp_path)
-    result = run_cli(
-        "sweep",
-        *TINY,
-        "engine.ready_timeout_s=0.001,120",
-        cwd=tmp_path,
-        env=env,
-        module="specexp.cli",
-    )
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "1 of 2 job(s) failed: engine.ready_timeout_s=0.001" in result.stdout
-    # Hydra's job lines show the jobs' own overrides, not the sweep's internal ones.
-    assert "multirun.parent_run_id" not in result.stdout + result.stderr
 
 
 @pytest.mark.no_engine_server

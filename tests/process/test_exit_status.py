@@ -32,6 +32,8 @@ from tests.conftest import (
     TINY,
     compose_job,
     fake_llama_server,
+    is_sweep,
+    runs_in,
     server_pids,
     specexp_in_process,
     start_cli,
@@ -92,11 +94,20 @@ def test_0_done(tmp_path):
 @pytest.mark.no_engine_server
 @pytest.mark.parametrize("sweep", [False, True], ids=["run", "sweep"])
 def test_1_a_run_or_a_sweeps_job_failed(tmp_path, sweep):
-    """No server is ready in 1 ms: the job fails once it started (a sweep: one of two)."""
+    """No server is ready in 1 ms: the job fails once it started, its run FAILED in the store
+    (a sweep: one of two, named by its own overrides, not the sweep's internal ones)."""
     bin_dir = fake_llama_server(tmp_path, "--itl-ms", "1")
     timeouts = "0.001,120" if sweep else "0.001"
     args = (*TINY, f"stack.bin_dir={bin_dir}", f"engine.ready_timeout_s={timeouts}")
-    assert_exit(both_doors(tmp_path, *args, env={}, sweep=sweep), failure.RUN_FAILED)
+    results = both_doors(tmp_path, *args, env={}, sweep=sweep)
+    assert_exit(results, failure.RUN_FAILED)
+    for door, result in results.items():
+        store = f"sqlite:///{tmp_path / door.replace(' ', '_') / 'mlflow.db'}"  # both_doors'
+        statuses = sorted(r.info.status for r in runs_in(store) if not is_sweep(r))
+        assert statuses == (["FAILED", "FINISHED"] if sweep else ["FAILED"]), door
+        if sweep:
+            assert "1 of 2 job(s) failed: engine.ready_timeout_s=0.001" in result.stdout
+            assert "multirun.parent_run_id" not in result.stdout + result.stderr
 
 
 @pytest.mark.no_engine_server
