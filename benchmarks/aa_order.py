@@ -24,7 +24,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
-from specexp.core.stats import interval, read_verdict
+from specexp.core.stats.verdicts import interval, read_verdict
 
 REPO = Path(__file__).resolve().parent.parent
 

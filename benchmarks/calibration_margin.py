@@ -40,8 +40,8 @@ from unittest import mock
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specexp.analysis import arms
-from specexp.core.stats import Verdict
+from specexp.analysis import calibration
+from specexp.core.stats.verdicts import Verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness in tests/
 from tests.statistics.test_launch_variance import calibrated_comparison  # noqa: E402
@@ -67,7 +67,7 @@ def exact_comparisons(n: int, seed: int, **options) -> tuple[np.ndarray, np.ndar
     slower, and whether it said faster."""
     rng = np.random.default_rng(seed)
     p, decided, faster = [], [], []
-    with mock.patch.object(arms, "LAUNCH_VARIANCE_SHOWN_ALPHA", EXACT_ALPHA):
+    with mock.patch.object(calibration, "LAUNCH_VARIANCE_SHOWN_ALPHA", EXACT_ALPHA):
         for _ in range(n):
             c, cal = calibrated_comparison(rng, True, **options)
             p.append(math.nan if cal is None else cal.launch_variance_p)
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--launches", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--cell", choices=CELLS, nargs="+", default=list(CELLS))
     parser.add_argument(
-        "--alpha", type=float, nargs="+", default=[arms.LAUNCH_VARIANCE_SHOWN_ALPHA]
+        "--alpha", type=float, nargs="+", default=[calibration.LAUNCH_VARIANCE_SHOWN_ALPHA]
     )
     args = parser.parse_args()
     if any(not 0 < a <= EXACT_ALPHA for a in args.alpha):

@@ -53,7 +53,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 
 from specexp import hydra_app  # noqa: E402
 from specexp.core.measurements import RunResult  # noqa: E402
-from specexp.core.stats import percentiles  # noqa: E402
+from specexp.core.stats.summaries import percentiles  # noqa: E402
 from specexp.core.tinymodels import ModelFormat, TinyPairSpec, ensure_pair  # noqa: E402
 from specexp.host.leases import free_port  # noqa: E402
 from specexp.hydra_app import prepare  # noqa: E402

@@ -4,7 +4,7 @@
 
 For each spread (between launches / within a launch), the cheapest fixed plan that finds
 twice the threshold with power 0.8 when the spreads are known (specexp.core.stats
-.plan_repetitions, an oracle no real pilot gives), then whole sequences of the sweep's
+.planning.plan_repetitions, an oracle no real pilot gives), then whole sequences of the sweep's
 sequential protocol (specexp.core.sequential.simulate, seeded) at no effect, twice and four
 times the threshold: how often each verdict comes, and the mean launches per arm and
 server-minutes (both arms) they spend, as a share of the fixed plan's.
@@ -19,7 +19,7 @@ from collections import Counter
 import numpy as np
 
 from specexp.core.sequential import Costs, SequentialDesign, simulate
-from specexp.core.stats import plan_repetitions
+from specexp.core.stats.planning import plan_repetitions
 
 SPREADS = [(0.02, 0.02), (0.005, 0.03), (0.03, 0.005)]
 

@@ -6,7 +6,7 @@ reads this list and the tree, and checks docs/design.md's Layout table against b
 package root holds the entry points, above every band.
 
 The Python API (specexp.api) is exported here, loaded on first use: importing a band's
-module (``specexp.core.stats``) does not import the API and all it runs on::
+module (``specexp.core.stats.comparison``) does not import the API and all it runs on::
 
     import specexp
     result = specexp.run_job(["model=tiny-pair-small", "speculative=draft"], quiet=True)

@@ -27,26 +27,22 @@ from omegaconf import OmegaConf
 from specexp import options
 from specexp.analysis.arms import (
     Arm,
-    ClaimCheck,
     SelectionError,
     Selector,
     baseline_pairs,
-    calibrations,
-    compare_arms,
-    hardware_matches,
-    judge_sequences,
     make_arms,
     pairing_said,
-    reproduce,
-    with_launches,
 )
+from specexp.analysis.calibration import calibrations, with_launches
+from specexp.analysis.comparisons import compare_arms, judge_sequences
 from specexp.analysis.report import Caveat, caveats
+from specexp.analysis.reproduction import ClaimCheck, hardware_matches, reproduce
 from specexp.analysis.results import Metric, RunKind, RunStatus, Tag
 from specexp.core.records import unstructure
 from specexp.core.schemas.stats import StatsConfig
 from specexp.core.schemas.tracking import TrackingConfig
 from specexp.core.sequential import SequentialComparison
-from specexp.core.stats import Comparison
+from specexp.core.stats.comparison import Comparison
 from specexp.hydra_app import CONFIG_DIR
 from specexp.output.markdown import comparison_markdown, reproduction_markdown
 from specexp.output.terminal.comparison import print_comparison, print_reproduction

@@ -35,27 +35,21 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from specexp.analysis.arms import (
+from specexp.analysis.arms import Arm, Selector
+from specexp.analysis.calibration import (
     CALIBRATION_CHECK_ALPHA,
-    Arm,
     Calibration,
-    Selector,
     account_for_launches,
     family_key,
-    same_server,
     why_not_applicable,
 )
 from specexp.analysis.results import JobRun, Metric, Unit
+from specexp.analysis.timeline import same_server
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas.speculative import SpeculativeConfig
-from specexp.core.stats import (
-    UNSTEADY,
-    Comparison,
-    Verdict,
-    compare,
-    decide,
-    notes_for,
-)
+from specexp.core.stats.comparison import Comparison, compare, decide
+from specexp.core.stats.summaries import UNSTEADY, notes_for
+from specexp.core.stats.verdicts import Verdict
 from specexp.engines import schedule_settings
 from specexp.engines.records import BatchSchedule, ScheduleSetting
 

@@ -1,6 +1,6 @@
 """Energy per output token between arms, as tok/s is compared: each arm's joules per token
 with its interval (over runs, or launch means with several launches), each candidate
-against its baseline by the same statistics (:func:`~specexp.analysis.arms.compare_arms`:
+against its baseline by the same statistics (:func:`~specexp.analysis.comparisons.compare_arms`:
 Welch on logs, simultaneous intervals, drift, launches accounted for), and where speculation
 stops saving energy - its own crossover, set beside the speed crossover.
 
@@ -20,20 +20,16 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from specexp.analysis import crossover
-from specexp.analysis.arms import (
-    Arm,
-    SelectionError,
-    Selector,
-    baseline_pairs,
-    compare_arms,
-    make_arms,
-)
+from specexp.analysis.arms import Arm, SelectionError, Selector, baseline_pairs, make_arms
 from specexp.analysis.capacity import has_capacity
+from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.crossover import Crossover
 from specexp.analysis.results import JobRun, Metric, Tag
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas.stats import StatsConfig
-from specexp.core.stats import Comparison, Verdict, summarize
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.summaries import summarize
+from specexp.core.stats.verdicts import Verdict
 from specexp.host.energy import WINDOW_ERROR, EnergySource
 
 # What the energy crossover is found on (higher is better, as tok/s).

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from specexp.analysis.results import EFFECTIVE, STACK, JobRun, Metric, RunStatus, Tag
-from specexp.core.stats import ar1_inflation, corrected_lag1
+from specexp.core.stats.drift import ar1_inflation, corrected_lag1
 
 # Params that say how a run was tracked or planned, or which stack it ran on: not part of
 # what a history follows.

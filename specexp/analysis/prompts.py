@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence
 from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.records import History, Record, Version
-from specexp.core.stats import Comparison, compare
+from specexp.core.stats.comparison import Comparison, compare
 
 # Divergences a comparison lists (the share covers them all).
 _SHOWN_DIVERGENCES = 3

@@ -14,23 +14,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from specexp.analysis import acceptance, crossover
 from specexp.analysis.acceptance import Efficiency
-from specexp.analysis.arms import (
-    Arm,
-    Calibration,
-    SelectionError,
-    Selector,
-    baseline_pairs,
-    compare_arms,
-    judge_sequences,
-    make_arms,
-    stack_of,
-)
+from specexp.analysis.arms import Arm, SelectionError, Selector, baseline_pairs, make_arms, stack_of
+from specexp.analysis.calibration import Calibration
 from specexp.analysis.capacity import (
     ArmCapacity,
     CapacityComparison,
     compare_capacity,
     has_capacity,
 )
+from specexp.analysis.comparisons import compare_arms, judge_sequences
 from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.energy_arms import EnergyReport, energy_report
 from specexp.analysis.prompts import JobPrompts, PromptComparison, compare_prompts
@@ -50,7 +42,7 @@ from specexp.core.records import History, Record, Version
 from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
 from specexp.core.schemas.stats import StatsConfig
 from specexp.core.sequential import SequentialComparison
-from specexp.core.stats import Comparison
+from specexp.core.stats.comparison import Comparison
 
 
 @dataclass(frozen=True)

@@ -382,7 +382,7 @@ class JobRun(Record):
     # When each value was measured (Unix seconds); empty if the run did not record it.
     times: tuple[float, ...] = ()
     # What the machine did while each value was measured (telemetry series by name, one
-    # entry per value; specexp.core.stats.MACHINE_SERIES), for run-level values.
+    # entry per value; specexp.core.stats.drift.MACHINE_SERIES), for run-level values.
     machine: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

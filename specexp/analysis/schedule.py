@@ -24,7 +24,8 @@ from specexp.analysis.arms import Arm
 from specexp.analysis.crossover import level as level_of
 from specexp.core.records import History, Record, Version
 from specexp.core.schemas.speculative import SpeculativeConfig
-from specexp.core.stats import Comparison, Verdict
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.verdicts import Verdict
 from specexp.engines import schedule_settings
 from specexp.engines.records import BatchSchedule, ScheduleSetting
 

@@ -28,14 +28,8 @@ from specexp.core.measurements import RunResult
 from specexp.core.notes import Note, NoteKind
 from specexp.core.schemas.slo import SloConfig
 from specexp.core.slo import run_goodput
-from specexp.core.stats import (
-    PercentileEstimate,
-    Summary,
-    notes_for,
-    percentile_estimates,
-    summarize,
-    variance_components,
-)
+from specexp.core.stats.summaries import Summary, notes_for, summarize, variance_components
+from specexp.core.stats.tails import PercentileEstimate, percentile_estimates
 from specexp.core.steady import SteadyState, SteadyVerdict, steady_state
 
 

@@ -16,11 +16,13 @@ from enum import StrEnum
 from typing import Optional, Sequence
 
 from specexp.analysis import crossover
-from specexp.analysis.arms import Arm, Selector, same_server
+from specexp.analysis.arms import Arm, Selector
 from specexp.analysis.crossover import Crossover
 from specexp.analysis.results import Unit
+from specexp.analysis.timeline import same_server
 from specexp.core.records import History, Record, Version
-from specexp.core.stats import Comparison, Verdict
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.verdicts import Verdict
 
 # The factor a surface's rows take first when several vary beside concurrency.
 PROMPT_LENGTH = "workload.prompt_tokens"
@@ -98,7 +100,7 @@ class Surface(Record):
 
 def _launch_variance(base: Arm, arm: Arm, comparison: Comparison) -> LaunchVariance:
     """What the comparison's interval carries of launch-to-launch variance, as
-    :func:`specexp.analysis.arms.account_for_launches` decided it."""
+    :func:`specexp.analysis.calibration.account_for_launches` decided it."""
     if comparison.launches_only:
         return LaunchVariance.left_out
     if base.unit == arm.unit == Unit.launch:

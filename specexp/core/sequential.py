@@ -31,18 +31,8 @@ import numpy as np
 from scipy import optimize, special
 from scipy import stats as scipy_stats
 
-from specexp.core.stats import (
-    Verdict,
-    chi2_ppf,
-    f_isf,
-    f_ppf,
-    interval,
-    normal_isf,
-    read_verdict,
-    sample_var,
-    t_isf,
-    welch_log,
-)
+from specexp.core.stats.distributions import chi2_ppf, f_isf, f_ppf, normal_isf, t_isf
+from specexp.core.stats.verdicts import Verdict, interval, read_verdict, sample_var, welch_log
 
 _NO_BOUNDARY = 40.0
 MAX_PLANNED_LAUNCHES = 10_000  # a critical value no data reaches (nothing spent at this look)

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Sequence
 
-from specexp.analysis.arms import Arm, ClaimCheck, ci_label, stack_of
+from specexp.analysis.arms import Arm, ci_label, stack_of
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import Caveat, SweepReport
+from specexp.analysis.reproduction import ClaimCheck
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.schedule import NO_SCHEDULE
 from specexp.analysis.surface import Surface
-from specexp.core.stats import Comparison
+from specexp.core.stats.comparison import Comparison
 from specexp.output.tables import (
     Rows,
     arm_interval,

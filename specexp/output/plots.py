@@ -24,7 +24,8 @@ from specexp.analysis.energy_arms import EnergyReport
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.results import Metric
 from specexp.analysis.surface import LaunchVariance, Surface
-from specexp.core.stats import Comparison, Verdict
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.verdicts import Verdict
 
 
 def comparison_plot(

@@ -8,18 +8,20 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from specexp.analysis.arms import Arm, ClaimCheck, ci_label, stack_of
+from specexp.analysis.arms import Arm, ci_label, stack_of
 from specexp.analysis.capacity import ArmCapacity, CapacityComparison
 from specexp.analysis.crossover import SwitchOffCheck
 from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.prompts import PromptComparison
 from specexp.analysis.report import SweepReport
+from specexp.analysis.reproduction import ClaimCheck
 from specexp.analysis.results import Unit
 from specexp.analysis.schedule import DraftSchedule
 from specexp.analysis.surface import LaunchVariance, Surface, SurfaceRow
 from specexp.core.capacity import interval_text
 from specexp.core.sequential import SequentialComparison, SequentialRecord
-from specexp.core.stats import Comparison, Verdict
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.verdicts import Verdict
 from specexp.engines.records import ScheduleSetting
 
 

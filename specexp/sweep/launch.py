@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 from hydra.core.utils import JobReturn, JobStatus
 from rich.markup import escape
 
-from specexp.analysis.arms import calibrations
+from specexp.analysis.calibration import calibrations
 from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core.redaction import redact_text
 from specexp.core.schemas.run import RunConfig

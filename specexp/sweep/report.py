@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
-from specexp.analysis.arms import calibrations, with_launches
+from specexp.analysis.calibration import calibrations, with_launches
 from specexp.analysis.report import SweepFacts, compile_sweep_report
 from specexp.analysis.results import FACTOR, Artifact, JobRun, Metric, RunStatus, Tag
 from specexp.core.durable import write_atomic

@@ -25,7 +25,8 @@ import numpy as np
 from scipy import optimize
 from scipy import stats as scipy_stats
 
-from specexp.analysis.arms import Calibration, Selector, pair_by_factor
+from specexp.analysis.arms import Selector, pair_by_factor
+from specexp.analysis.calibration import Calibration
 from specexp.core.schemas.multirun import JobOrder
 from specexp.core.sequential import (
     Costs,
@@ -39,7 +40,8 @@ from specexp.core.sequential import (
     crossing_probability,
     plan_runs,
 )
-from specexp.core.stats import minimum_detectable_effect, t_isf
+from specexp.core.stats.distributions import t_isf
+from specexp.core.stats.planning import minimum_detectable_effect
 from specexp.output.terminal.screen import console
 from specexp.run.job_run import OpenJobs
 from specexp.run.session import JobSession

@@ -18,7 +18,7 @@ from specexp.analysis.crossover import Crossover, SwitchOffCheck
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Metric, Tag
 from specexp.analysis.surface import Surface
-from specexp.core.stats import Comparison
+from specexp.core.stats.comparison import Comparison
 from specexp.output.markdown import sweep_markdown
 from specexp.tracking.store import MAX_TAG, SWEEP_REPORT, RunLog, TrackingStore
 from specexp.tracking.ui import NOTE

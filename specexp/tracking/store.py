@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from specexp.analysis.arms import CALIBRATION_MIN_LAUNCHES
+from specexp.analysis.calibration import CALIBRATION_MIN_LAUNCHES
 from specexp.analysis.prompts import JobPrompts
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import Artifact, JobRun, RunKind, RunStatus, Tag, Unit, launch_metric
@@ -389,7 +389,7 @@ class TrackingStore:
 
     @staticmethod
     def _machine(run: Any, history: Callable[[str], list[float]]) -> dict[str, list[float]]:
-        """Per measured run, what the machine did (specexp.core.stats.MACHINE_SERIES): other
+        """Per measured run, what the machine did (specexp.core.stats.drift.MACHINE_SERIES): other
         work's cores, and the slowest GPU's SM clock."""
         logged = run.data.metrics
         series = {}

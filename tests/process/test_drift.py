@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.analysis.results import Metric, Tag, launch_metric
 from specexp.core.notes import NoteKind
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from tests.conftest import (
     QUICK,
     TINY,

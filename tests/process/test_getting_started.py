@@ -32,7 +32,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp.core.records import structure
 from specexp.core.sequential import SequentialComparison, StopReason
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from tests.conftest import REPO, runs_in, sweep_parent
 
 PAGE = REPO / "docs" / "getting-started.md"

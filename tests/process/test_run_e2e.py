@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from specexp import api
 from specexp.analysis.results import Tag
-from specexp.core.stats import values_needed
+from specexp.core.stats.tails import values_needed
 from tests.conftest import QUICK as BASE
 from tests.conftest import (
     nothing_tracked,

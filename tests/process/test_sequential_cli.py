@@ -13,7 +13,7 @@ from mlflow.tracking import MlflowClient
 from specexp import cli
 from specexp.core.records import structure
 from specexp.core.sequential import SequentialComparison, StopReason
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from tests.conftest import (
     QUICK,
     call_main,

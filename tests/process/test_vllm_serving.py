@@ -19,7 +19,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from specexp import cli
-from specexp.core.stats import Verdict, values_needed
+from specexp.core.stats.tails import values_needed
+from specexp.core.stats.verdicts import Verdict
 from tests.conftest import (
     SESSION_MARKER,
     call_main,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specexp.analysis.acceptance import efficiency, log_mean_se
-from specexp.core.stats import welch_log
+from specexp.core.stats.verdicts import welch_log
 
 pytestmark = pytest.mark.statistics
 

@@ -10,11 +10,11 @@ import math
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specexp.analysis.arms import Calibration
+from specexp.analysis.calibration import Calibration
 from specexp.core.schemas.multirun import JobOrder
 from specexp.core.schemas.stats import StatsConfig
 from specexp.core.sequential import Costs, SequentialDesign, simulate
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from specexp.sweep import sequential
 from specexp.sweep.plan import Plan, order_jobs
 from specexp.sweep.sequential import (

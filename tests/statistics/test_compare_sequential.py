@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import specexp.compare as cli
-from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis.arms import Selector, baseline_pairs, make_arms
+from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.results import JobRun, Tag
 from specexp.core.notes import NoteKind
 from specexp.core.schemas.stats import StatsConfig
@@ -33,7 +34,8 @@ from specexp.core.sequential import (
     StopReason,
     simulate,
 )
-from specexp.core.stats import Comparison, Verdict
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.verdicts import Verdict
 from specexp.sweep.sequential import ASSUMED
 from tests.statistics.mutations import guards
 

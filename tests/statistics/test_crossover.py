@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from specexp.analysis import crossover
-from specexp.analysis.arms import Arm, Calibration, Selector
+from specexp.analysis.arms import Arm, Selector
+from specexp.analysis.calibration import Calibration
 from specexp.analysis.crossover import (
     ONE_LAUNCH_EACH,
     Crossover,
@@ -19,7 +20,8 @@ from specexp.analysis.crossover import (
 )
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag, Unit
 from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
-from specexp.core.stats import Verdict, summarize
+from specexp.core.stats.summaries import summarize
+from specexp.core.stats.verdicts import Verdict
 from tests import noise
 from tests.statistics.mutations import guards
 

@@ -10,9 +10,11 @@ import random
 
 import numpy as np
 
-from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis.arms import Selector, baseline_pairs, make_arms
+from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.results import JobRun, Tag
-from specexp.core.stats import Comparison, Verdict, compare
+from specexp.core.stats.comparison import Comparison, compare
+from specexp.core.stats.verdicts import Verdict
 from specexp.sweep.plan import balanced_rounds
 
 ALPHA = 0.05

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from tests import energy_sweep
 
 SIMULATIONS = 150

@@ -10,21 +10,21 @@ from typing import Any, Optional
 import numpy as np
 from scipy import stats as scipy_stats
 
-from specexp.analysis import arms
-from specexp.analysis.arms import (
+from specexp.analysis import calibration
+from specexp.analysis.arms import Selector, baseline_pairs, make_arms
+from specexp.analysis.calibration import (
     LAUNCH_TEST_ALPHA,
     Calibration,
-    Selector,
-    baseline_pairs,
     calibrations,
-    compare_arms,
     launch_test,
-    make_arms,
     with_launches,
 )
+from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.results import JobRun, Tag
 from specexp.core.notes import NoteKind
-from specexp.core.stats import Comparison, Verdict, variance_components
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.summaries import variance_components
+from specexp.core.stats.verdicts import Verdict
 from tests import noise
 from tests.statistics.mutations import guards
 
@@ -165,7 +165,7 @@ def test_a_calibrated_comparison_plans_launches_not_just_runs():
 USED_WHEREVER_ABOVE_ZERO = guards(
     "the calibration used wherever its launch variance is estimated above 0, as measured "
     "(LAUNCH_VARIANCE_SHOWN_ALPHA at the p-value of F = 1: no margin)",
-    arms,
+    calibration,
     "LAUNCH_VARIANCE_SHOWN_ALPHA",
     lambda _: float(scipy_stats.f.sf(1.0, 4, 20)),
 )

@@ -8,7 +8,8 @@ import math
 import numpy as np
 from omegaconf import OmegaConf
 
-from specexp.analysis.arms import ClaimStatus, make_arms, reproduce
+from specexp.analysis.arms import make_arms
+from specexp.analysis.reproduction import ClaimStatus, reproduce
 from specexp.analysis.results import JobRun, Tag
 from tests import noise
 from tests.conftest import REPO

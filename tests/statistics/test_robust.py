@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from specexp.core.stats import Verdict, compare
+from specexp.core.stats.comparison import compare
+from specexp.core.stats.verdicts import Verdict
 
 ALPHA = 0.05
 

@@ -22,7 +22,8 @@ from specexp.core.sequential import (
     look,
     simulate,
 )
-from specexp.core.stats import Verdict, plan_repetitions
+from specexp.core.stats.planning import plan_repetitions
+from specexp.core.stats.verdicts import Verdict
 
 ALPHA, THRESHOLD = 0.05, 0.01
 # A GPU server's proportions: a minute to start, 10 s runs, 2 warm-ups.

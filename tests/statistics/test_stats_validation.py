@@ -8,20 +8,21 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specexp.core.stats import (
-    NoteKind,
-    Verdict,
-    compare,
-    decide,
-    grubbs_outlier,
+from specexp.core.notes import NoteKind
+from specexp.core.stats.comparison import compare, decide
+from specexp.core.stats.planning import (
     minimum_detectable_effect,
     plan_repetitions,
     runs_needed,
+    welch_power,
+)
+from specexp.core.stats.summaries import (
+    grubbs_outlier,
     summarize,
     variance_components,
     warnings_for,
-    welch_power,
 )
+from specexp.core.stats.verdicts import Verdict
 from tests import noise
 
 ALPHA = 0.05

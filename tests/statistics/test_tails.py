@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from specexp.core import stats
-from specexp.core.stats import percentile_estimates, values_needed
+from specexp.core.stats import tails
+from specexp.core.stats.tails import percentile_estimates, values_needed
 from tests.statistics.mutations import guards
 
 CONFIDENCE = 0.95
@@ -97,8 +97,8 @@ def requests(rng, trials: int, count: int, values: int, icc: float, rho: float) 
     [(30, 0.1, 0.0), (30, 0.3, 0.0), (30, 0.5, 0.0), (30, 0.0, 0.8), (120, 0.1, 0.0)],
 )
 @guards(
-    "the requests as clusters turned off: stats.request_effective_values returning inf",
-    stats,
+    "the requests as clusters turned off: tails.request_effective_values returning inf",
+    tails,
     "request_effective_values",
     lambda _: lambda centred, request, tail: math.inf,
     args=(30, 0.3, 0.0),
@@ -112,7 +112,7 @@ def test_values_of_one_request_count_once_with_its_level(count, icc, rho):
     at ICC 0.1, about 1,000: p99 in all 400); asserted at least 0.93 at every percentile
     reported in 100 runs or more (SE of a 0.95 coverage at n = 400: 0.011).
 
-    Mutation: the requests as clusters turned off (stats.request_effective_values returning
+    Mutation: the requests as clusters turned off (tails.request_effective_values returning
     inf: the lag-1 rule alone): coverage at p50 0.748, 0.620, 0.613 at ICC 0.1, 0.3, 0.5
     and 0.735 at 120 requests (n = 400; SE 0.022-0.024, 8 SE and more below the bound), at
     p95 0.75-0.89, at p99 0.92-0.96: the ICC cases fail; AR(1) alone, which the lag-1 rule

@@ -11,10 +11,12 @@ import random
 
 import numpy as np
 
-from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis.arms import Selector, baseline_pairs, make_arms
+from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.results import JobRun, Tag
 from specexp.core.notes import NoteKind
-from specexp.core.stats import Comparison, Verdict
+from specexp.core.stats.comparison import Comparison
+from specexp.core.stats.verdicts import Verdict
 from specexp.sweep.plan import balanced_rounds
 
 ALPHA = 0.05

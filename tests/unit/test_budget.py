@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specexp.analysis.arms import Calibration
+from specexp.analysis.calibration import Calibration
 from specexp.core.schemas.multirun import JobOrder
 from specexp.output.terminal.sweep_report import print_budget
 from specexp.sweep.plan import Plan, order_jobs

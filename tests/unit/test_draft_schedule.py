@@ -10,7 +10,8 @@ from specexp.analysis.arms import Arm
 from specexp.analysis.results import JobRun, Tag
 from specexp.analysis.schedule import DraftSchedule, draft_schedule
 from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
-from specexp.core.stats import compare, summarize
+from specexp.core.stats.comparison import compare
+from specexp.core.stats.summaries import summarize
 
 pytestmark = pytest.mark.unit
 

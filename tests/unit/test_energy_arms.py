@@ -14,7 +14,7 @@ import pytest
 from specexp.analysis.energy_arms import EnergyReport, in_energy_words
 from specexp.analysis.report import SweepReport, compile_sweep_report
 from specexp.analysis.results import Metric, RunKind, RunStatus, Tag, launch_metric
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from specexp.host.energy import EnergySource
 from specexp.output import plots
 from specexp.output.markdown import sweep_description

@@ -12,7 +12,7 @@ from specexp.analysis.arms import Arm
 from specexp.analysis.crossover import Crossover, check_switch_off, recommend
 from specexp.analysis.results import JobRun, Unit
 from specexp.core.schemas.speculative import SpeculativeConfig, SpeculativeMethod
-from specexp.core.stats import summarize
+from specexp.core.stats.summaries import summarize
 from specexp.engines import get_engine, schedule_settings, trtllm
 from specexp.engines.records import BatchSchedule
 from tests.conftest import compose_job

@@ -39,7 +39,7 @@ from specexp.core.schemas.slo import SloConfig
 from specexp.core.schemas.speculative import SpeculativeConfig
 from specexp.core.schemas.stats import StatsConfig
 from specexp.core.slo import meets, run_goodput
-from specexp.core.stats import summarize
+from specexp.core.stats.summaries import summarize
 from specexp.serving.pacing import arrival_offsets
 from tests.conftest import compose_job, compose_run
 

@@ -29,7 +29,7 @@ from specexp.core.load_curve import (
 )
 from specexp.core.records import structure, unstructure
 from specexp.core.schemas.slo import SloConfig
-from specexp.core.stats import summarize
+from specexp.core.stats.summaries import summarize
 from specexp.output.plots import latency_curve_plot
 from tests.queueing import run_result
 

@@ -17,7 +17,7 @@ import specexp
 from specexp.analysis.crossover import Crossover
 from specexp.analysis.report import SweepReport
 from specexp.core.records import Record, RecordError
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from specexp.output.markdown import sweep_description
 from specexp.tracking.store import MAX_TAG
 from tests.conftest import REPO

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from specexp.analysis.arms import ClaimStatus, make_arms, reproduce, stand_ins
+from specexp.analysis.arms import make_arms
+from specexp.analysis.reproduction import ClaimStatus, reproduce, stand_ins
 from specexp.analysis.results import JobRun, Tag
 from specexp.host import capture
 from tests import noise

@@ -11,17 +11,9 @@ import re
 import pytest
 
 from specexp.analysis import crossover
-from specexp.analysis.arms import (
-    SelectionError,
-    Selector,
-    baseline_pairs,
-    calibrations,
-    compare_arms,
-    drift,
-    make_arms,
-    pairing_said,
-    with_launches,
-)
+from specexp.analysis.arms import SelectionError, Selector, baseline_pairs, make_arms, pairing_said
+from specexp.analysis.calibration import calibrations, with_launches
+from specexp.analysis.comparisons import compare_arms, drift
 from specexp.analysis.crossover import Crossover, find_crossover
 from specexp.analysis.results import (
     JobRun,
@@ -36,7 +28,7 @@ from specexp.analysis.results import (
 from specexp.analysis.summary import run_metrics, summarize_job
 from specexp.core.measurements import RequestRecord, RunResult
 from specexp.core.notes import Note, NoteKind
-from specexp.core.stats import Verdict, interval
+from specexp.core.stats.verdicts import Verdict, interval
 from specexp.engines.records import Engagement, Setting
 
 RUNS = [10.0, 10.2, 9.9, 10.1, 10.0]

@@ -18,7 +18,7 @@ from specexp.core.sequential import (
     look,
     simulate,
 )
-from specexp.core.stats import Verdict, welch_log
+from specexp.core.stats.verdicts import Verdict, welch_log
 
 # The undecidable A/A of the process tests: a threshold of 0.01% read at 99.999%.
 DESIGN = SequentialDesign(

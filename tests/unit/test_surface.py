@@ -17,7 +17,7 @@ from specexp.analysis.results import JobRun, Tag, factors_tag
 from specexp.analysis.surface import LaunchVariance, Surface, row_factor, surfaces
 from specexp.core.schemas.speculative import SpeculativeConfig
 from specexp.core.schemas.stats import StatsConfig
-from specexp.core.stats import Verdict
+from specexp.core.stats.verdicts import Verdict
 from specexp.output.markdown import sweep_description, sweep_markdown
 from specexp.output.terminal.screen import console
 from specexp.output.terminal.sweep_report import print_surface

@@ -9,7 +9,8 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from specexp.analysis import crossover
-from specexp.analysis.arms import Selector, baseline_pairs, compare_arms, make_arms
+from specexp.analysis.arms import Selector, baseline_pairs, make_arms
+from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.report import SweepFacts, SweepReport, compile_sweep_report, server_launches
 from specexp.analysis.results import Engaged, JobRun, Metric, RunKind, Tag, factors_tag, flag_tag
 from specexp.core.notes import NoteKind

@@ -7,9 +7,10 @@ from typing import Any, Optional, Sequence
 
 from rich.markup import escape
 
-from specexp.analysis.arms import Arm, ClaimCheck
+from specexp.analysis.arms import Arm
 from specexp.analysis.report import Caveat
-from specexp.core.stats import Comparison
+from specexp.analysis.reproduction import ClaimCheck
+from specexp.core.stats.comparison import Comparison
 from specexp.output.markdown import caveat_lines, hardware_line, run_warnings
 from specexp.output.tables import claim_rows, comparison_rows, point_rows
 from specexp.output.terminal.rendering import rich_table
