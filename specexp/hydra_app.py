@@ -33,18 +33,11 @@ from specexp.analysis.results import Artifact, RunStatus
 from specexp.core.schemas.checks import ConfigError
 from specexp.core.schemas.concurrency import ConcurrencyConfig
 from specexp.core.schemas.engine import EngineConfig
+from specexp.core.schemas.model import ModelConfig
 from specexp.core.schemas.run import GROUP_SCHEMAS, RunConfig
 from specexp.core.schemas.stats import StatsConfig
 from specexp.core.schemas.workload import WorkloadConfig
-from specexp.core.tinymodels import TinyPairSpec, pair_paths
-from specexp.core.trainedmodels import (
-    ModelPackageError,
-    file_identity,
-    packaged_model,
-    packaged_path,
-    self_draft_path,
-)
-from specexp.engines import engines, get_engine
+from specexp.engines import engines
 from specexp.host import failure, interrupt
 from specexp.host.job import Job, checked
 from specexp.options import USAGE_EXIT, NotRun, UsageError
@@ -138,26 +131,6 @@ def register() -> None:
 def prepare(cfg: DictConfig) -> Job:
     """The composed config as a checked job, typed once here (nothing below takes a
     ``DictConfig``); raises :class:`ConfigError` before anything launches."""
-    if cfg.model.get("generate") is not None:
-        # Filled in before conversion, so that interpolations such as the draft's
-        # ${model.draft_path} see them; deterministic, so that dry runs can print them.
-        settings = OmegaConf.to_container(cfg.model.generate, resolve=True)
-        try:
-            if not isinstance(settings, dict):
-                raise ValueError(f"expected a generated pair's settings, got {settings!r}")
-            spec = TinyPairSpec(**{str(k): v for k, v in settings.items()})
-            spec.validate()
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"model.generate: {exc}") from None
-        paths = pair_paths(spec, get_engine(cfg.engine.name).model_format)
-        cfg.model.path, cfg.model.draft_path = str(paths.target), str(paths.draft)
-        if paths.eagle3:
-            cfg.model.eagle3_draft_path = str(paths.eagle3)
-    _trained_model_paths(cfg.model)
-    if cfg.model.get("serve_draft"):
-        if not cfg.model.get("draft_path"):
-            raise ConfigError(f"model.serve_draft: model={cfg.model.name} has no draft model")
-        cfg.model.path = cfg.model.draft_path
     return checked(to_run_config(cfg))
 
 
@@ -191,27 +164,6 @@ def sweep_composer(loader: ConfigLoader, master: DictConfig) -> ComposeJob:
         return job
 
     return compose_job
-
-
-def _trained_model_paths(model: DictConfig) -> None:
-    """A packaged model's file and a self-draft's path filled in, as a generated pair's are."""
-    try:
-        if model.get("package") is not None:
-            model.path = str(packaged_path(model.package))
-        if model.get("self_draft_layers") is not None:
-            if not model.get("path"):
-                raise ConfigError(
-                    "model.self_draft_layers needs model.path (the target) or model.package"
-                )
-            target = Path(model.path)
-            identity = (
-                packaged_model(model.package).sha256
-                if model.get("package")
-                else file_identity(target)
-            )
-            model.draft_path = str(self_draft_path(target, int(model.self_draft_layers), identity))
-    except ModelPackageError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
@@ -311,15 +263,16 @@ def _exit_as_ended(result: JobResult, output_dir: Path) -> None:
 
 def _run_logged(cfg: DictConfig, output_dir: Path) -> JobResult:
     try:
-        levels = list(cfg.concurrency.levels)
+        run = to_run_config(cfg)
+        levels = run.concurrency.levels
         if HydraConfig.get().mode == RunMode.RUN and len(levels) > 1:
             raise ConfigError(
-                f"concurrency={cfg.concurrency.name} measures {len(levels)} levels "
+                f"concurrency={run.concurrency.name} measures {len(levels)} levels "
                 f"({', '.join(map(str, levels))} streams), one job each: run it as a sweep "
                 f"(python -m specexp -m ...), or measure one level with concurrency.streams=N "
                 f"concurrency.levels=[]"
             )
-        job = prepare(cfg)
+        job = checked(run)
         if not job.config.dry_run:
             _check_store(job)
         result = _with_run_id(run_job(job, output_dir, _observers), output_dir)
@@ -472,6 +425,13 @@ def compose_config(overrides: Sequence[str], search: ConfigSearch = ConfigSearch
     register()
     with composing():
         return compose(config_name="config", overrides=[*search.overrides, *overrides])
+
+
+def model_config(name: str) -> ModelConfig:
+    """The model option ``name`` (``conf/model/NAME.yaml``) as its schema."""
+    model = OmegaConf.to_object(compose_config([f"model={name}"]).model)
+    assert isinstance(model, ModelConfig)
+    return model
 
 
 def config_groups(search: ConfigSearch = ConfigSearch()) -> dict[str, list[str]]:

@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from omegaconf import OmegaConf
 from rich.table import Table
 
 from specexp import hydra_app
-from specexp.core.schemas.model import ModelConfig
 from specexp.core.tinymodels import ModelFormat, ensure_pair, pair_paths
 from specexp.core.trainedmodels import (
     ModelPackageError,
@@ -42,14 +40,8 @@ def model_names() -> list[str]:
     return hydra_app.config_groups()["model"]
 
 
-def model_config(name: str) -> ModelConfig:
-    model = OmegaConf.to_object(hydra_app.compose_config([f"model={name}"]).model)
-    assert isinstance(model, ModelConfig)
-    return model
-
-
 def entry(name: str, model_format: ModelFormat = ModelFormat.gguf) -> ModelEntry:
-    model = model_config(name)
+    model = hydra_app.model_config(name)
     if model.generate is not None:
         pair = pair_paths(model.generate, model_format)
         made = (pair.target, pair.draft, *((pair.eagle3,) if pair.eagle3 else ()))
@@ -72,7 +64,7 @@ def entry(name: str, model_format: ModelFormat = ModelFormat.gguf) -> ModelEntry
 def prepare(name: str, model_format: ModelFormat = ModelFormat.gguf) -> ModelEntry:
     """Make the model's files ready: a generated pair written, a packaged model assembled
     and checked (SHA-256), its self-draft written."""
-    model = model_config(name)
+    model = hydra_app.model_config(name)
     if model.generate is not None:
         ensure_pair(model.generate, model_format)
     elif model.package is not None:

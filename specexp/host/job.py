@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from specexp.core.datasets import DatasetError
@@ -21,9 +22,17 @@ from specexp.core.measurements import RunResult
 from specexp.core.schemas.checks import ConfigError
 from specexp.core.schemas.concurrency import Arrival
 from specexp.core.schemas.engine import ServerSettings
+from specexp.core.schemas.model import ModelConfig
 from specexp.core.schemas.run import RunConfig
 from specexp.core.schemas.speculative import SpeculativeMethod
-from specexp.core.tinymodels import ModelFormat
+from specexp.core.tinymodels import ModelFormat, pair_paths
+from specexp.core.trainedmodels import (
+    ModelPackageError,
+    file_identity,
+    packaged_model,
+    packaged_path,
+    self_draft_path,
+)
 from specexp.engines import get_engine
 from specexp.engines.base import Engine
 from specexp.engines.records import LaunchSpec, Resolution, ServerCommand, Setting
@@ -196,12 +205,63 @@ class Job:
 
 
 def checked(run: RunConfig) -> Job:
-    """The typed config as a checked job; raises :class:`ConfigError` before anything
-    launches (the config is typed once, at the wiring point: ``specexp.hydra_app.prepare``)."""
+    """The typed config as a checked job, its model's files resolved; raises
+    :class:`ConfigError` before anything launches (the config is typed once, at the wiring
+    point: ``specexp.hydra_app.prepare``)."""
     engine = get_engine(run.engine.name)
+    run = with_model_files(run, engine.model_format)
     validate(run)
     engine.validate(run.server_settings())
     return Job(run, engine)
+
+
+def with_model_files(run: RunConfig, model_format: ModelFormat) -> RunConfig:
+    """``run`` with its model's files filled in - a generated pair's in the engine's
+    ``model_format`` (deterministic, so that dry runs can print them), a packaged model's, a
+    self-draft's, the draft's as the path served (model.serve_draft) - and, where
+    speculative.draft_model is not set, the model's own draft for the method."""
+    model = dataclasses.replace(run.model)
+    if model.generate is not None:
+        try:
+            model.generate.validate()
+        except ValueError as exc:
+            raise ConfigError(f"model.generate: {exc}") from None
+        paths = pair_paths(model.generate, model_format)
+        model.path, model.draft_path = str(paths.target), str(paths.draft)
+        if paths.eagle3:
+            model.eagle3_draft_path = str(paths.eagle3)
+    _trained_model_paths(model)
+    if model.serve_draft:
+        if not model.draft_path:
+            raise ConfigError(f"model.serve_draft: model={model.name} has no draft model")
+        model.path = model.draft_path
+    speculative = run.speculative
+    if speculative.draft_model is None:
+        own = {
+            SpeculativeMethod.draft: model.draft_path,
+            SpeculativeMethod.eagle3: model.eagle3_draft_path,
+        }.get(speculative.method)
+        speculative = dataclasses.replace(speculative, draft_model=own)
+    return dataclasses.replace(run, model=model, speculative=speculative)
+
+
+def _trained_model_paths(model: ModelConfig) -> None:
+    """A packaged model's file and a self-draft's path filled in, as a generated pair's are."""
+    try:
+        if model.package is not None:
+            model.path = str(packaged_path(model.package))
+        if model.self_draft_layers is not None:
+            if not model.path:
+                raise ConfigError(
+                    "model.self_draft_layers needs model.path (the target) or model.package"
+                )
+            target = Path(model.path)
+            identity = (
+                packaged_model(model.package).sha256 if model.package else file_identity(target)
+            )
+            model.draft_path = str(self_draft_path(target, int(model.self_draft_layers), identity))
+    except ModelPackageError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def validate(run: RunConfig) -> None:

@@ -163,8 +163,8 @@ def test_the_config_is_converted_once_into_its_schemas():
     assert config.speculative.method is SpeculativeMethod.draft
     assert config.attention_backend.name is AttentionBackend.flash_attn
     assert config.multirun.order is JobOrder.interleaved
-    # The generated pair's paths are filled in before conversion, so the draft's
-    # ${model.draft_path} interpolation sees them.
+    # The generated pair's paths are filled in from the typed config, and the draft's
+    # weights default to the model's own draft.
     assert (
         config.speculative.draft_model == config.model.draft_path
         and config.model.draft_path.endswith("draft.gguf")

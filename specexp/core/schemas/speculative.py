@@ -34,7 +34,8 @@ class NgramVariant(StrEnum):
 @dataclass
 class SpeculativeConfig:
     method: SpeculativeMethod = SpeculativeMethod.none
-    # Draft weights; eagle3 and draft default to the model's own via interpolation.
+    # Draft weights; null: the model's own for eagle3 and draft (model.eagle3_draft_path,
+    # model.draft_path), filled in with the model's files (specexp.host.job).
     draft_model: Optional[str] = None
     # Tokens drafted per verification, not counting the token the target verifies them
     # after: llama.cpp's --spec-draft-n-max, vLLM's num_speculative_tokens. (SGLang counts
