@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import upload
+from specexp import cli
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import Artifact, Metric, RunStatus, Tag
 from specexp.core.schemas.stats import StatsConfig
@@ -149,21 +149,21 @@ def test_a_store_down_at_any_step_of_a_job_loses_nothing_and_upload_restores_the
     store.down = store.replies_lost = False
     journal = tmp_path / "job" / Artifact.offline_journal
     assert journal.exists() and tracker is not None
-    assert upload.main([str(tmp_path / "job")]) == 0
+    assert cli.main(["upload", str(tmp_path / "job")]) == 0
     (run,) = runs(uri)
     assert contents(uri, run) == reference
     assert not journal.exists()
 
 
 def upload_killed_at(job_dir: Path, uri: str, call: str) -> None:
-    """``specexp.upload`` killed (SIGKILL) as it makes ``call`` on the run it replays into."""
+    """``specexp upload`` killed (SIGKILL) as it makes ``call`` on the run it replays into."""
     script = (
         "import os, signal, sys\n"
-        "from specexp import upload\n"
+        "from specexp import cli\n"
         "from specexp.tracking.store import RunLog\n"
         "def killed(*args, **kwargs): os.kill(os.getpid(), signal.SIGKILL)\n"
         f"setattr(RunLog, {call!r}, killed)\n"
-        "upload.main(sys.argv[1:])\n"
+        "cli.main(['upload', *sys.argv[1:]])\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(job_dir), "--tracking-uri", uri],
@@ -196,7 +196,7 @@ def offline_job(job_dir: Path, owner: str, reference_uri: Optional[str] = None) 
     run.end(RunStatus.finished)
     if reference_uri:
         copy = shutil.copytree(job_dir, job_dir.with_name("reference-job"))
-        assert upload.main([str(copy), "--tracking-uri", reference_uri]) == 0
+        assert cli.main(["upload", str(copy), "--tracking-uri", reference_uri]) == 0
     return job_dir
 
 
@@ -214,7 +214,7 @@ def test_an_upload_killed_mid_replay_and_run_again_completes_the_one_run(tmp_pat
     (killed,) = runs(uri)
     assert (job_dir / Artifact.offline_journal).exists()
     assert TrackingStore(uri, "specexp").end_abandoned() == [killed.info.run_id]
-    assert upload.main([str(job_dir), "--tracking-uri", uri]) == 0
+    assert cli.main(["upload", str(job_dir), "--tracking-uri", uri]) == 0
     (run,) = runs(uri)
     (expected,) = runs(reference_uri)
     assert run.info.run_id == killed.info.run_id
@@ -293,11 +293,13 @@ def test_a_sweep_killed_while_publishing_its_report_loses_and_doubles_nothing(
 
     monkeypatch.setattr(report, "sweep_report", publish_half_then(lambda: None))
     if next_command == "upload":
-        assert upload.main([str(sweep_dir), "--tracking-uri", uri]) == 0
+        assert cli.main(["upload", str(sweep_dir), "--tracking-uri", uri]) == 0
     else:
         observer.publish_left_report(store, sweep_dir, print)
     assert not journal.exists()
-    assert upload.main([str(sweep_dir), "--tracking-uri", uri]) == 2  # nothing left to publish
+    assert (
+        cli.main(["upload", str(sweep_dir), "--tracking-uri", uri]) == 2
+    )  # nothing left to publish
     published = store.client.get_run(parent.run_id)
     assert published.info.status == RunStatus.finished and Tag.failure not in published.data.tags
     assert published.data.tags["mlflow.note.content"] == "the report"
@@ -329,6 +331,6 @@ def test_a_left_report_the_resumed_sweep_cannot_publish_is_kept_where_upload_fin
     (kept,) = sweep_dir.glob(f"unpublished-*/{Artifact.report_journal}")
 
     monkeypatch.setattr(report, "sweep_report", publish_half_then(lambda: None))
-    assert upload.main([str(sweep_dir), "--tracking-uri", uri]) == 0
+    assert cli.main(["upload", str(sweep_dir), "--tracking-uri", uri]) == 0
     assert store.client.get_run(parent.run_id).info.status == RunStatus.finished
     assert not kept.exists()
