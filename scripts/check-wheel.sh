@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # specexp as a user installs it: the wheel built from this checkout, installed (not editable)
-# in a fresh venv that borrows the dependencies already installed, and run from another
+# in a fresh venv that borrows the dependencies this environment has installed, and run from another
 # folder through both doors - `specexp --version` says which copy runs - with a model of the
 # user's own (--config-dir, hydra.searchpath). The wheel must carry every file of conf/ and
 # sweeps/. CI runs it (.ci/run); it needs `bash scripts/install.sh --first-run` before.
@@ -10,7 +10,12 @@ checkout=$PWD
 package=$(mktemp -d)
 trap 'rm -rf "$package"' EXIT
 python -m pip wheel --no-deps -q -w "$package/wheels" .
-python -m venv --system-site-packages --without-pip "$package/venv"
+# The dependencies borrowed from this environment (its site-packages on the new venv's path,
+# after the venv's own): --system-site-packages would lend the base interpreter's instead,
+# which a fresh machine's venv leaves bare.
+python -m venv --without-pip "$package/venv"
+purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+python -c "$purelib" >"$("$package/venv/bin/python" -c "$purelib")/borrowed-dependencies.pth"
 python -m pip --python "$package/venv/bin/python" install -q --no-deps --no-index "$package"/wheels/specexp-*.whl
 # Every file of conf/ and sweeps/ in the wheel, and nothing else under specexp/conf/.
 diff <(cd conf && find -L . -type f -printf '%P\n' | sort) \
