@@ -10,7 +10,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import compare as compare_command
+from specexp import cli
 from specexp.analysis.results import RunKind, Tag
 from specexp.core.notes import NoteKind
 from tests.conftest import QUICK as BASE
@@ -48,9 +48,9 @@ def store(tmp_path_factory):
 
 
 def compare(store, capsys, *args):
-    """The compare command's report, by its main function in this process."""
+    """`specexp compare ARGS`'s report, by the command line's main in this process."""
     tmp, env = store
-    return call_main(compare_command.main, *args, cwd=tmp, env=env, capsys=capsys)
+    return call_main(cli.main, "compare", *args, cwd=tmp, env=env, capsys=capsys)
 
 
 # The A/B experiment, its baseline and the label compare names its arms by.

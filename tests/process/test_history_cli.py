@@ -1,8 +1,8 @@
 """`python -m specexp.history` on a real MLflow store: a configuration's runs whose
 throughput drops 6% from the run where its server's effective attention backend changed
 (values written here: this checks the command, its attribution and its exit status, not a
-measurement). The command line runs once, for its exit status; its other reports are its
-main function's, in this process."""
+measurement). The command line runs once, for its exit status; its other reports are `specexp
+history`'s, through the command line's main in this process."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
+from specexp import cli
 from specexp.analysis.results import RunKind, RunStatus, Tag
-from specexp.history import main
 from specexp.tracking.store import TrackingStore
 from specexp.tracking.ui import HISTORY_HEADING, NOTE
 from tests.conftest import call_main, run_cli, store_env
@@ -53,7 +53,9 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path, capsy
     )
     assert "regression from run" in result.stdout
     document = json.loads(
-        call_main(main, *args[:2], "--json", cwd=tmp_path, env=env, capsys=capsys).stdout
+        call_main(
+            cli.main, "history", *args[:2], "--json", cwd=tmp_path, env=env, capsys=capsys
+        ).stdout
     )
     (history,) = document
     (change,) = history["changes"]
@@ -66,12 +68,21 @@ def test_a_regression_is_found_attributed_and_fails_the_pipeline(tmp_path, capsy
     )
     # A threshold beyond the drop passes.
     relaxed = call_main(
-        main, *args[:2], "--fail-on-regression", "0.2", cwd=tmp_path, env=env, capsys=capsys
+        cli.main,
+        "history",
+        *args[:2],
+        "--fail-on-regression",
+        "0.2",
+        cwd=tmp_path,
+        env=env,
+        capsys=capsys,
     )
     assert relaxed.returncode == 0, relaxed.stdout + relaxed.stderr
     # Into the experiment's page in the UI, twice: the history section replaced, the rest kept.
     for _ in range(2):
-        described = call_main(main, *args[:2], "--describe", cwd=tmp_path, env=env, capsys=capsys)
+        described = call_main(
+            cli.main, "history", *args[:2], "--describe", cwd=tmp_path, env=env, capsys=capsys
+        )
         assert described.returncode == 0, described.stdout + described.stderr
     page = TrackingStore(env["MLFLOW_TRACKING_URI"], "history").client.get_experiment_by_name(
         "history"
@@ -88,7 +99,9 @@ def test_the_reference_story_replayed_finds_the_triton_regression_and_its_cause(
     """The story's baseline as its user ran it: the 83.9 point is a regression from 89.5,
     attributed first to the attention backend SGLang 0.5.9's own code chooses on SM 12.0
     when the command leaves it on auto - triton."""
-    result = call_main(main, "--reference", "cuda13_story", "--json", cwd=tmp_path, capsys=capsys)
+    result = call_main(
+        cli.main, "history", "--reference", "cuda13_story", "--json", cwd=tmp_path, capsys=capsys
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     ((history,),) = [json.loads(result.stdout)]
     regression, recovery = history["changes"]
