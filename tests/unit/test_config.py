@@ -4,6 +4,7 @@ fails before anything launches, naming the option and what to change."""
 from __future__ import annotations
 
 import re
+import sys
 
 import pytest
 from hydra.errors import ConfigCompositionException
@@ -296,3 +297,33 @@ def test_a_cpu_server_leaves_the_client_a_core_unless_told_its_threads(cpus, thr
     given = compose_job("model=tiny-pair-small", f"host.cpus={cpus}", "engine.threads=2")
     argv = given.command.at(8080).argv
     assert argv[argv.index("--threads") + 1] == "2"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("model=tiny-pair-small", "speculative=draft"),  # a generated pair and its draft
+        ("model=gemma3-270m", "speculative=draft"),  # a packaged model and its self-draft
+        ("engine=sglang", "model=kimi-k2.5", "speculative=eagle3"),  # a hub model's head
+    ],
+)
+def test_the_composed_config_is_typed_before_any_band_reads_it(overrides):
+    """Issue 63: the raw Hydra config was read in core/tinymodels.py, core/trainedmodels.py,
+    engines/ and host/job.py before hydra_app typed it; now nothing below hydra_app is
+    entered until it has (``to_run_config``), and the models' files are resolved from the
+    typed config."""
+    cfg = compose_run(*overrides)
+    entered: list[tuple[str, str]] = []
+
+    def profile(frame, event, arg):
+        module = frame.f_globals.get("__name__", "")
+        if event == "call" and module.startswith("specexp"):
+            entered.append((module, frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        prepare(cfg)
+    finally:
+        sys.setprofile(None)
+    typed = entered.index(("specexp.hydra_app", "to_run_config"))
+    assert {module for module, _ in entered[:typed]} == {"specexp.hydra_app"}, entered[:typed]
