@@ -49,7 +49,7 @@ from omegaconf.errors import OmegaConfBaseException
 from specexp import hydra_app
 from specexp.analysis.report import SweepReport
 from specexp.analysis.results import JobRun, RunKind, RunStatus, Tag
-from specexp.compare import ComparisonReport, compare_runs
+from specexp.compare_command import ComparisonReport, compare_runs
 from specexp.host import failure, interrupt
 from specexp.hydra_app import Observe
 from specexp.options import USAGE_EXIT, NotRun, UsageError, unknown

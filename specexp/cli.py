@@ -38,7 +38,15 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
-from specexp import api, compare, doctor, history, models, options, upload
+from specexp import (
+    api,
+    compare_command,
+    doctor_command,
+    history_command,
+    models,
+    options,
+    upload_command,
+)
 from specexp.host import failure, interrupt
 from specexp.host.leases import free_port
 from specexp.options import USAGE_EXIT, UsageError
@@ -148,13 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
         command("sweep", "a sweep (Hydra multirun): a job per combination, compared"),
         "speculative=none,draft (or +sweep=NAME)",
     )
-    compare.add_arguments(command("compare", "verdicts between finished runs in MLflow"))
-    history.add_arguments(command("history", "what changed in a configuration's tok/s over time"))
+    compare_command.add_arguments(command("compare", "verdicts between finished runs in MLflow"))
+    history_command.add_arguments(
+        command("history", "what changed in a configuration's tok/s over time")
+    )
     _overrides(
         command("doctor", "will these jobs run as asked? checked before any model is loaded"),
         "engine=sglang",
     )
-    upload.add_arguments(command("upload", "log runs measured while MLflow was unreachable"))
+    upload_command.add_arguments(
+        command("upload", "log runs measured while MLflow was unreachable")
+    )
     models.add_arguments(
         command("models", "the packaged (trained) and generated models: list, prepare, verify")
     )
@@ -174,7 +186,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     api.check_overrides(_hydra_args(args))
-    return doctor.main(_hydra_args(args))
+    return doctor_command.main(_hydra_args(args))
 
 
 def _ui(args: argparse.Namespace) -> int:
@@ -225,10 +237,10 @@ def _ui(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
     "sweep": _sweep,
-    "compare": compare.run,
-    "history": history.run,
+    "compare": compare_command.run,
+    "history": history_command.run,
     "doctor": _doctor,
-    "upload": upload.run,
+    "upload": upload_command.run,
     "models": models.run,
     "ui": _ui,
 }

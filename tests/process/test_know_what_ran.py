@@ -9,7 +9,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from specexp import cli, doctor
+from specexp import cli, doctor_command
 from specexp.analysis.results import Tag
 from specexp.host import capture
 from tests.conftest import QUICK as BASE
@@ -157,7 +157,7 @@ def test_doctor_on_this_machine(tmp_path, capsys):
     parser takes the command, its resolution names the setting it would change (a flag that
     resets the draft), and what this machine lacks fails or is skipped."""
     result = call_main(
-        doctor.main,
+        doctor_command.main,
         "engine=sglang",
         "model=kimi-k2.5",
         "stack=cu130",
@@ -187,7 +187,7 @@ def test_doctor_failure_paths_with_fake_stacks(tmp_path, capsys):
     )
     broken.chmod(0o755)
     result = call_main(
-        doctor.main,
+        doctor_command.main,
         "engine=sglang",
         "model=kimi-k2.5",
         "stack=cu130",
@@ -202,7 +202,7 @@ def test_doctor_failure_paths_with_fake_stacks(tmp_path, capsys):
     )
     assert "libnvrtc.so.13" in result.stdout and "make libnvrtc.so.13 visible" in result.stdout
 
-    sweep = call_main(doctor.main, "+sweep=cuda13_upgrade", cwd=tmp_path, capsys=capsys)
+    sweep = call_main(doctor_command.main, "+sweep=cuda13_upgrade", cwd=tmp_path, capsys=capsys)
     assert sweep.returncode == 1
     assert sweep.stdout.count("│ stack interpreter ") == 5
     assert "/opt/specexp/cu128/bin/python not found: create stack cu128's environment there" in (
@@ -245,7 +245,7 @@ def test_the_doctor_reads_how_the_gpus_of_a_split_are_linked(tmp_path, capsys, m
     capture.hardware.cache_clear()
     try:
         result = call_main(
-            doctor.main,
+            doctor_command.main,
             "stack=llamacpp-cuda",
             "model=tiny-pair-gpu",
             "workload=short",

@@ -12,7 +12,7 @@ import click
 import pytest
 
 from specexp import api
-from specexp.compare import build_parser
+from specexp.compare_command import build_parser
 from tests.conftest import REPO, running_in, server_pids
 
 RUNBOOK = REPO / "docs" / "runbook.md"

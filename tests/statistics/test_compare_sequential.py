@@ -5,7 +5,7 @@ sequence happened to stop at. Whole A/A sequences of the sweep's protocol
 (specexp.core.sequential.simulate: its looks, runs-per-launch plan and stopping rule),
 seeded; each arm's launch means stored as its run (per-launch values, ``Tag.parent`` the
 sweep, ``Tag.config_fingerprint`` the arm), then judged as ``compare_runs`` judges them:
-make_arms, baseline_pairs, compare_arms, then ``specexp.compare.judge_sequences`` with the
+make_arms, baseline_pairs, compare_arms, then ``specexp.compare_command.judge_sequences`` with the
 sweep report's sequences. Every comparison is required to be its sequence's last look as
 it is judged, so that a broken judge fails at its first sequence."""
 
@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
-import specexp.compare as cli
+import specexp.compare_command as cli
 from specexp.analysis.arms import Selector, baseline_pairs, make_arms
 from specexp.analysis.comparisons import compare_arms
 from specexp.analysis.results import JobRun, Tag
@@ -138,7 +138,7 @@ def judged_sequences(
 
 
 JUDGE_SEQUENCES_A_NO_OP = guards(
-    "specexp.compare.judge_sequences a no-op: compare's fixed-sample test alone on the "
+    "specexp.compare_command.judge_sequences a no-op: compare's fixed-sample test alone on the "
     "launches a sequence stopped at, as before issue 50",
     cli,
     "judge_sequences",

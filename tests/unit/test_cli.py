@@ -11,7 +11,7 @@ import pytest
 
 import specexp
 from specexp import __main__ as specexp_main
-from specexp import api, cli, compare, history, hydra_app, options
+from specexp import api, cli, compare_command, history_command, hydra_app, options
 from specexp.core import tinymodels, trainedmodels
 from specexp.core.schemas.stats import StatsConfig
 from specexp.core.schemas.tracking import TrackingConfig
@@ -30,7 +30,7 @@ def test_every_subcommand_has_its_help(capsys):
 
 def test_options_that_mean_the_same_take_the_schemas_defaults():
     stats, tracking = StatsConfig(), TrackingConfig()
-    compared = compare.build_parser().parse_args([])
+    compared = compare_command.build_parser().parse_args([])
     assert (compared.confidence, compared.threshold, compared.power) == (
         stats.confidence,
         stats.threshold,
@@ -40,7 +40,7 @@ def test_options_that_mean_the_same_take_the_schemas_defaults():
     parser = cli.build_parser()
     told = parser.parse_args(["history"])
     assert (told.confidence, told.experiment) == (stats.confidence, tracking.experiment)
-    assert history.run is cli.COMMANDS["history"]
+    assert history_command.run is cli.COMMANDS["history"]
 
 
 @pytest.mark.parametrize(

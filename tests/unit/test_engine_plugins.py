@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from specexp.doctor import DoctorEngine, FlagCheckingEngine, SelfCheckingEngine
+from specexp.doctor_command import DoctorEngine, FlagCheckingEngine, SelfCheckingEngine
 from specexp.engines import engines
 from specexp.engines.choices import DeclaredChoices
 from specexp.engines.resolution import ChoosingEngine, ResolvingEngine

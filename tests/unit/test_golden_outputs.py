@@ -32,7 +32,7 @@ from typing import Any, Iterable, Optional, Sequence
 import pytest
 from rich.console import Console
 
-from specexp import compare
+from specexp import compare_command
 from specexp.analysis.report import SweepFacts
 from specexp.analysis.results import JobRun, Metric, Tag
 from specexp.analysis.summary import summarize_job
@@ -216,9 +216,9 @@ def test_a_jobs_summary_reads_as_recorded(screen):
 
 def test_a_comparison_of_two_runs_reads_as_recorded(screen, monkeypatch):
     store = RecordedStore(recorded("sweep_crossover"))
-    monkeypatch.setattr(compare, "TrackingStore", lambda *args, **kwargs: store)
-    args = compare.build_parser().parse_args(
+    monkeypatch.setattr(compare_command, "TrackingStore", lambda *args, **kwargs: store)
+    args = compare_command.build_parser().parse_args(
         ["--baseline", "speculative=none", "--no-log", "--run-ids", "none8run", "draft8run"]
     )
-    assert compare.run(args) == 0
+    assert compare_command.run(args) == 0
     check("compare_two_runs.console.txt", screen.export_text())

@@ -106,11 +106,15 @@ ENTRY_POINTS = (
     "api",
     "cli",
     "compare",
+    "compare_command",
     "history",
+    "history_command",
     "doctor",
+    "doctor_command",
     "models",
     "options",
     "upload",
+    "upload_command",
     "hydra_app",
 )
 
@@ -140,14 +144,6 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
         n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     ]
     nested = {id(n) for f in functions for n in ast.walk(f) if n is not f}
-    # A module run as a program (`python -m specexp.compare`) is __main__, which the package
-    # never imports: what its `if __name__ == "__main__":` block imports is the program's.
-    program = {
-        id(n)
-        for guard in ast.walk(tree)
-        if isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'"
-        for n in ast.walk(guard)
-    }
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
@@ -158,8 +154,7 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
             names = [node.module] + [
                 f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in LAYER
             ]
-        if id(node) not in program:
-            (inner if id(node) in nested else top).update(names)
+        (inner if id(node) in nested else top).update(names)
     return top, inner
 
 

@@ -13,7 +13,7 @@ from specexp.analysis.history import (
 )
 from specexp.analysis.results import JobRun, Metric, Tag
 from specexp.core.records import unstructure
-from specexp.history import history_markdown
+from specexp.history_command import history_markdown
 
 
 def runs(lengths: list[float]) -> list[JobRun]:

@@ -1,6 +1,13 @@
 """none vs draft on generated pairs, read off llama-server's own timings (predicted tok/s):
 a check of the known answer independent of specexp's client. argv: BIN MODELS_DIR OUT.json"""
-import json, os, subprocess, sys, time, urllib.request, socket
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
 bin_dir, models, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
 shapes = json.loads(os.environ["SHAPES"])
 settings = json.loads(os.environ["SETTINGS"])  # [[cpus, threads], ...]
@@ -10,6 +17,7 @@ PROMPT = ("Write a detailed technical essay on how speculative decoding accelera
           "model inference, covering draft models, verification, acceptance rates and batching.")
 sys.path.insert(0, os.getcwd())
 from specexp.core.tinymodels import TinyPairSpec, ensure_pair
+
 
 def port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
