@@ -3,7 +3,7 @@ endpoints, counters) and what it does where it says nothing.
 
 No consumer takes this class: each names what it needs in a Protocol of its own - launching
 (``host/job.py`` ``LaunchingEngine``), streaming (``serving/stream.py`` ``StreamingEngine``),
-the stack capture (``host/capture.py`` ``StackEngine``), the doctor (``doctor.py``
+the stack capture (``host/capture.py`` ``StackEngine``), the doctor (``doctor_command.py``
 ``DoctorEngine``), the check of declared choices (``choices.py``) and the engine's own
 resolution (``resolution.py``: an optional capability, like the doctor's parse-only flag
 check and checks of its own). An engine is told only the
