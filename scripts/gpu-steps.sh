@@ -120,7 +120,8 @@ EOF
       exit 4
     fi
     deadline=$((SECONDS + limit))
-    while steps_running && [ $SECONDS -lt $deadline ]; do sleep 5; done
+    # Checked each second: a poll returns as soon as the steps end (a lent machine bills its time).
+    while steps_running && [ $SECONDS -lt $deadline ]; do sleep 1; done
     cat "$logs/steps.txt" 2>/dev/null || true
     tail -n 8 "$logs/run.out" 2>/dev/null || true
     collect

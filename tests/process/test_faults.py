@@ -469,7 +469,7 @@ VALUES = st.one_of(
 
 @pytest.mark.no_engine_server
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     choices=st.fixed_dictionaries({g: st.sampled_from(options) for g, options in GROUPS.items()}),
