@@ -314,7 +314,9 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 
 
 def server_pids() -> set[int]:
-    """Servers started by this test session (directly or by the CLI it ran) still running."""
+    """Servers started by this test session (directly or by the CLI it ran) still running.
+    An engine's version probe (`llama-server --version`, which a job runs to record its stack)
+    serves nothing: counted, it made two servers of one for a moment."""
     out = subprocess.run(["pgrep", "-f", SERVER_PATTERN], capture_output=True, text=True)
     pids = set()
     for pid in map(int, out.stdout.split()):
@@ -323,6 +325,7 @@ def server_pids() -> set[int]:
             if (
                 process.status() != psutil.STATUS_ZOMBIE
                 and process.environ().get(SESSION_MARKER) == os.environ[SESSION_MARKER]
+                and "--version" not in process.cmdline()
             ):
                 pids.add(pid)
         except psutil.Error:
