@@ -4,7 +4,7 @@ and SGLang's bench_serving sent Poisson arrivals at the rates that bracket the a
 capacity - the highest rate specexp found met, the capacity itself, the lowest rate above it
 found failed - after one warm-up run. Each request is judged by the sweep's SLO rule (TTFT <=
 ttft, mean inter-token latency <= itl); the table sets the peer's attainment beside specexp's.
-    python peer_beside.py SWEEP_DIR OUT_DIR --inputs DIR [--arrivals 192]"""
+    python peer_beside.py SWEEP_DIR OUT_DIR --inputs DIR --report SWEEP_REPORT_JSON [--arrivals 192]"""
 
 import argparse
 import json
@@ -119,34 +119,61 @@ def bracket(arm: dict) -> list[tuple[str, float, float | None]]:
     return [(what, rate, specexp) for what, rate, specexp in rates if rate]
 
 
+class ArmServer:
+    """One arm's server, started again from its job's command.txt; a server that dies under
+    the peer's arrivals (the draft arm's CUDA illegal instruction) is named and the rate
+    measured once more on a new one, as specexp's search does."""
+
+    def __init__(self, job: Path, label: str, out: Path) -> None:
+        self.job, self.label, self.out, self.launches = job, label, out, 0
+        self.server, self.port = self.launch()
+
+    def launch(self) -> tuple[subprocess.Popen, int]:
+        self.launches += 1
+        return serve(self.job / "command.txt", self.out / f"server-{self.launches}.log")
+
+    def measure(self, inputs: Path, rate: float, arrivals: int, seed: int, name: str) -> dict:
+        for attempt in range(2):
+            try:
+                return bench(inputs, self.port, rate, arrivals, seed, self.out / name)
+            except subprocess.CalledProcessError:
+                if self.server.poll() is None:
+                    raise
+                died = {"arm": self.label, "rate": rate, "server_died": self.launches}
+                print(json.dumps({**died, "attempt": attempt}), flush=True)
+                self.server, self.port = self.launch()
+        return {"rate": rate, "died_twice": True}
+
+    def stop(self) -> None:
+        self.server.kill()
+        self.server.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--inputs", type=Path, required=True)
     parser.add_argument("--arrivals", type=int, default=192)
+    parser.add_argument("--report", type=Path, required=True)
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    report = json.loads(next(args.sweep_dir.glob("**/sweep_report.json")).read_text())
+    report = json.loads(args.report.read_text())
     arms = {arm["label"]: arm for arm in report["capacity_arms"]}
     rows = []
-    for overrides in sorted(args.sweep_dir.glob("*/.hydra/overrides.yaml")):
-        job = overrides.parent.parent
-        label = next(
-            (o for o in yaml.safe_load(overrides.read_text()) if o.startswith("speculative=")), None
-        )
+    for config in sorted(args.sweep_dir.glob("*/config.yaml")):
+        job = config.parent
+        label = yaml.safe_load(config.read_text())["multirun"]["job_label"]
         if label not in arms or not (job / "command.txt").is_file():
             continue
         out = args.out_dir / label.replace("=", "-")
         out.mkdir(exist_ok=True)
-        server, port = serve(job / "command.txt", out / "server.log")
+        server = ArmServer(job, label, out)
         try:
             warm = bracket(arms[label])[0][1]
-            bench(args.inputs, port, warm, args.arrivals, 100, out / "warmup.jsonl")
+            server.measure(args.inputs, warm, args.arrivals, 100, "warmup.jsonl")
             for seed, (what, rate, specexp) in enumerate(bracket(arms[label])):
-                peer = bench(
-                    args.inputs, port, rate, args.arrivals, seed, out / f"bench-{seed}.jsonl"
-                )
+                peer = server.measure(args.inputs, rate, args.arrivals, seed, f"bench-{seed}.jsonl")
                 rows.append(
                     {
                         "arm": label,
@@ -158,8 +185,7 @@ def main() -> None:
                 )
                 print(json.dumps(rows[-1]), flush=True)
         finally:
-            server.kill()
-            server.wait()
+            server.stop()
     (args.out_dir / "peer.json").write_text(json.dumps(rows, indent=1))
 
 
