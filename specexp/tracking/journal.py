@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from specexp.analysis.results import Artifact, RunStatus, Tag
 from specexp.core.durable import write_atomic
 from specexp.core.redaction import redact_text
+from specexp.host import interrupt
 from specexp.tracking.store import RunLog, TrackingStore, now_ms, stored_values
 
 
@@ -109,7 +110,8 @@ class FailoverRun:
     def _call(self, name: str, *args: Any) -> None:
         if self.offline is None:
             try:
-                getattr(self.run, name)(*args)
+                with interrupt.deferred():
+                    getattr(self.run, name)(*args)
                 return
             except Exception as exc:  # whatever the store's failure, the run goes on
                 self._untold = (
