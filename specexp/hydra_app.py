@@ -7,6 +7,7 @@ processes get the same state with Hydra's singletons."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import importlib.resources
 import signal
@@ -14,17 +15,19 @@ import sys
 from enum import StrEnum
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TypeVar
+from typing import Any, Callable, Collection, Iterator, NoReturn, Optional, Sequence, TypeVar
 
 import hydra
 from hydra import compose, initialize_config_dir
+from hydra._internal.config_loader_impl import get_overrides_dirname  # as Hydra names a job
 from hydra.core.config_loader import ConfigLoader
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
-from hydra.types import RunMode
+from hydra.types import HydraContext, RunMode
 from omegaconf import DictConfig, EnumNode, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 from rich.markup import escape
@@ -143,6 +146,85 @@ def sweep_jobs(
     given = [*command_line, *params]
     streams = with_levels(given, levels)[len(given) :]
     return expand_overrides([*command_line, *streams], loader, params)
+
+
+class ComposedOnce(ConfigLoader):
+    """A sweep's config loader that composes each job once. The overrides the sweep adds to a
+    job's own for each launch (``added``: keys of the schema's leaves - its part, parent run,
+    launch budget) are set on a copy of the job's composition as Hydra sets such overrides,
+    after composing; composing the job again for each launch took a fifth of a sequential
+    sweep's CPU on test servers (0.1-0.3 s each, 6 ms a copy). Everything else is the loader's.
+    tests/unit/test_sweep_composition.py holds it equal to Hydra's composition, hydra node and
+    all."""
+
+    def __init__(self, loader: ConfigLoader, added: Collection[str]):
+        self._loader, self._added = loader, frozenset(added)
+        self._composed: dict[tuple[int, tuple[str, ...]], tuple[DictConfig, list[Override]]] = {}
+
+    def __getattr__(self, name: str) -> Any:  # the loader's own, such as its repository
+        return getattr(self._loader, name)
+
+    def load_configuration(self, *args: Any, **kwargs: Any) -> DictConfig:
+        return self._loader.load_configuration(*args, **kwargs)
+
+    def get_search_path(self) -> Any:
+        return self._loader.get_search_path()
+
+    def get_sources(self) -> Any:
+        return self._loader.get_sources()
+
+    def list_groups(self, parent_name: str) -> list[str]:
+        return self._loader.list_groups(parent_name)
+
+    def get_group_options(self, *args: Any, **kwargs: Any) -> list[str]:
+        return self._loader.get_group_options(*args, **kwargs)
+
+    def compute_defaults_list(self, *args: Any, **kwargs: Any) -> Any:
+        return self._loader.compute_defaults_list(*args, **kwargs)
+
+    def load_sweep_config(
+        self, master_config: DictConfig, sweep_overrides: list[str]
+    ) -> DictConfig:
+        own = [o for o in sweep_overrides if not self._is_added(o)]
+        added = OverridesParser.create().parse_overrides(
+            [o for o in sweep_overrides if self._is_added(o)]
+        )
+        key = (id(master_config), tuple(own))
+        if key not in self._composed:
+            composed = self._loader.load_sweep_config(master_config, own)
+            parsed = OverridesParser.create().parse_overrides(own)
+            self._composed[key] = (composed, [o for o in parsed if not o.is_hydra_override()])
+        composed, task = self._composed[key]
+        cfg = copy.deepcopy(composed)
+        for override in added:
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+        lines = {o.input_line: o for o in [*task, *added]}
+        ordered = [lines[o] for o in sweep_overrides if o in lines]  # as given, as Hydra keeps them
+        cfg.hydra.overrides.task = [o.input_line for o in ordered]
+        dirname = cfg.hydra.job.config.override_dirname
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            overrides=ordered,
+            exclude_keys=list(dirname.exclude_keys),
+            item_sep=dirname.item_sep,
+            kv_sep=dirname.kv_sep,
+        )
+        return cfg
+
+    def _is_added(self, override: str) -> bool:
+        key, assigned, _ = override.partition("=")
+        return bool(assigned) and key in self._added
+
+
+def compose_launches_once(
+    launcher: Any, context: HydraContext, added: Collection[str]
+) -> ComposedOnce:
+    """The sweep's loader, a :class:`ComposedOnce`, which Hydra's in-process launcher
+    composes each launch with too: a launch is its job's
+    composition with what the sweep ``added``. Launchers of other processes compose there."""
+    loader = ComposedOnce(context.config_loader, added)
+    if launchers.launcher_kind(launcher) == launchers.LauncherKind.in_process:
+        launcher.hydra_context = dataclasses.replace(context, config_loader=loader)
+    return loader
 
 
 def sweep_composer(loader: ConfigLoader, master: DictConfig) -> ComposeJob:

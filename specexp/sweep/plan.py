@@ -389,6 +389,20 @@ def describe(plan: Plan, until_decided: Sequence[PlannedJob] = ()) -> list[str]:
     return lines
 
 
+# The keys the sweep sets in a job's config beside the job's own overrides (overrides_for, and
+# sequential's launch budget and runs per part): leaves of the schema, which a job composed
+# once takes on a copy for each launch (hydra_app.ComposedOnce).
+SET_BY_THE_SWEEP = (
+    "multirun.server_launch",
+    "multirun.job_label",
+    "multirun.factors",
+    "multirun.parent_run_id",
+    "multirun.part",
+    "multirun.part_runs",
+    "stats.launches",
+)
+
+
 def overrides_for(
     planned: PlannedJob, parent_run_id: Optional[str], part: Optional[int] = None
 ) -> list[str]:

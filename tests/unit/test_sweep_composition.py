@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from specexp import hydra_app
 from specexp.core.schemas.checks import ConfigError
-from specexp.sweep.plan import Plan, compose_jobs, factor_overrides
+from specexp.sweep.plan import SET_BY_THE_SWEEP, Plan, compose_jobs, factor_overrides
 from tests.conftest import REPO, compose_run
 
 SWEEPS = sorted(path.stem for path in (REPO / "conf" / "sweep").glob("*.yaml"))
@@ -102,3 +102,47 @@ def test_the_command_line_still_wins_over_a_sweeps_params():
 
 def test_every_shipped_sweep_is_checked():
     assert len(SWEEPS) == len(list(Path(REPO / "conf" / "sweep").glob("*.yaml"))) >= 14
+
+
+@pytest.mark.parametrize(
+    "own",
+    [
+        ["+sweep=cpu_crossover", "speculative=ngram", "concurrency.streams=4"],
+        # A job's own launch budget: set again by the sweep, the last one wins as in Hydra.
+        ["speculative=draft", "stats.launches=3", "workload.prompt='a, b = c'"],
+    ],
+)
+def test_a_launch_composed_once_is_the_launch_hydra_composes(own: list[str]):
+    """What the sweep adds to a job's overrides for a launch, set on a copy of the job's
+    composition (hydra_app.ComposedOnce), gives the config Hydra composes from all of them -
+    its own node too (overrides, choices, override_dirname) - and the job is composed once."""
+    compose_run()
+    loader = GlobalHydra.instance().config_loader()
+    master = loader.load_configuration("config", ["hydra.mode=MULTIRUN"], RunMode.MULTIRUN)
+    counting = CountingLoader(loader)
+    once = hydra_app.ComposedOnce(counting, SET_BY_THE_SWEEP)
+    for part in (0, 1):
+        launch = [
+            *own,
+            "multirun.server_launch=1",
+            "multirun.job_label='speculative=draft, 4 streams'",
+            factor_overrides(["speculative=draft", "it's"]),
+            "multirun.parent_run_id=0123abcd",
+            f"multirun.part={part}",
+            "multirun.part_runs=2",
+            "stats.launches=6",
+        ]
+        expected = loader.load_sweep_config(master, launch)
+        got = once.load_sweep_config(master, launch)
+        assert OmegaConf.to_container(got) == OmegaConf.to_container(expected)
+        assert got.multirun.part == part and got.stats.launches == 6
+    assert counting.compositions == 1
+
+
+class CountingLoader:
+    def __init__(self, loader):
+        self.loader, self.compositions = loader, 0
+
+    def load_sweep_config(self, master, overrides):
+        self.compositions += 1
+        return self.loader.load_sweep_config(master, overrides)
