@@ -334,14 +334,31 @@ def check_overrides(overrides: Sequence[str]) -> None:
             hydra_app.compose_config([o for o in given if not o.startswith("hydra")], search)
             return
     groups = hydra_app.config_groups(search)
+    selections = _group_selections(parsed, groups)
+    # A sweep's first job - its groups' first options, its keys' single values - composed
+    # once: its keys are every option's (none deleted), and its values' types are checked.
+    # If it does not compose, the groups alone, then the values, find which and name it.
+    leaves = [
+        str(o.input_line)
+        for o in parsed
+        if not o.is_sweep_override() and o.get_key_element().lstrip("+") not in groups
+    ]
+    first_job = None
+    if not any(o.startswith("~") for o in given):
+        with contextlib.suppress(HydraException, OmegaConfBaseException, ValueError):
+            first_job = hydra_app.compose_config([*selections, *leaves], search)
     try:
-        composed = hydra_app.compose_config(_group_selections(parsed, groups), search)
+        composed = (
+            first_job if first_job is not None else hydra_app.compose_config(selections, search)
+        )
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UsageError(str(exc)) from None
     known = hydra_app.config_keys(composed)
     for override in parsed:
         if override.get_key_element().lstrip("+~") not in groups:
             _check_key(override, known, groups)
+    if first_job is not None:
+        return
     # Last, the values' types (a number that is not one): the overrides of one job composed
     # (a sweep's comma lists and Hydra's own keys left to Hydra).
     single = [o for o in given if "," not in o and not o.lstrip("+~").startswith("hydra")]

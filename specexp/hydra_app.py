@@ -54,7 +54,13 @@ from specexp.run.events import JobObserver
 from specexp.run.job_run import run_job
 from specexp.run.session import JobResult
 from specexp.sweep.observer import say_left_to_upload
-from specexp.sweep.plan import ComposeJob, case_mismatches, expand_overrides, with_levels
+from specexp.sweep.plan import (
+    SET_BY_THE_SWEEP,
+    ComposeJob,
+    case_mismatches,
+    expand_overrides,
+    with_levels,
+)
 from specexp.tracking.address import uri_in_force, uri_problem
 from specexp.tracking.observer import MlflowObserver, earlier_duration_s
 
@@ -215,13 +221,12 @@ class ComposedOnce(ConfigLoader):
         return bool(assigned) and key in self._added
 
 
-def compose_launches_once(
-    launcher: Any, context: HydraContext, added: Collection[str]
-) -> ComposedOnce:
-    """The sweep's loader, a :class:`ComposedOnce`, which Hydra's in-process launcher
-    composes each launch with too: a launch is its job's
-    composition with what the sweep ``added``. Launchers of other processes compose there."""
-    loader = ComposedOnce(context.config_loader, added)
+def compose_launches_once(launcher: Any, context: HydraContext) -> ComposedOnce:
+    """The sweep's loader, a :class:`ComposedOnce` of what the sweep sets in a job
+    (SET_BY_THE_SWEEP), which Hydra's in-process launcher composes each launch with too: a
+    launch is its job's composition with the sweep's settings. Launchers of other processes
+    compose there."""
+    loader = ComposedOnce(context.config_loader, SET_BY_THE_SWEEP)
     if launchers.launcher_kind(launcher) == launchers.LauncherKind.in_process:
         launcher.hydra_context = dataclasses.replace(context, config_loader=loader)
     return loader

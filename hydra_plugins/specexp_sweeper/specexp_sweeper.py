@@ -48,15 +48,12 @@ class SpecexpSweeper(Sweeper):
         # brings MLflow (about a second) that a single run does not need this early.
         from specexp import hydra_app  # noqa: PLC0415
         from specexp.sweep.launch import run_sweep  # noqa: PLC0415
-        from specexp.sweep.plan import SET_BY_THE_SWEEP  # noqa: PLC0415
 
         assert self.hydra_context is not None and self.config is not None, (
             "Hydra calls setup() first"
         )
         config = self.config
-        loader = hydra_app.compose_launches_once(
-            self.launcher, self.hydra_context, SET_BY_THE_SWEEP
-        )
+        loader = hydra_app.compose_launches_once(self.launcher, self.hydra_context)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         # The sweep's config as Hydra composed it, its overrides among them (a tracking URI
